@@ -1,0 +1,52 @@
+//! The mlxcel-amdgpu kernels, written once.
+//!
+//! This crate is compiled three ways from the same source:
+//! - for `amdgcn-amd-amdhsa` (the product: one code object per GPU target),
+//! - for `nvptx64-nvidia-cuda` (tier-3 verification on NVIDIA's 32-lane warps),
+//! - for the host, where [`emulator`] runs the kernel bodies lane by lane so that
+//!   `cargo test` checks the real kernel code on a machine with no GPU.
+//!
+//! Kernel bodies are generic over the element type and use only the primitives of
+//! [`wave`]; the `extern "gpu-kernel"` entry points are stamped out in [`entry`].
+#![no_std]
+#![cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), feature(abi_gpu_kernel))]
+#![cfg_attr(
+    any(target_arch = "amdgpu", target_arch = "nvptx64"),
+    feature(gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics)
+)]
+#![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
+#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, link_llvm_intrinsics))]
+#![feature(f16, core_float_math)]
+#![allow(internal_features)]
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+extern crate std;
+
+pub mod args;
+pub mod entry;
+pub mod geometry;
+pub mod num;
+pub mod probe;
+pub mod wave;
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod emulator;
+
+/// Kernels must never panic. On amdgpu the panic handler calls a function that
+/// exists nowhere: a panic path that survives optimization leaves an undefined
+/// symbol in the code object, and the build's audit refuses it. (A trap would
+/// also be loud, but LLVM cannot encode the amdgpu trap sequence for the
+/// generic targets.) On nvptx a panic traps, which fails the launch.
+#[cfg(target_arch = "amdgpu")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    unsafe extern "C" {
+        fn mlxcel_kernel_may_panic() -> !;
+    }
+    unsafe { mlxcel_kernel_may_panic() }
+}
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    core::intrinsics::abort()
+}

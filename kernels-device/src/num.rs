@@ -1,0 +1,291 @@
+//! Element types and the scalar numerics shared by every kernel (see
+//! `spec/numerics.md`).
+//!
+//! Everything here uses only IEEE operations (`+ - * /`, `mul_add`, `sqrt`,
+//! `round_ties_even`, comparisons, conversions and bit casts) from `core`, so the
+//! same source gives the same bits on amdgpu, nvptx and the host. Nothing here
+//! can panic.
+
+use core::f32::math::{mul_add, round_ties_even};
+
+// ---------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------
+
+/// A storage dtype of activations: `f32`, `f16` or [`Bf16`].
+///
+/// Arithmetic always happens in f32: [`Elem::to_f32`] widens exactly (the
+/// spec's `f(v)`), [`Elem::from_f32`] rounds to nearest, ties to even (the
+/// spec's `T(e)`).
+pub trait Elem: Copy + Send + Sync + 'static {
+    /// The dtype's name as it appears in kernel symbols (`"f32"`, `"f16"`, `"bf16"`).
+    const NAME: &'static str;
+    /// Storage size in bytes.
+    const BYTES: usize;
+    /// Exact widening to f32.
+    fn to_f32(self) -> f32;
+    /// Round an f32 to this type: nearest, ties to even; NaN stays NaN.
+    fn from_f32(v: f32) -> Self;
+    /// The raw storage bits, zero-extended to 32 bits.
+    fn to_bits_u32(self) -> u32;
+    /// From raw storage bits (the low `8 * BYTES` bits of `bits` are used).
+    fn from_bits_u32(bits: u32) -> Self;
+}
+
+impl Elem for f32 {
+    const NAME: &'static str = "f32";
+    const BYTES: usize = 4;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits()
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        f32::from_bits(bits)
+    }
+}
+
+impl Elem for f16 {
+    const NAME: &'static str = "f16";
+    const BYTES: usize = 2;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    /// IEEE round to nearest even, subnormals kept, overflow to infinity (the
+    /// native conversion does exactly this on amdgpu, nvptx and the host).
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v as f16
+    }
+    #[inline(always)]
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits() as u32
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        f16::from_bits(bits as u16)
+    }
+}
+
+/// bfloat16, stored as its raw bits (Rust has no bf16 type).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Bf16(pub u16);
+
+impl Bf16 {
+    /// Round to nearest, ties to even, on the bits:
+    /// `(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16` for finite values and
+    /// infinities (overflow goes to infinity); a NaN stays a NaN (quiet bit set).
+    #[inline(always)]
+    pub const fn from_f32(v: f32) -> Self {
+        let bits = v.to_bits();
+        if bits & 0x7FFF_FFFF > 0x7F80_0000 {
+            Bf16(((bits >> 16) | 0x40) as u16)
+        } else {
+            Bf16((bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16) as u16)
+        }
+    }
+
+    /// Exact widening: `(bits as u32) << 16`.
+    #[inline(always)]
+    pub const fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+
+    /// The raw bits.
+    #[inline(always)]
+    pub const fn to_bits(self) -> u16 {
+        self.0
+    }
+
+    /// From raw bits.
+    #[inline(always)]
+    pub const fn from_bits(bits: u16) -> Self {
+        Bf16(bits)
+    }
+}
+
+impl Elem for Bf16 {
+    const NAME: &'static str = "bf16";
+    const BYTES: usize = 2;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        Bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        Bf16::from_f32(v)
+    }
+    #[inline(always)]
+    fn to_bits_u32(self) -> u32 {
+        self.0 as u32
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        Bf16(bits as u16)
+    }
+}
+
+/// The spec's `R(e)`: round an f32 to `T` and widen it back (identity for f32).
+#[inline(always)]
+pub fn round_to<T: Elem>(v: f32) -> f32 {
+    T::from_f32(v).to_f32()
+}
+
+// ---------------------------------------------------------------------------
+// Powers of two
+// ---------------------------------------------------------------------------
+
+/// `2^e` exactly, as `ldexp(1.0, e)` gives it: a normal power of two for
+/// `e` in [-126, 127], a subnormal one for [-149, -127], `+0.0` below and
+/// `+inf` above.
+#[inline(always)]
+pub fn ldexp1(e: i32) -> f32 {
+    if e > 127 {
+        f32::INFINITY
+    } else if e >= -126 {
+        f32::from_bits((e.wrapping_add(127) as u32) << 23)
+    } else if e >= -149 {
+        // e + 149 is in [0, 22]: the shift never overflows.
+        f32::from_bits(1u32.wrapping_shl(e.wrapping_add(149) as u32))
+    } else {
+        0.0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// expm1: the AMD device library's expm1f, step for step
+// ---------------------------------------------------------------------------
+
+/// The exact f32 constants of [`expm1`] (and the ln 2 split shared with [`exp`]).
+/// Each is written as its bit pattern; the comment gives the hexadecimal float
+/// of `numerics.md` and its exact decimal value.
+pub mod consts {
+    /// `0x1.715476p+0` = 1.44269502162933349609375 (log2 e, rounded).
+    pub const LOG2E: f32 = f32::from_bits(0x3FB8_AA3B);
+    /// `0x1.62e430p-1` = 0.693147182464599609375 (ln 2, high part).
+    pub const LN2_HI: f32 = f32::from_bits(0x3F31_7218);
+    /// `-0x1.05c610p-29` = -1.9046542121259335544891655445098876953125e-9
+    /// (ln 2 = LN2_HI + LN2_LO, low part; negative).
+    pub const LN2_LO: f32 = f32::from_bits(0xB102_E308);
+    /// `0x1.a26762p-13` = 0.000199510497623123228549957275390625.
+    pub const EXPM1_P5: f32 = f32::from_bits(0x3951_33B1);
+    /// `0x1.6d2e00p-10` = 0.0013930499553680419921875.
+    pub const EXPM1_P4: f32 = f32::from_bits(0x3AB6_9700);
+    /// `0x1.110ff2p-7` = 0.008333199657499790191650390625.
+    pub const EXPM1_P3: f32 = f32::from_bits(0x3C08_87F9);
+    /// `0x1.555502p-5` = 0.0416665114462375640869140625.
+    pub const EXPM1_P2: f32 = f32::from_bits(0x3D2A_AA81);
+    /// `0x1.555556p-3` = 0.16666667163372039794921875.
+    pub const EXPM1_P1: f32 = f32::from_bits(0x3E2A_AAAB);
+    /// `0x1.000000p-1` = 0.5.
+    pub const EXPM1_P0: f32 = f32::from_bits(0x3F00_0000);
+    /// `0x1.62e42ep+6` = 88.72283172607421875: the largest x whose exp is finite.
+    pub const EXP_OVERFLOW_X: f32 = f32::from_bits(0x42B1_7217);
+
+    /// Taylor coefficients 1/k! (k = 2..7) of [`super::exp`], rounded to f32.
+    /// `0x1.000000p-1` = 1/2.
+    pub const EXP_C2: f32 = f32::from_bits(0x3F00_0000);
+    /// `0x1.555556p-3` ~ 1/6.
+    pub const EXP_C3: f32 = f32::from_bits(0x3E2A_AAAB);
+    /// `0x1.555556p-5` ~ 1/24.
+    pub const EXP_C4: f32 = f32::from_bits(0x3D2A_AAAB);
+    /// `0x1.111112p-7` ~ 1/120.
+    pub const EXP_C5: f32 = f32::from_bits(0x3C08_8889);
+    /// `0x1.6c16c2p-10` ~ 1/720.
+    pub const EXP_C6: f32 = f32::from_bits(0x3AB6_0B61);
+    /// `0x1.a01a02p-13` ~ 1/5040.
+    pub const EXP_C7: f32 = f32::from_bits(0x3950_0D01);
+    /// Below this x, exp(x) < 2^-150 and rounds to +0.0 (`-0x1.ap+6` = -104).
+    pub const EXP_UNDERFLOW_X: f32 = -104.0;
+}
+
+/// `expm1(x)` exactly as the AMD device library's `expm1f` computes it
+/// (`numerics.md`, "expm1 (xIELU)"): the steps, not the best expm1.
+///
+/// At most 0.89 ulp of error on [-17, 0) and about 1.45 ulp above 0.
+/// NaN -> NaN, -inf -> -1, +inf -> +inf, -0.0 -> +0.0, x < -17 -> -1,
+/// x > 0x1.62e42ep+6 -> +inf.
+#[inline(always)]
+pub fn expm1(x: f32) -> f32 {
+    use consts::*;
+    let n = round_ties_even(x * LOG2E);
+    let t = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
+    let p = mul_add(t, EXPM1_P5, EXPM1_P4);
+    let p = mul_add(t, p, EXPM1_P3);
+    let p = mul_add(t, p, EXPM1_P2);
+    let p = mul_add(t, p, EXPM1_P1);
+    let p = mul_add(t, p, EXPM1_P0);
+    let p = mul_add(t, t * p, t);
+    // `as` saturates and maps NaN to 0, as the spec asks.
+    let e = if n == 128.0 { 127 } else { n as i32 };
+    let s = ldexp1(e);
+    let mut z = mul_add(s, p, s - 1.0);
+    if n == 128.0 {
+        z = 2.0 * z;
+    }
+    if x > EXP_OVERFLOW_X {
+        z = f32::INFINITY;
+    }
+    if x < -17.0 {
+        z = -1.0;
+    }
+    z
+}
+
+// ---------------------------------------------------------------------------
+// exp: the Mamba1 scan's exponential (tolerance contract, <= 2 ulp)
+// ---------------------------------------------------------------------------
+
+/// `e^x` in f32, within 2 ulp of the true value over the whole f32 range
+/// (subnormal results included, measured in units of the smallest subnormal).
+///
+/// `x = n ln2 + r` with `n = rint(x log2 e)` and the Cody-Waite split of
+/// [`expm1`], `|r| <= ~0.347`; `e^r - 1` by its degree-7 Taylor polynomial
+/// (truncation error < 1e-8 relative); the result `2^n + 2^n (e^r - 1)` in one
+/// fma, with the scale split in two for subnormal results.
+/// exp(0) = 1 exactly, x > 0x1.62e42ep+6 -> +inf, x < -104 -> +0.0,
+/// NaN -> NaN, -inf -> +0.0, +inf -> +inf.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    use consts::*;
+    if x > EXP_OVERFLOW_X {
+        return f32::INFINITY;
+    }
+    if x < EXP_UNDERFLOW_X {
+        return 0.0;
+    }
+    // Here x is NaN or in [-104, 88.72283]: n in [-150, 128] (0 for NaN).
+    let n = round_ties_even(x * LOG2E);
+    let r = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
+    let q = mul_add(r, EXP_C7, EXP_C6);
+    let q = mul_add(r, q, EXP_C5);
+    let q = mul_add(r, q, EXP_C4);
+    let q = mul_add(r, q, EXP_C3);
+    let q = mul_add(r, q, EXP_C2);
+    // p = e^r - 1
+    let p = mul_add(r, r * q, r);
+    let n = n as i32;
+    if n > 127 {
+        // n = 128: 2^127 (1 + p) is finite, doubling it is exact.
+        let s = ldexp1(n - 1);
+        2.0 * mul_add(s, p, s)
+    } else if n < -125 {
+        // The result may be subnormal: round once at full precision in the
+        // normal range, then once more by an exact power-of-two scale.
+        let s = ldexp1(n + 64);
+        mul_add(s, p, s) * ldexp1(-64)
+    } else {
+        let s = ldexp1(n);
+        mul_add(s, p, s)
+    }
+}

@@ -1,0 +1,145 @@
+//! Lane and workgroup primitives: the only interface between the kernels and the
+//! machine they run on.
+//!
+//! One implementation per architecture sits behind these functions:
+//! [`amdgpu`](self) (DPP and `permlanex16` for fixed xor patterns, `ds_bpermute`
+//! for the rest), `nvptx64` (`shfl.sync`), and the host emulator, which runs one
+//! coroutine per lane and performs every exchange and barrier in lockstep.
+//!
+//! Only one-dimensional workgroups are used; grids may be three-dimensional.
+//! Every exchange is an exact copy of 32 bits: no arithmetic happens inside it.
+
+pub use crate::geometry::WAVE_SIZE;
+
+#[cfg(target_arch = "amdgpu")]
+#[path = "wave/amdgpu.rs"]
+mod arch;
+#[cfg(target_arch = "nvptx64")]
+#[path = "wave/nvptx.rs"]
+mod arch;
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+#[path = "wave/host.rs"]
+mod arch;
+
+/// Index of this thread in its (one-dimensional) workgroup.
+#[inline(always)]
+pub fn thread_id() -> u32 {
+    arch::thread_id()
+}
+
+/// Threads per workgroup.
+#[inline(always)]
+pub fn workgroup_size() -> u32 {
+    arch::workgroup_size()
+}
+
+/// Workgroup index along x, y, z.
+#[inline(always)]
+pub fn workgroup_id_x() -> u32 {
+    arch::workgroup_id::<0>()
+}
+/// Workgroup index along y.
+#[inline(always)]
+pub fn workgroup_id_y() -> u32 {
+    arch::workgroup_id::<1>()
+}
+/// Workgroup index along z.
+#[inline(always)]
+pub fn workgroup_id_z() -> u32 {
+    arch::workgroup_id::<2>()
+}
+
+/// Workgroups in the grid along x.
+#[inline(always)]
+pub fn num_workgroups_x() -> u32 {
+    arch::num_workgroups::<0>()
+}
+
+/// This thread's lane in its wave.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    thread_id() % WAVE_SIZE
+}
+
+/// This thread's wave in its workgroup.
+#[inline(always)]
+pub fn wave_id() -> u32 {
+    thread_id() / WAVE_SIZE
+}
+
+/// Global thread index along x: `workgroup_id_x * workgroup_size + thread_id`.
+#[inline(always)]
+pub fn global_id_x() -> u64 {
+    workgroup_id_x() as u64 * workgroup_size() as u64 + thread_id() as u64
+}
+
+/// The value of lane `lane ^ MASK` (butterfly exchange). All 32 lanes must call it.
+#[inline(always)]
+pub fn shfl_xor_u32<const MASK: u32>(v: u32) -> u32 {
+    const { assert!(MASK > 0 && MASK < WAVE_SIZE) };
+    arch::shfl_xor::<MASK>(v)
+}
+
+/// [`shfl_xor_u32`] on the bits of an f32.
+#[inline(always)]
+pub fn shfl_xor_f32<const MASK: u32>(v: f32) -> f32 {
+    f32::from_bits(shfl_xor_u32::<MASK>(v.to_bits()))
+}
+
+/// The value of lane `lane + delta`, or this lane's own value where that is past
+/// lane 31 (CUDA's `__shfl_down_sync`). All 32 lanes must call it.
+#[inline(always)]
+pub fn shfl_down_u32(v: u32, delta: u32) -> u32 {
+    arch::shfl_down(v, delta)
+}
+
+/// [`shfl_down_u32`] on the bits of an f32.
+#[inline(always)]
+pub fn shfl_down_f32(v: f32, delta: u32) -> f32 {
+    f32::from_bits(shfl_down_u32(v.to_bits(), delta))
+}
+
+/// The value of lane `src` (`src < 32`, may differ per lane). All 32 lanes must call it.
+#[inline(always)]
+pub fn shfl_idx_u32(v: u32, src: u32) -> u32 {
+    arch::shfl_idx(v, src % WAVE_SIZE)
+}
+
+/// The value of lane `LANE`, the same for every lane (`readlane`).
+#[inline(always)]
+pub fn broadcast_u32<const LANE: u32>(v: u32) -> u32 {
+    const { assert!(LANE < WAVE_SIZE) };
+    arch::broadcast::<LANE>(v)
+}
+
+/// [`broadcast_u32`] on the bits of an f32.
+#[inline(always)]
+pub fn broadcast_f32<const LANE: u32>(v: f32) -> f32 {
+    f32::from_bits(broadcast_u32::<LANE>(v.to_bits()))
+}
+
+/// Sum over the 32 lanes of a wave, as a butterfly: `v = v + shfl_xor(v, m)` for
+/// m = 16, 8, 4, 2, 1. Every lane ends with the same value, and the order of the
+/// additions is fixed (the bit-exact contracts rely on it).
+#[inline(always)]
+pub fn wave_sum_f32(v: f32) -> f32 {
+    let v = v + shfl_xor_f32::<16>(v);
+    let v = v + shfl_xor_f32::<8>(v);
+    let v = v + shfl_xor_f32::<4>(v);
+    let v = v + shfl_xor_f32::<2>(v);
+    v + shfl_xor_f32::<1>(v)
+}
+
+/// A workgroup barrier that also orders workgroup memory: every store before it
+/// is visible to every thread of the workgroup after it. All threads must call it.
+#[inline(always)]
+pub fn barrier() {
+    arch::barrier()
+}
+
+/// Base of the workgroup memory sized at launch (`sharedMemBytes`). All calls
+/// return the same address; reading past the launch size is undefined.
+#[inline(always)]
+pub fn workgroup_mem<T>() -> *mut T {
+    arch::workgroup_mem::<T>()
+}

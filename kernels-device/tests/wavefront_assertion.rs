@@ -1,0 +1,40 @@
+//! The device crate refuses wave64 targets at build time, naming the CPU.
+//! (`cargo check` runs the build script, which is where the refusal happens.)
+
+use std::path::Path;
+use std::process::Command;
+
+fn check_for(cpu: &str, extra_flags: &str) -> (bool, String) {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    // One target directory per case: switching flags in one directory would rebuild `core`.
+    let case = if extra_flags.is_empty() { cpu.to_string() } else { format!("{cpu}-wave64") };
+    let target_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/gpu-kernels/wave64-test").join(case);
+    let mut flags = format!("-Ctarget-cpu={cpu}");
+    if !extra_flags.is_empty() {
+        flags = format!("{flags}\x1f{extra_flags}");
+    }
+    let out = Command::new(env!("CARGO"))
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_ENCODED_RUSTFLAGS", flags)
+        .args(["check", "--target", "amdgcn-amd-amdhsa", "-Zbuild-std=core", "--profile", "gpu-kernels", "--manifest-path"])
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .output()
+        .expect("run cargo");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn gfx942_is_refused_with_a_message_naming_the_cpu() {
+    let (ok, stderr) = check_for("gfx942", "");
+    assert!(!ok, "building for gfx942 must fail");
+    assert!(stderr.contains("wavefront assertion failed: target-cpu gfx942 is a wave64 GPU"), "{stderr}");
+}
+
+#[test]
+fn wavefrontsize64_on_an_rdna_cpu_is_refused() {
+    let (ok, stderr) = check_for("gfx1151", "-Ctarget-feature=+wavefrontsize64");
+    assert!(!ok, "building with +wavefrontsize64 must fail");
+    assert!(stderr.contains("target-cpu gfx1151 was asked to run wave64"), "{stderr}");
+}
