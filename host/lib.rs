@@ -1,9 +1,23 @@
 //! mlxcel-amdgpu: GPU kernels written in Rust, compiled to AMD GPU code objects,
 //! loaded through HIP (or CUDA, for verification, or the CPU emulator) and
 //! exposed to mlxcel through a C ABI.
+//!
+//! - [`runtime`]: devices, buffers, streams and launches on the `hip`, `cuda`
+//!   and `cpu` backends;
+//! - [`reference`]: the CPU reference implementations of every contract;
+//! - [`code_object`], [`audit`]: reading and checking AMD code objects;
+//! - [`embedded`]: the kernel binaries built by `build.rs`.
 
 pub mod audit;
 pub mod code_object;
+pub mod dtype;
 pub mod embedded;
+pub mod error;
+pub mod kernels;
+pub mod reference;
+pub mod runtime;
 
+pub use dtype::Dtype;
+pub use error::{Error, Result};
 pub use kernels_device;
+pub use runtime::{BackendKind, Device, DeviceBuffer, Kernel, Stream};

@@ -55,8 +55,21 @@ macro_rules! kernels {
     };
 }
 
+use crate::num::Bf16;
+
 kernels! {
     probe(out: *mut u32) => crate::probe::probe;
+
+    xielu_f32(x: *const f32, out: *mut f32, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<f32>;
+    xielu_f16(x: *const f16, out: *mut f16, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<f16>;
+    xielu_bf16(x: *const Bf16, out: *mut Bf16, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<Bf16>;
+
+    add3_layer_norm_f32(a: *const f32, b: *const f32, x: *const f32, w: *const f32, bias: *const f32, x_new: *mut f32, h: *mut f32, rows: u32, d: u32, eps: f32)
+        => crate::add3_layer_norm::add3_layer_norm::<f32>;
+    add3_layer_norm_f16(a: *const f16, b: *const f16, x: *const f16, w: *const f16, bias: *const f16, x_new: *mut f16, h: *mut f16, rows: u32, d: u32, eps: f32)
+        => crate::add3_layer_norm::add3_layer_norm::<f16>;
+    add3_layer_norm_bf16(a: *const Bf16, b: *const Bf16, x: *const Bf16, w: *const Bf16, bias: *const Bf16, x_new: *mut Bf16, h: *mut Bf16, rows: u32, d: u32, eps: f32)
+        => crate::add3_layer_norm::add3_layer_norm::<Bf16>;
 }
 
 /// The spec of the kernel called `name`.

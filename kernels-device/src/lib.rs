@@ -22,12 +22,14 @@
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 extern crate std;
 
+pub mod add3_layer_norm;
 pub mod args;
 pub mod entry;
 pub mod geometry;
 pub mod num;
 pub mod probe;
 pub mod wave;
+pub mod xielu;
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod emulator;

@@ -1,0 +1,73 @@
+//! Launcher of `xielu` (spec/kernels.md section 1).
+
+use kernels_device::geometry::xielu::{ELEMS_PER_THREAD, MAX_WORKGROUPS, WORKGROUP_SIZE};
+
+use super::{check_len, check_ptr, kernel_for, symbol};
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
+
+/// Kernel name without the dtype suffix.
+pub const KERNEL: &str = "xielu";
+
+/// The four scalars of xIELU, already softplus-ed on the host.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct XieluParams {
+    pub alpha_p: f32,
+    pub alpha_n: f32,
+    pub beta: f32,
+    pub eps: f32,
+}
+
+impl XieluParams {
+    /// Typical Apertus values.
+    pub const APERTUS: XieluParams = XieluParams { alpha_p: 0.8731, alpha_n: 0.6042, beta: 0.5, eps: -1e-6 };
+}
+
+/// Whether `xielu` for `dtype` can run on `device`.
+pub fn available(device: &Device, dtype: Dtype) -> bool {
+    device.is_available(&symbol(KERNEL, dtype))
+}
+
+/// The launch geometry for `n` elements.
+pub fn dims(n: u64) -> LaunchDims {
+    let per_group = WORKGROUP_SIZE as u64 * ELEMS_PER_THREAD as u64;
+    let groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;
+    LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+}
+
+/// `out[i] = xielu(x[i])` for `i < n`. `x` and `out` may be the same buffer.
+/// `n = 0` is a no-op (and the pointers may then be null).
+///
+/// # Safety
+/// `x` and `out` are device pointers of `device` to at least `n` elements of `dtype`.
+pub unsafe fn launch(device: &Device, dtype: Dtype, x: u64, out: u64, n: u64, params: XieluParams, stream: Stream) -> Result<()> {
+    let kernel = kernel_for(device, KERNEL, dtype)?;
+    for (name, v) in [("alpha_p", params.alpha_p), ("alpha_n", params.alpha_n), ("beta", params.beta), ("eps", params.eps)] {
+        if !v.is_finite() {
+            return Err(Error::InvalidArgument { argument: name, message: format!("{v} is not finite") });
+        }
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    check_ptr("x", x, dtype.size())?;
+    check_ptr("out", out, dtype.size())?;
+    let args = [
+        ArgValue::Ptr(x),
+        ArgValue::Ptr(out),
+        ArgValue::U64(n),
+        ArgValue::F32(params.alpha_p),
+        ArgValue::F32(params.alpha_n),
+        ArgValue::F32(params.beta),
+        ArgValue::F32(params.eps),
+    ];
+    unsafe { device.launch(&kernel, dims(n), &args, stream) }
+}
+
+/// [`launch`] over byte buffers holding `n` elements of `dtype`.
+pub fn run(device: &Device, dtype: Dtype, x: &DeviceBuffer<u8>, out: &mut DeviceBuffer<u8>, n: usize, params: XieluParams, stream: Stream) -> Result<()> {
+    check_len("x", x, n, dtype)?;
+    check_len("out", out, n, dtype)?;
+    unsafe { launch(device, dtype, x.ptr(), out.ptr(), n as u64, params, stream) }
+}

@@ -1,0 +1,346 @@
+//! Devices, buffers and kernel launches, over three backends:
+//!
+//! - `hip`: AMD GPUs through the HIP runtime, loaded at run time (the product);
+//! - `cuda` (feature `cuda`): NVIDIA GPUs through the CUDA driver, running the
+//!   PTX built from the same kernel source (tier-3 verification);
+//! - `cpu`: the emulator of the device crate (tier 1, always present).
+//!
+//! The typed launchers in [`crate::kernels`] sit above this module; the backend is
+//! a detail below them. Launches are asynchronous on the caller's stream (the CPU
+//! backend runs them to completion before returning).
+
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod hip;
+mod launch;
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+use kernels_device::args::KernelSpec;
+
+use crate::error::{Error, Result};
+pub use launch::{ArgValue, LaunchDims, PackedArgs};
+
+/// Environment variable that forces a backend: `hip`, `cuda` or `cpu`.
+pub const BACKEND_ENV: &str = "MLXCEL_AMDGPU_BACKEND";
+
+/// Which runtime a device is driven by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    Hip,
+    Cuda,
+    Cpu,
+}
+
+impl BackendKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Hip => "hip",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Cpu => "cpu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        [BackendKind::Hip, BackendKind::Cuda, BackendKind::Cpu].into_iter().find(|b| b.name() == s)
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a device is, as found at start-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub backend: BackendKind,
+    /// Marketing name (`AMD Radeon 8060S`, `NVIDIA H200`, `CPU emulator`).
+    pub name: String,
+    /// Architecture: `gfx1151`, `sm_90`, `host`.
+    pub arch: String,
+    /// Lanes per wave (32 on RDNA and NVIDIA; 64 on CDNA, where nothing here runs).
+    pub wavefront_size: u32,
+    /// Compute units (AMD), streaming multiprocessors (NVIDIA), host threads (CPU).
+    pub compute_units: u32,
+    /// The kernel binary loaded for this device (`gfx1151`, `gfx11-generic`,
+    /// `PTX sm_80`, `host`), or why none could be: then no kernel is available.
+    pub kernels: std::result::Result<String, String>,
+}
+
+/// A backend-specific handle to a loaded kernel function.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FunctionHandle {
+    /// `hipFunction_t` or `CUfunction`.
+    Gpu(*mut c_void),
+    /// The emulator's entry point.
+    Cpu(kernels_device::entry::EmulatedEntry),
+}
+
+// SAFETY: function handles are immutable once a module is loaded and may be used
+// from any thread (HIP and CUDA allow launches from any host thread).
+unsafe impl Send for FunctionHandle {}
+unsafe impl Sync for FunctionHandle {}
+
+/// A stream of the backend (`hipStream_t`, `CUstream`), owned by the caller.
+/// [`Stream::DEFAULT`] is the default (null) stream. The CPU backend ignores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream(pub *mut c_void);
+
+impl Stream {
+    pub const DEFAULT: Stream = Stream(std::ptr::null_mut());
+}
+
+// SAFETY: a stream handle is an opaque token the runtimes accept from any thread.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+/// The operations every backend provides. Device memory is addressed by plain
+/// 64-bit device pointers, as it is across the C ABI.
+pub(crate) trait Backend: Send + Sync {
+    fn info(&self) -> &DeviceInfo;
+    /// The loaded function for the symbol `name`, or why there is none.
+    fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String>;
+    fn alloc(&self, bytes: usize) -> Result<u64>;
+    /// # Safety
+    /// `ptr` came from `alloc` of this backend and is freed once.
+    unsafe fn free(&self, ptr: u64);
+    /// # Safety
+    /// `dst` points to at least `src.len()` bytes of device memory.
+    unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()>;
+    /// # Safety
+    /// `src` points to at least `dst.len()` bytes of device memory.
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<()>;
+    /// # Safety
+    /// `dst` points to at least `bytes` bytes of device memory.
+    unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()>;
+    /// Waits for all work on the device.
+    fn synchronize(&self) -> Result<()>;
+    /// Launches `function` on `stream`.
+    ///
+    /// # Safety
+    /// The arguments match the kernel and every pointer in them is valid for
+    /// everything the kernel does with it.
+    unsafe fn launch(&self, function: FunctionHandle, dims: LaunchDims, args: &PackedArgs, stream: Stream) -> Result<()>;
+    /// Milliseconds taken on `stream` by the work `f` enqueues (events on a GPU,
+    /// the wall clock on the CPU). Synchronizes the stream.
+    fn time(&self, stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
+}
+
+/// A device, with its kernels loaded. Cheap to clone.
+#[derive(Clone)]
+pub struct Device {
+    backend: Arc<dyn Backend>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device").field("info", self.info()).finish()
+    }
+}
+
+/// A kernel found on a device: proof that it can run there.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    pub(crate) spec: &'static KernelSpec,
+    pub(crate) function: FunctionHandle,
+}
+
+impl Kernel {
+    /// The kernel's symbol, e.g. `xielu_bf16`.
+    pub fn name(&self) -> &'static str {
+        self.spec.name
+    }
+}
+
+impl Device {
+    /// The default device: `MLXCEL_AMDGPU_BACKEND` if set (an error if that
+    /// backend is absent), else the first HIP device, else the first CUDA device
+    /// (feature `cuda`), else the CPU emulator.
+    pub fn default_device() -> Result<Device> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(name) => {
+                let kind = BackendKind::parse(name.trim()).ok_or_else(|| {
+                    Error::invalid(BACKEND_ENV, format!("{name:?} is not a backend; use hip, cuda or cpu"))
+                })?;
+                Device::open(kind)
+            }
+            Err(_) => Device::hip(0).or_else(|_| Device::cuda(0)).or_else(|_| Ok(Device::cpu())),
+        }
+    }
+
+    /// The device of `kind` with ordinal 0.
+    pub fn open(kind: BackendKind) -> Result<Device> {
+        match kind {
+            BackendKind::Hip => Device::hip(0),
+            BackendKind::Cuda => Device::cuda(0),
+            BackendKind::Cpu => Ok(Device::cpu()),
+        }
+    }
+
+    /// HIP device `ordinal`, with the code object for its architecture loaded.
+    pub fn hip(ordinal: usize) -> Result<Device> {
+        Ok(Device { backend: Arc::new(hip::HipBackend::new(ordinal)?) })
+    }
+
+    /// CUDA device `ordinal`, with the embedded PTX loaded (feature `cuda`).
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Device { backend: Arc::new(cuda::CudaBackend::new(ordinal)?) })
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Err(Error::BackendUnavailable { backend: "cuda", reason: "this build has no CUDA support (cargo feature `cuda`)".into() })
+        }
+    }
+
+    /// The CPU emulator.
+    pub fn cpu() -> Device {
+        Device { backend: Arc::new(cpu::CpuBackend::new()) }
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        self.backend.info()
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.info().backend
+    }
+
+    /// The one lookup behind both availability and launch: the kernel `name`
+    /// can run here when the device has 32-lane waves, a kernel binary for its
+    /// architecture is loaded, and that binary has the symbol.
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let unavailable = |reason: String| Error::Unavailable { kernel: name.to_string(), reason };
+        let info = self.info();
+        if info.wavefront_size != kernels_device::geometry::WAVE_SIZE {
+            return Err(unavailable(format!(
+                "{} runs {}-lane waves; these kernels are built for 32-lane waves only",
+                info.arch, info.wavefront_size
+            )));
+        }
+        if let Err(why) = &info.kernels {
+            return Err(unavailable(why.clone()));
+        }
+        let spec = kernels_device::entry::spec(name).ok_or_else(|| unavailable("no kernel of that name exists in this library".into()))?;
+        let function = self.backend.function(name).map_err(unavailable)?;
+        Ok(Kernel { spec, function })
+    }
+
+    /// Whether the kernel `name` can run here (see [`Device::kernel`]).
+    pub fn is_available(&self, name: &str) -> bool {
+        self.kernel(name).is_ok()
+    }
+
+    /// Launches `kernel` with `args`, which must match its parameter list.
+    ///
+    /// # Safety
+    /// Every pointer in `args` is valid for everything the kernel does with it.
+    pub unsafe fn launch(&self, kernel: &Kernel, dims: LaunchDims, args: &[ArgValue], stream: Stream) -> Result<()> {
+        let packed = PackedArgs::pack(kernel.spec, args)?;
+        unsafe { self.backend.launch(kernel.function, dims, &packed, stream) }
+    }
+
+    /// Allocates `len` elements of `T` on the device (contents undefined).
+    pub fn alloc<T: Copy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = len.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("len", format!("{len} elements overflow")))?;
+        let ptr = if bytes == 0 { 0 } else { self.backend.alloc(bytes)? };
+        Ok(DeviceBuffer { device: self.clone(), ptr, len, _t: std::marker::PhantomData })
+    }
+
+    /// Allocates and fills a buffer with `data`.
+    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc::<T>(data.len())?;
+        if !data.is_empty() {
+            // SAFETY: the buffer holds data.len() elements; T is plain data.
+            unsafe { self.backend.copy_to_device(buf.ptr, std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)))? };
+        }
+        Ok(buf)
+    }
+
+    /// Waits for all work on the device.
+    pub fn synchronize(&self) -> Result<()> {
+        self.backend.synchronize()
+    }
+
+    /// Milliseconds taken on `stream` by the work `f` enqueues.
+    pub fn time(&self, stream: Stream, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+        self.backend.time(stream, &mut f)
+    }
+}
+
+/// A typed allocation of device memory, freed on drop.
+pub struct DeviceBuffer<T> {
+    device: Device,
+    ptr: u64,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Copy> DeviceBuffer<T> {
+    /// The device pointer (0 for an empty buffer).
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the buffer to the host (waits for the device first).
+    pub fn download(&self) -> Result<Vec<T>> {
+        self.device.synchronize()?;
+        let mut out = Vec::<T>::with_capacity(self.len);
+        if self.len > 0 {
+            // SAFETY: `out` has room for len elements, filled byte for byte by the copy.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, self.len * size_of::<T>());
+                self.device.backend.copy_to_host(dst, self.ptr)?;
+                out.set_len(self.len);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Overwrites the buffer with `data` (same length).
+    pub fn write(&mut self, data: &[T]) -> Result<()> {
+        if data.len() != self.len {
+            return Err(Error::invalid("data", format!("{} elements for a buffer of {}", data.len(), self.len)));
+        }
+        if self.len > 0 {
+            // SAFETY: same length, plain data.
+            unsafe { self.device.backend.copy_to_device(self.ptr, std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)))? };
+        }
+        Ok(())
+    }
+
+    /// Sets every byte to `byte`.
+    pub fn fill_bytes(&mut self, byte: u8) -> Result<()> {
+        if self.len > 0 {
+            // SAFETY: the whole allocation.
+            unsafe { self.device.backend.memset(self.ptr, byte, self.len * size_of::<T>())? };
+        }
+        Ok(())
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            // Pending work may still use the buffer: wait before freeing.
+            let _ = self.device.backend.synchronize();
+            // SAFETY: allocated by this backend, freed once.
+            unsafe { self.device.backend.free(self.ptr) };
+        }
+    }
+}

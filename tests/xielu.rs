@@ -1,0 +1,138 @@
+//! `xielu` on every backend present: the consumer's acceptance data, 0
+//! differing bits against the bit-exact reference, in f32, f16 and bf16.
+
+mod common;
+
+use common::{devices, download_bits, label, sentinel, upload};
+use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
+use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
+use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
+use mlxcel_amdgpu::{Error, Stream};
+
+const P: XieluParams = XieluParams::APERTUS;
+
+fn reference_bits(dtype: Dtype, x: &[f32], p: XieluParams) -> Vec<u32> {
+    reference::store_all(dtype, &reference::xielu::xielu(dtype, x, p.alpha_p, p.alpha_n, p.beta, p.eps))
+}
+
+#[test]
+fn acceptance_data_is_bit_exact_on_every_backend_and_dtype() {
+    for dev in devices() {
+        for dtype in Dtype::ALL {
+            let x = data::xielu_acceptance_inputs(dtype);
+            let input = upload(&dev, dtype, &x);
+            let mut out = sentinel(&dev, dtype, x.len());
+            xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
+            let got = download_bits(dtype, &out);
+            metrics::assert_bits_equal(dtype, &got, &reference_bits(dtype, &x, P), &format!("xielu {}", label(&dev, dtype)));
+        }
+    }
+}
+
+#[test]
+fn negative_control_alpha_n_in_the_positive_branch_is_caught() {
+    // The comparison above must be able to fail: a model that uses alpha_n in the
+    // positive branch differs from the kernel's output (nrms ~0.3).
+    let dev = mlxcel_amdgpu::Device::cpu();
+    let dtype = Dtype::Bf16;
+    let x = data::xielu_acceptance_inputs(dtype);
+    let input = upload(&dev, dtype, &x);
+    let mut out = sentinel(&dev, dtype, x.len());
+    xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
+    let got = reference::widen_all(dtype, &download_bits(dtype, &out));
+    let wrong = XieluParams { alpha_p: P.alpha_n, ..P };
+    let wrong_model = reference::xielu::xielu(dtype, &x, wrong.alpha_p, wrong.alpha_n, wrong.beta, wrong.eps);
+    let nrms = metrics::nrms(&got, &wrong_model);
+    assert!(nrms > 0.2, "the negative control must fail clearly, nrms {nrms}");
+    assert!(metrics::first_bit_difference(dtype, &reference::store_all(dtype, &got), &reference::store_all(dtype, &wrong_model)).is_some());
+}
+
+#[test]
+fn tails_misalignment_and_in_place_give_the_same_bits() {
+    for dev in devices() {
+        for dtype in Dtype::ALL {
+            let all = data::lcg_uniform(0x5EED, 4099);
+            let all = reference::round_all(dtype, &all);
+            // n from 1 to a few vectors, starting one element past an aligned address
+            // (scalar path) and aligned (vector path), and in place.
+            for n in [1usize, 7, 8, 9, 2047, 2048, 2049, 4097] {
+                for offset in [0usize, 1] {
+                    let x = &all[offset..offset + n];
+                    let buf = upload(&dev, dtype, &all[..offset + n]);
+                    let mut out = sentinel(&dev, dtype, offset + n);
+                    let es = dtype.size() as u64;
+                    unsafe { xielu::launch(&dev, dtype, buf.ptr() + es * offset as u64, out.ptr() + es * offset as u64, n as u64, P, Stream::DEFAULT) }.unwrap();
+                    let got = download_bits(dtype, &out);
+                    let what = format!("xielu {} n={n} offset={offset}", label(&dev, dtype));
+                    metrics::assert_bits_equal(dtype, &got[offset..], &reference_bits(dtype, x, P), &what);
+                    if offset == 1 {
+                        assert_eq!(got[0], download_bits(dtype, &sentinel(&dev, dtype, 1))[0], "{what}: wrote before the start");
+                    }
+                }
+            }
+            // In place.
+            let mut buf = upload(&dev, dtype, &all);
+            unsafe { xielu::launch(&dev, dtype, buf.ptr(), buf.ptr(), all.len() as u64, P, Stream::DEFAULT) }.unwrap();
+            metrics::assert_bits_equal(dtype, &download_bits(dtype, &buf), &reference_bits(dtype, &all, P), &format!("xielu in place {}", label(&dev, dtype)));
+            buf.fill_bytes(0).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_result_does_not_depend_on_the_grid() {
+    let dtype = Dtype::F16;
+    let x = reference::round_all(dtype, &data::lcg_uniform(7, 20000));
+    for dev in devices() {
+        let kernel = dev.kernel("xielu_f16").unwrap();
+        let input = upload(&dev, dtype, &x);
+        let want = reference_bits(dtype, &x, P);
+        for groups in [1u32, 3, 64] {
+            let out = sentinel(&dev, dtype, x.len());
+            let args = [
+                ArgValue::Ptr(input.ptr()),
+                ArgValue::Ptr(out.ptr()),
+                ArgValue::U64(x.len() as u64),
+                ArgValue::F32(P.alpha_p),
+                ArgValue::F32(P.alpha_n),
+                ArgValue::F32(P.beta),
+                ArgValue::F32(P.eps),
+            ];
+            let dims = LaunchDims { grid: [groups, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
+            unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
+            metrics::assert_bits_equal(dtype, &download_bits(dtype, &out), &want, &format!("xielu grid {groups} on {}", dev.backend()));
+        }
+    }
+}
+
+#[test]
+fn nan_propagates_and_signed_zeros_follow_the_model() {
+    for dev in devices() {
+        for dtype in Dtype::ALL {
+            let x = [f32::NAN, -f32::NAN, 0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-30, -1e-30];
+            let x = reference::round_all(dtype, &x);
+            let input = upload(&dev, dtype, &x);
+            let mut out = sentinel(&dev, dtype, x.len());
+            xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
+            let got = download_bits(dtype, &out);
+            metrics::assert_bits_equal(dtype, &got, &reference_bits(dtype, &x, P), &format!("xielu specials {}", label(&dev, dtype)));
+            assert!(reference::is_nan_bits(dtype, got[0]) && reference::is_nan_bits(dtype, got[1]));
+        }
+    }
+}
+
+#[test]
+fn n_zero_is_a_no_op_and_bad_arguments_are_refused() {
+    let dev = mlxcel_amdgpu::Device::cpu();
+    unsafe { xielu::launch(&dev, Dtype::Bf16, 0, 0, 0, P, Stream::DEFAULT) }.unwrap();
+    let err = unsafe { xielu::launch(&dev, Dtype::Bf16, 0, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { argument: "x", .. }), "{err}");
+    let err = unsafe { xielu::launch(&dev, Dtype::F32, 0x1002, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
+    assert_eq!(err.to_string(), "invalid argument `x`: pointer 0x1002 is not aligned to 4 bytes");
+    let err = unsafe { xielu::launch(&dev, Dtype::F32, 0x1000, 0x1000, 4, XieluParams { beta: f32::NAN, ..P }, Stream::DEFAULT) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { argument: "beta", .. }), "{err}");
+    let small = dev.alloc::<u8>(6).unwrap();
+    let mut out = dev.alloc::<u8>(8).unwrap();
+    let err = xielu::run(&dev, Dtype::F16, &small, &mut out, 4, P, Stream::DEFAULT).unwrap_err();
+    assert_eq!(err.to_string(), "invalid argument `x`: holds 6 bytes, needs 8 (4 f16 elements)");
+}
