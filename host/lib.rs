@@ -13,6 +13,7 @@ pub mod code_object;
 pub mod dtype;
 pub mod embedded;
 pub mod error;
+pub mod ffi;
 pub mod kernels;
 pub mod reference;
 pub mod runtime;

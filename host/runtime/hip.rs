@@ -1,26 +1,650 @@
-//! The HIP backend: not in this commit yet; every open reports it unavailable.
-use super::{Backend, DeviceInfo, FunctionHandle, LaunchDims, PackedArgs, Stream};
+//! The HIP backend: AMD GPUs through the HIP runtime (`libamdhip64`), loaded
+//! at run time.
+//!
+//! # Why `cubecl-hip-sys` and not `hip-runtime-sys`
+//!
+//! `hip-runtime-sys` links `amdhip64` at link time and its build script panics
+//! when the HIP headers are missing, so the crate could neither build nor run
+//! its CPU tests on a machine without ROCm; its bindings are ROCm 5.4's.
+//! `cubecl-hip-sys` carries pre-generated bindings for ROCm 6.2 to 7.x and
+//! resolves every HIP symbol at run time with `libloading`: it builds without
+//! ROCm headers or libraries, and this library starts on any machine and only
+//! then finds out whether HIP is there.
+//!
+//! Its wrappers are `extern "C"` functions that panic (which aborts the
+//! process) when the library or a symbol is missing. So before the first call
+//! [`HipBackend::new`] checks, itself, that both libraries load and that every
+//! symbol this backend calls is exported.
+//!
+//! # What "available" means
+//!
+//! The HIP backend is available when `libamdhip64` and `libhiprtc` (ROCm 6.2 or
+//! newer) load from `$ROCM_PATH/lib`, `$HIP_PATH/lib` or the system library
+//! path, export every function used here, and the runtime reports at least one
+//! device, of which `ordinal` is one. Otherwise [`HipBackend::new`] returns
+//! [`Error::BackendUnavailable`] saying what is missing.
+//!
+//! An available backend always opens (memory, copies and [`DeviceInfo`] work);
+//! its kernels are available only when the device runs 32-lane waves and an
+//! embedded code object fits its architecture (the exact processor, else the
+//! family's LLVM generic target, see [`select_code_object`]) and passes the
+//! audit against the launchers' argument layout. Otherwise
+//! [`DeviceInfo::kernels`] says why and no module is loaded.
+//!
+//! HIP's current device is per host thread: every operation first makes this
+//! backend's device current (`hipSetDevice`).
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::ptr;
+
+use cubecl_hip_sys as sys;
+
+use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, LaunchDims, PackedArgs, Stream};
+use crate::embedded::{AMDGPU_CODE_OBJECTS, EmbeddedCodeObject};
 use crate::error::{Error, Result};
+
+/// `HIP_LAUNCH_PARAM_BUFFER_POINTER` of `hip_runtime_api.h` (a macro, so not
+/// in the bindings): the next `extra` entry is the packed argument buffer.
+const HIP_LAUNCH_PARAM_BUFFER_POINTER: *mut c_void = ptr::without_provenance_mut(0x01);
+/// `HIP_LAUNCH_PARAM_BUFFER_SIZE`: the next entry points to its size (`size_t`).
+const HIP_LAUNCH_PARAM_BUFFER_SIZE: *mut c_void = ptr::without_provenance_mut(0x02);
+/// `HIP_LAUNCH_PARAM_END`: the end of `extra`.
+const HIP_LAUNCH_PARAM_END: *mut c_void = ptr::without_provenance_mut(0x03);
+
+/// Oldest HIP runtime accepted: 6.2 (`HIP_VERSION` = major * 10^7 + minor * 10^5 + patch).
+const MIN_HIP_VERSION: c_int = 60_200_000;
+
+/// What to do when the runtime is missing or too old.
+const INSTALL_HINT: &str = "install ROCm 6.2 or newer (it provides libamdhip64 and libhiprtc) and, if it is not \
+     on the library search path, set ROCM_PATH to its prefix (e.g. ROCM_PATH=/opt/rocm)";
+
+/// Every HIP function this backend calls; checked before the first call,
+/// because the bindings abort the process on a missing symbol.
+const REQUIRED_SYMBOLS: &[&str] = &[
+    "hipRuntimeGetVersion",
+    "hipGetErrorName",
+    "hipGetErrorString",
+    "hipGetDeviceCount",
+    "hipSetDevice",
+    "hipGetDevicePropertiesR0600",
+    "hipModuleLoadData",
+    "hipModuleGetFunction",
+    "hipModuleUnload",
+    "hipModuleLaunchKernel",
+    "hipMalloc",
+    "hipFree",
+    "hipMemcpyHtoD",
+    "hipMemcpyDtoH",
+    "hipMemset",
+    "hipDeviceSynchronize",
+    "hipEventCreate",
+    "hipEventRecord",
+    "hipEventSynchronize",
+    "hipEventElapsedTime",
+    "hipEventDestroy",
+];
+
+/// The LLVM generic processors whose members run 32-lane waves, and their
+/// members, from the "AMDGPU Generic Processors" table of LLVM's AMDGPUUsage
+/// (LLVM 20.1). `gfx9-generic` and `gfx9-4-generic` are left out: their
+/// members run 64-lane waves only, where these kernels never run.
+///
+/// A generic code object runs on a member only if its generic version is at
+/// least the one the member was added in; the HIP loader checks that.
+pub(crate) const GENERIC_TARGETS: &[(&str, &[&str])] = &[
+    ("gfx10-1-generic", &["gfx1010", "gfx1011", "gfx1012", "gfx1013"]),
+    ("gfx10-3-generic", &["gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"]),
+    ("gfx11-generic", &["gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"]),
+    ("gfx12-generic", &["gfx1200", "gfx1201"]),
+];
+
+/// The processor of a HIP architecture name: `gfx1151:sramecc-:xnack-` ->
+/// `gfx1151` (the target features are dropped).
+pub(crate) fn processor_of(gcn_arch_name: &str) -> &str {
+    gcn_arch_name.split(':').next().unwrap_or("").trim()
+}
+
+/// The LLVM generic target that covers `processor`, if any.
+pub(crate) fn generic_target_of(processor: &str) -> Option<&'static str> {
+    GENERIC_TARGETS.iter().find(|(_, members)| members.contains(&processor)).map(|(generic, _)| *generic)
+}
+
+/// The code object to load on a device of architecture `arch` (features
+/// allowed: `gfx1151:xnack-`): the one built for exactly that processor, else
+/// the one built for its family's generic target, else none.
+pub fn select_code_object<'a>(arch: &str, objects: &'a [EmbeddedCodeObject]) -> Option<&'a EmbeddedCodeObject> {
+    let processor = processor_of(arch);
+    objects.iter().find(|o| o.processor == processor).or_else(|| {
+        let generic = generic_target_of(processor)?;
+        objects.iter().find(|o| o.processor == generic)
+    })
+}
+
+/// The processors of `objects`, for messages: `gfx1151, gfx11-generic`.
+fn processor_list(objects: &[EmbeddedCodeObject]) -> String {
+    if objects.is_empty() {
+        return "none".into();
+    }
+    objects.iter().map(|o| o.processor).collect::<Vec<_>>().join(", ")
+}
+
+// ---------------------------------------------------------------------------
+// Loading the runtime
+
+/// File names tried for library `name`, as `cubecl-hip-sys` tries them.
+fn library_file_names(name: &str) -> Vec<String> {
+    if cfg!(target_os = "windows") {
+        vec![format!("{name}.dll")]
+    } else if cfg!(target_os = "macos") {
+        vec![format!("lib{name}.dylib")]
+    } else {
+        vec![format!("lib{name}.so"), format!("lib{name}.so.1"), format!("lib{name}.so.0")]
+    }
+}
+
+/// Opens library `name` in the order `cubecl-hip-sys` does (`$ROCM_PATH/lib`,
+/// `$ROCM_PATH`, `$HIP_PATH/lib`, `$HIP_PATH`, then the plain file names), so
+/// that it finds the same file (the loader then hands back the same handle).
+/// On failure, says where it looked and why each attempt failed.
+fn open_library(name: &str) -> std::result::Result<(libloading::Library, String), String> {
+    let names = library_file_names(name);
+    let dirs: Vec<PathBuf> = ["ROCM_PATH", "HIP_PATH"]
+        .into_iter()
+        .filter_map(std::env::var_os)
+        .flat_map(|p| {
+            let p = PathBuf::from(p);
+            [p.join("lib"), p]
+        })
+        .collect();
+    let mut candidates: Vec<PathBuf> = dirs.iter().flat_map(|d| names.iter().map(move |n| d.join(n))).collect();
+    candidates.extend(names.iter().map(PathBuf::from));
+    let mut errors = Vec::new();
+    for candidate in &candidates {
+        // SAFETY: loading the HIP runtime runs its initializers, as
+        // cubecl-hip-sys does when it loads the same file.
+        match unsafe { libloading::Library::new(candidate) } {
+            Ok(lib) => return Ok((lib, candidate.display().to_string())),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let tried = if dirs.is_empty() {
+        format!("{} on the library search path (ROCM_PATH and HIP_PATH are not set)", names.join(", "))
+    } else {
+        format!(
+            "{} in {} and on the library search path",
+            names.join(", "),
+            dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    };
+    // The error of the first plain file name (`libamdhip64.so`): the loader's
+    // own search, the most telling one.
+    let plain = errors.get(dirs.len() * names.len()).or(errors.last()).map_or("none", String::as_str);
+    Err(format!("lib{name} was not found: tried {tried}; the loader says: {plain}"))
+}
+
+/// Checks that the HIP runtime can be called at all: both libraries load, it
+/// is 6.2 or newer and exports every function used here. Only after this may
+/// any `sys::` function be called.
+fn load_runtime() -> Result<()> {
+    let unavailable = |reason: String| Error::BackendUnavailable { backend: "hip", reason };
+    let (hip, hip_path) = open_library("amdhip64").map_err(|e| unavailable(format!("the HIP runtime is not installed: {e}; {INSTALL_HINT}")))?;
+    // Never unloaded, as cubecl-hip-sys never unloads its own handle: unloading
+    // the HIP runtime after calling into it is not something it supports.
+    let hip = std::mem::ManuallyDrop::new(hip);
+    let missing: Vec<&str> = REQUIRED_SYMBOLS
+        .iter()
+        .copied()
+        // SAFETY: only looks the symbol up; the pointer is not used.
+        .filter(|s| unsafe { hip.get::<*const c_void>(s.as_bytes()) }.is_err())
+        .collect();
+    // SAFETY: the symbol is `hipError_t hipRuntimeGetVersion(int*)`.
+    let version = match unsafe { hip.get::<unsafe extern "C" fn(*mut c_int) -> sys::hipError_t>(b"hipRuntimeGetVersion") } {
+        Ok(f) => {
+            let mut v: c_int = 0;
+            // SAFETY: `v` is writable; the library stays loaded while `hip` lives.
+            (unsafe { f(&mut v) } == sys::hipError_t_hipSuccess).then_some(v)
+        }
+        Err(_) => None,
+    };
+    let version_text = |v: c_int| format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000);
+    if let Some(v) = version.filter(|&v| v < MIN_HIP_VERSION) {
+        return Err(unavailable(format!("the HIP runtime at {hip_path} is version {}, older than 6.2; {INSTALL_HINT}", version_text(v))));
+    }
+    if !missing.is_empty() {
+        return Err(unavailable(format!(
+            "the HIP runtime at {hip_path}{} lacks {}; {INSTALL_HINT}",
+            version.map(|v| format!(" (version {})", version_text(v))).unwrap_or_default(),
+            missing.join(", ")
+        )));
+    }
+    // cubecl-hip-sys loads libhiprtc too (ROCm 6 ships it apart from libamdhip64).
+    let (hiprtc, _) = open_library("hiprtc").map_err(|e| {
+        unavailable(format!("the HIP runtime compiler library is missing (libamdhip64 was found at {hip_path}): {e}; {INSTALL_HINT}"))
+    })?;
+    std::mem::forget(hiprtc);
+    if !sys::is_available() {
+        return Err(unavailable(format!("cubecl-hip-sys could not load libamdhip64 and libhiprtc; {INSTALL_HINT}")));
+    }
+    Ok(())
+}
+
+/// `hipErrorNoDevice (100): no ROCm-capable device is detected`.
+fn describe(status: sys::hipError_t) -> String {
+    // SAFETY: both return a static C string (or null) for any code.
+    let (name, text) = unsafe { (sys::hipGetErrorName(status), sys::hipGetErrorString(status)) };
+    let read = |p: *const c_char| (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+    match (read(name), read(text)) {
+        (Some(n), Some(t)) if n != t => format!("{n} ({status}): {t}"),
+        (Some(n), _) => format!("{n} ({status})"),
+        (None, Some(t)) => format!("error {status}: {t}"),
+        (None, None) => format!("error {status}"),
+    }
+}
+
+/// Turns the status of HIP call `call` into a result.
+fn check(call: &'static str, status: sys::hipError_t) -> Result<()> {
+    if status == sys::hipError_t_hipSuccess { Ok(()) } else { Err(Error::Backend { backend: "hip", call, message: describe(status) }) }
+}
+
+/// A C string field of the device properties.
+fn c_field(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
+
+// ---------------------------------------------------------------------------
+// The backend
+
+/// A loaded module. `hipModule_t` is a handle HIP lets any thread use.
+struct Module(sys::hipModule_t);
+
+// SAFETY: module handles are process-wide; HIP serializes its own state.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+/// The kernels of a device: the loaded module and its functions.
+struct Kernels {
+    module: Module,
+    functions: HashMap<&'static str, FunctionHandle>,
+    /// The image the module was loaded from (8-byte aligned), kept for the
+    /// module's lifetime.
+    _image: Vec<u64>,
+}
 
 pub(crate) struct HipBackend {
     info: DeviceInfo,
+    ordinal: c_int,
+    /// `None` when `info.kernels` is an error.
+    kernels: Option<Kernels>,
 }
 
 impl HipBackend {
-    pub(crate) fn new(_ordinal: usize) -> Result<HipBackend> {
-        Err(Error::BackendUnavailable { backend: "hip", reason: "the HIP backend is not in this build yet".into() })
+    /// HIP device `ordinal` with the code object for its architecture loaded
+    /// (when one fits; see the module documentation).
+    pub(crate) fn new(ordinal: usize) -> Result<HipBackend> {
+        load_runtime()?;
+        let unavailable = |reason: String| Error::BackendUnavailable { backend: "hip", reason };
+
+        let mut count: c_int = 0;
+        // SAFETY: `count` is writable; the runtime was checked above.
+        let status = unsafe { sys::hipGetDeviceCount(&mut count) };
+        if status == sys::hipError_t_hipErrorNoDevice || (status == sys::hipError_t_hipSuccess && count <= 0) {
+            return Err(unavailable(format!(
+                "the HIP runtime found no GPU ({}): is the amdgpu kernel driver loaded and are /dev/kfd and /dev/dri \
+                 accessible to this user (groups render, video)?",
+                if status == sys::hipError_t_hipSuccess { "hipGetDeviceCount returned 0".to_string() } else { describe(status) }
+            )));
+        }
+        if status != sys::hipError_t_hipSuccess {
+            return Err(unavailable(format!(
+                "hipGetDeviceCount failed: {}; is the amdgpu kernel driver loaded and is /dev/kfd accessible?",
+                describe(status)
+            )));
+        }
+        if ordinal >= count as usize {
+            return Err(unavailable(format!(
+                "there is no HIP device {ordinal}: the runtime found {count} device{} (ordinals 0 to {})",
+                if count == 1 { "" } else { "s" },
+                count - 1
+            )));
+        }
+        let device = ordinal as c_int;
+        // SAFETY: a valid ordinal.
+        check("hipSetDevice", unsafe { sys::hipSetDevice(device) })?;
+
+        let mut props = std::mem::MaybeUninit::<sys::hipDeviceProp_tR0600>::zeroed();
+        // SAFETY: `props` is a writable hipDeviceProp_tR0600, the layout this symbol fills.
+        check("hipGetDevicePropertiesR0600", unsafe { sys::hipGetDevicePropertiesR0600(props.as_mut_ptr(), device) })?;
+        // SAFETY: zero-initialized, then filled by HIP; every field is plain data.
+        let props = unsafe { props.assume_init() };
+        let arch = processor_of(&c_field(&props.gcnArchName)).to_string();
+        let wavefront_size = props.warpSize.max(0) as u32;
+        let compute_units = props.multiProcessorCount.max(0) as u32;
+
+        let (kernels, loaded) = match choose_code_object(&arch, wavefront_size, AMDGPU_CODE_OBJECTS) {
+            Ok(object) => {
+                let loaded = load_module(object)?;
+                (Ok(object.processor.to_string()), Some(loaded))
+            }
+            Err(reason) => (Err(reason), None),
+        };
+        Ok(HipBackend {
+            info: DeviceInfo { backend: BackendKind::Hip, name: c_field(&props.name), arch, wavefront_size, compute_units, kernels },
+            ordinal: device,
+            kernels: loaded,
+        })
+    }
+
+    /// Makes this backend's device current on the calling thread.
+    fn current(&self) -> Result<()> {
+        // SAFETY: an ordinal checked at creation.
+        check("hipSetDevice", unsafe { sys::hipSetDevice(self.ordinal) })
+    }
+}
+
+/// The code object for a device of processor `arch` with `wavefront_size`-lane
+/// waves, checked against the launchers; or why there is none.
+fn choose_code_object<'a>(
+    arch: &str,
+    wavefront_size: u32,
+    objects: &'a [EmbeddedCodeObject],
+) -> std::result::Result<&'a EmbeddedCodeObject, String> {
+    let embedded = processor_list(objects);
+    if wavefront_size != kernels_device::geometry::WAVE_SIZE {
+        return Err(format!(
+            "{arch} runs {wavefront_size}-lane waves; these kernels are built for 32-lane waves only \
+             (embedded code objects: {embedded})"
+        ));
+    }
+    let object = select_code_object(arch, objects).ok_or_else(|| {
+        let family = generic_target_of(arch).map(|g| format!(" or {g}")).unwrap_or_default();
+        format!(
+            "no embedded code object runs on {arch}: this library embeds {embedded}; rebuild it with \
+             MLXCEL_AMDGPU_TARGETS naming {arch}{family}"
+        )
+    })?;
+    let parsed = crate::code_object::CodeObject::parse(object.bytes)
+        .map_err(|e| format!("the embedded {} code object (chosen for {arch}) is unreadable: {e}", object.processor))?;
+    crate::audit::audit_against_kernels(&parsed, kernels_device::entry::KERNELS).map_err(|problems| {
+        format!(
+            "the embedded {} code object (chosen for {arch}) does not match the launchers: {}",
+            object.processor,
+            problems.join("; ")
+        )
+    })?;
+    Ok(object)
+}
+
+/// Loads `object` and looks up every kernel of the device crate in it.
+fn load_module(object: &EmbeddedCodeObject) -> Result<Kernels> {
+    // hipModuleLoadData reads the ELF in place from a pointer without a size:
+    // give it naturally aligned storage.
+    let mut image = vec![0u64; object.bytes.len().div_ceil(8)];
+    // SAFETY: `image` holds at least bytes.len() bytes.
+    unsafe { ptr::copy_nonoverlapping(object.bytes.as_ptr(), image.as_mut_ptr() as *mut u8, object.bytes.len()) };
+    let mut module: sys::hipModule_t = ptr::null_mut();
+    // SAFETY: `image` is a complete code object that outlives the module.
+    check("hipModuleLoadData", unsafe { sys::hipModuleLoadData(&mut module, image.as_ptr() as *const c_void) })?;
+    let module = Module(module);
+    let mut functions = HashMap::new();
+    for spec in kernels_device::entry::KERNELS {
+        let name = CString::new(spec.name).expect("kernel names have no NUL");
+        let mut function: sys::hipFunction_t = ptr::null_mut();
+        // SAFETY: a loaded module and a NUL-terminated name.
+        let status = unsafe { sys::hipModuleGetFunction(&mut function, module.0, name.as_ptr()) };
+        if let Err(Error::Backend { backend, call, message }) = check("hipModuleGetFunction", status) {
+            // SAFETY: loaded above, unloaded once.
+            unsafe { sys::hipModuleUnload(module.0) };
+            return Err(Error::Backend { backend, call, message: format!("kernel {}: {message}", spec.name) });
+        }
+        functions.insert(spec.name, FunctionHandle::Gpu(function as *mut c_void));
+    }
+    Ok(Kernels { module, functions, _image: image })
+}
+
+/// A HIP event, destroyed on drop.
+struct Event(sys::hipEvent_t);
+
+impl Event {
+    fn new() -> Result<Event> {
+        let mut event: sys::hipEvent_t = ptr::null_mut();
+        // SAFETY: `event` is writable.
+        check("hipEventCreate", unsafe { sys::hipEventCreate(&mut event) })?;
+        Ok(Event(event))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by hipEventCreate, destroyed once.
+        unsafe { sys::hipEventDestroy(self.0) };
     }
 }
 
 impl Backend for HipBackend {
-    fn info(&self) -> &DeviceInfo { &self.info }
-    fn function(&self, _: &str) -> std::result::Result<FunctionHandle, String> { Err("".into()) }
-    fn alloc(&self, _: usize) -> Result<u64> { unreachable!() }
-    unsafe fn free(&self, _: u64) {}
-    unsafe fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<()> { unreachable!() }
-    unsafe fn copy_to_host(&self, _: &mut [u8], _: u64) -> Result<()> { unreachable!() }
-    unsafe fn memset(&self, _: u64, _: u8, _: usize) -> Result<()> { unreachable!() }
-    fn synchronize(&self) -> Result<()> { unreachable!() }
-    unsafe fn launch(&self, _: FunctionHandle, _: LaunchDims, _: &PackedArgs, _: Stream) -> Result<()> { unreachable!() }
-    fn time(&self, _: Stream, _: &mut dyn FnMut() -> Result<()>) -> Result<f64> { unreachable!() }
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String> {
+        match (&self.kernels, &self.info.kernels) {
+            (Some(k), Ok(processor)) => {
+                k.functions.get(name).copied().ok_or_else(|| format!("the {processor} code object has no kernel {name}"))
+            }
+            (_, Err(why)) => Err(why.clone()),
+            (None, Ok(_)) => Err("no code object is loaded on this HIP device".into()),
+        }
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        self.current()?;
+        let mut ptr: *mut c_void = ptr::null_mut();
+        // SAFETY: `ptr` is writable.
+        check("hipMalloc", unsafe { sys::hipMalloc(&mut ptr, bytes) }).map_err(|e| match e {
+            Error::Backend { backend, call, message } => Error::Backend { backend, call, message: format!("{bytes} bytes: {message}") },
+            other => other,
+        })?;
+        Ok(ptr as u64)
+    }
+
+    unsafe fn free(&self, ptr: u64) {
+        // A failure here has nowhere to go: the memory is lost either way.
+        let _ = self.current();
+        // SAFETY: the caller passes a pointer from `alloc`, once.
+        unsafe { sys::hipFree(ptr as *mut c_void) };
+    }
+
+    unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller guarantees `dst` holds src.len() bytes.
+        check("hipMemcpyHtoD", unsafe { sys::hipMemcpyHtoD(dst as sys::hipDeviceptr_t, src.as_ptr() as *const c_void, src.len()) })
+    }
+
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller guarantees `src` holds dst.len() bytes.
+        check("hipMemcpyDtoH", unsafe { sys::hipMemcpyDtoH(dst.as_mut_ptr() as *mut c_void, src as sys::hipDeviceptr_t, dst.len()) })
+    }
+
+    unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller guarantees `dst` holds `bytes` bytes.
+        check("hipMemset", unsafe { sys::hipMemset(dst as *mut c_void, c_int::from(byte), bytes) })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.current()?;
+        // SAFETY: no arguments.
+        check("hipDeviceSynchronize", unsafe { sys::hipDeviceSynchronize() })
+    }
+
+    unsafe fn launch(&self, function: FunctionHandle, dims: LaunchDims, args: &PackedArgs, stream: Stream) -> Result<()> {
+        let FunctionHandle::Gpu(function) = function else {
+            return Err(Error::CodeObject("a CPU emulator function was given to the HIP backend".into()));
+        };
+        if dims.is_empty() {
+            return Ok(());
+        }
+        self.current()?;
+        let mut size: usize = args.len();
+        let mut extra: [*mut c_void; 5] = [
+            HIP_LAUNCH_PARAM_BUFFER_POINTER,
+            args.as_ptr() as *mut c_void,
+            HIP_LAUNCH_PARAM_BUFFER_SIZE,
+            &mut size as *mut usize as *mut c_void,
+            HIP_LAUNCH_PARAM_END,
+        ];
+        // SAFETY: `function` came from this backend's module; the buffer is laid
+        // out as the code object's metadata says (audited at load), and the
+        // caller guarantees its pointers are valid. HIP copies the arguments
+        // before returning.
+        let status = unsafe {
+            sys::hipModuleLaunchKernel(
+                function as sys::hipFunction_t,
+                dims.grid[0],
+                dims.grid[1],
+                dims.grid[2],
+                dims.workgroup_size,
+                1,
+                1,
+                dims.workgroup_mem_bytes,
+                stream.0 as sys::hipStream_t,
+                ptr::null_mut(),
+                extra.as_mut_ptr(),
+            )
+        };
+        check("hipModuleLaunchKernel", status)
+    }
+
+    fn time(&self, stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        self.current()?;
+        let stream = stream.0 as sys::hipStream_t;
+        let start = Event::new()?;
+        let stop = Event::new()?;
+        // SAFETY: live events; the stream is the caller's (or the null stream).
+        check("hipEventRecord", unsafe { sys::hipEventRecord(start.0, stream) })?;
+        f()?;
+        self.current()?;
+        // SAFETY: as above.
+        check("hipEventRecord", unsafe { sys::hipEventRecord(stop.0, stream) })?;
+        // SAFETY: a recorded event.
+        check("hipEventSynchronize", unsafe { sys::hipEventSynchronize(stop.0) })?;
+        let mut ms: f32 = 0.0;
+        // SAFETY: two completed events of this device.
+        check("hipEventElapsedTime", unsafe { sys::hipEventElapsedTime(&mut ms, start.0, stop.0) })?;
+        Ok(f64::from(ms))
+    }
+}
+
+impl Drop for HipBackend {
+    fn drop(&mut self) {
+        if let Some(kernels) = self.kernels.take() {
+            let _ = self.current();
+            // SAFETY: loaded at creation, unloaded once; no function of it is
+            // used after the backend is gone (devices hold the backend).
+            unsafe { sys::hipModuleUnload(kernels.module.0) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BYTES: &[u8] = &[];
+
+    fn objects(processors: &[&'static str]) -> Vec<EmbeddedCodeObject> {
+        processors.iter().map(|&processor| EmbeddedCodeObject { processor, bytes: BYTES }).collect()
+    }
+
+    fn selected(arch: &str, processors: &[&'static str]) -> Option<&'static str> {
+        select_code_object(arch, &objects(processors)).map(|o| o.processor)
+    }
+
+    #[test]
+    fn hip_exact_processor_wins_over_generic() {
+        assert_eq!(selected("gfx1151", &["gfx11-generic", "gfx1151", "gfx12-generic"]), Some("gfx1151"));
+        assert_eq!(selected("gfx1151", &["gfx1151", "gfx11-generic", "gfx12-generic"]), Some("gfx1151"));
+    }
+
+    #[test]
+    fn hip_generic_when_no_exact_object() {
+        assert_eq!(selected("gfx1151", &["gfx11-generic", "gfx12-generic"]), Some("gfx11-generic"));
+        assert_eq!(selected("gfx1100", &["gfx1151", "gfx11-generic", "gfx12-generic"]), Some("gfx11-generic"));
+        assert_eq!(selected("gfx1153", &["gfx1151", "gfx11-generic"]), Some("gfx11-generic"));
+        assert_eq!(selected("gfx1201", &["gfx1151", "gfx11-generic", "gfx12-generic"]), Some("gfx12-generic"));
+        assert_eq!(selected("gfx1200", &["gfx12-generic"]), Some("gfx12-generic"));
+        assert_eq!(selected("gfx1030", &["gfx10-3-generic", "gfx10-1-generic"]), Some("gfx10-3-generic"));
+        assert_eq!(selected("gfx1036", &["gfx10-3-generic"]), Some("gfx10-3-generic"));
+        assert_eq!(selected("gfx1012", &["gfx10-3-generic", "gfx10-1-generic"]), Some("gfx10-1-generic"));
+    }
+
+    #[test]
+    fn hip_features_are_ignored() {
+        assert_eq!(processor_of("gfx1151:sramecc-:xnack-"), "gfx1151");
+        assert_eq!(processor_of("gfx1100"), "gfx1100");
+        assert_eq!(selected("gfx1151:sramecc-:xnack-", &["gfx11-generic"]), Some("gfx11-generic"));
+        assert_eq!(selected("gfx1151:xnack-", &["gfx1151"]), Some("gfx1151"));
+    }
+
+    #[test]
+    fn hip_no_object_for_other_families() {
+        // CDNA (64-lane waves): no object, even though gfx942 is in gfx9-4-generic.
+        assert_eq!(selected("gfx942", &["gfx1151", "gfx11-generic", "gfx12-generic"]), None);
+        assert_eq!(selected("gfx90a", &["gfx1151", "gfx11-generic", "gfx12-generic"]), None);
+        assert_eq!(selected("gfx942", &["gfx942"]), Some("gfx942"));
+        // Wrong family: a gfx12 device never gets the gfx11 generic object, and back.
+        assert_eq!(selected("gfx1201", &["gfx1151", "gfx11-generic"]), None);
+        assert_eq!(selected("gfx1100", &["gfx12-generic"]), None);
+        assert_eq!(selected("gfx1030", &["gfx10-1-generic"]), None);
+        assert_eq!(selected("", &["gfx11-generic"]), None);
+        assert_eq!(selected("gfx1151", &[]), None);
+    }
+
+    #[test]
+    fn hip_generic_table_is_exact() {
+        // Every member appears once, and never as a generic name itself.
+        let mut all: Vec<&str> = GENERIC_TARGETS.iter().flat_map(|(_, m)| m.iter().copied()).collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
+        assert_eq!(generic_target_of("gfx1152"), Some("gfx11-generic"));
+        assert_eq!(generic_target_of("gfx1103"), Some("gfx11-generic"));
+        assert_eq!(generic_target_of("gfx1013"), Some("gfx10-1-generic"));
+        assert_eq!(generic_target_of("gfx1037"), None);
+        assert_eq!(generic_target_of("gfx1014"), None);
+        assert_eq!(generic_target_of("gfx1202"), None);
+    }
+
+    #[test]
+    fn hip_wave64_or_unknown_arch_has_a_reason() {
+        let objs = objects(&["gfx1151", "gfx11-generic", "gfx12-generic"]);
+        let why = choose_code_object("gfx942", 64, &objs).unwrap_err();
+        assert!(why.contains("gfx942") && why.contains("64-lane") && why.contains("gfx1151, gfx11-generic, gfx12-generic"), "{why}");
+        let why = choose_code_object("gfx1201", 32, &objs[..2]).unwrap_err();
+        assert!(why.contains("gfx1201") && why.contains("gfx1151, gfx11-generic") && why.contains("gfx12-generic"), "{why}");
+    }
+
+    #[test]
+    fn hip_embedded_objects_pass_the_load_checks() {
+        // The real embedded objects: what a gfx1151 or gfx1201 device would load.
+        for arch in ["gfx1151", "gfx1100", "gfx1201"] {
+            if let Some(o) = select_code_object(arch, AMDGPU_CODE_OBJECTS) {
+                let chosen = choose_code_object(arch, 32, AMDGPU_CODE_OBJECTS).unwrap_or_else(|e| panic!("{arch}: {e}"));
+                assert_eq!(chosen.processor, o.processor);
+            }
+        }
+    }
 }

@@ -1,0 +1,244 @@
+//! The C ABI that mlxcel's C++ calls to fill its `.rocm` kernel slots.
+//!
+//! Conventions:
+//! - Every launch function returns a [`MlxcelAmdgpuStatus`]; on anything but
+//!   `MLXCEL_AMDGPU_OK`, `mlxcel_amdgpu_last_error()` returns a message saying
+//!   what was wrong (thread-local, valid until the next call on the same thread).
+//! - Buffers are device pointers owned by the caller; `stream` is the caller's
+//!   `hipStream_t` (or `CUstream` on the CUDA backend; ignored on the CPU
+//!   backend), NULL for the default stream. Launches are asynchronous.
+//! - One process-wide device, opened on first use: the backend named by
+//!   `mlxcel_amdgpu_select_backend` if it was called first, else
+//!   `MLXCEL_AMDGPU_BACKEND`, else HIP, then CUDA, then the CPU emulator.
+//! - `mlxcel_amdgpu_<kernel>_available(dtype)` answers with the same lookup the
+//!   launch uses: when it says false, the launch fails with
+//!   `MLXCEL_AMDGPU_UNAVAILABLE` and touches no memory.
+//! - No panic crosses this boundary: one is reported as `MLXCEL_AMDGPU_INTERNAL`.
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::RwLock;
+
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::kernels::add3_layer_norm::{self, Add3Pointers};
+use crate::kernels::xielu::{self, XieluParams};
+use crate::runtime::{BackendKind, Device, Stream};
+
+/// Status of a C ABI call.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlxcelAmdgpuStatus {
+    /// Success.
+    MLXCEL_AMDGPU_OK = 0,
+    /// An argument was wrong (the message names it); nothing was launched.
+    MLXCEL_AMDGPU_INVALID_ARGUMENT = 1,
+    /// The kernel cannot run on this device; nothing was launched.
+    MLXCEL_AMDGPU_UNAVAILABLE = 2,
+    /// The HIP or CUDA runtime reported an error.
+    MLXCEL_AMDGPU_BACKEND_ERROR = 3,
+    /// A defect inside this library (a caught panic, an emulator report).
+    MLXCEL_AMDGPU_INTERNAL = 4,
+}
+
+/// Element type of activations.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlxcelAmdgpuDtype {
+    MLXCEL_AMDGPU_F32 = 0,
+    MLXCEL_AMDGPU_F16 = 1,
+    MLXCEL_AMDGPU_BF16 = 2,
+}
+
+use MlxcelAmdgpuStatus::*;
+
+/// A dtype code from C: one of [`MlxcelAmdgpuDtype`]'s values. (Taken as an
+/// integer, so that a bad value is an error rather than undefined behaviour.)
+fn dtype_of(code: u32) -> Result<Dtype> {
+    const F32: u32 = MlxcelAmdgpuDtype::MLXCEL_AMDGPU_F32 as u32;
+    const F16: u32 = MlxcelAmdgpuDtype::MLXCEL_AMDGPU_F16 as u32;
+    const BF16: u32 = MlxcelAmdgpuDtype::MLXCEL_AMDGPU_BF16 as u32;
+    match code {
+        F32 => Ok(Dtype::F32),
+        F16 => Ok(Dtype::F16),
+        BF16 => Ok(Dtype::Bf16),
+        _ => Err(Error::invalid("dtype", format!("{code} is not an MlxcelAmdgpuDtype (0 f32, 1 f16, 2 bf16)"))),
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+static DEVICE: RwLock<Option<Device>> = RwLock::new(None);
+
+fn set_last_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn status_of(error: &Error) -> MlxcelAmdgpuStatus {
+    match error {
+        Error::InvalidArgument { .. } => MLXCEL_AMDGPU_INVALID_ARGUMENT,
+        Error::Unavailable { .. } | Error::BackendUnavailable { .. } => MLXCEL_AMDGPU_UNAVAILABLE,
+        Error::Backend { .. } => MLXCEL_AMDGPU_BACKEND_ERROR,
+        Error::CodeObject(_) | Error::Emulator(_) => MLXCEL_AMDGPU_INTERNAL,
+    }
+}
+
+/// Runs `f` with panics caught, turning its result into a status.
+fn guarded(f: impl FnOnce() -> Result<()>) -> MlxcelAmdgpuStatus {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {
+            set_last_error("");
+            MLXCEL_AMDGPU_OK
+        }
+        Ok(Err(e)) => {
+            set_last_error(&e.to_string());
+            status_of(&e)
+        }
+        Err(panic) => {
+            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+            set_last_error(&format!("internal error (panic): {what}"));
+            MLXCEL_AMDGPU_INTERNAL
+        }
+    }
+}
+
+/// The process-wide device, opened on first use.
+fn device() -> Result<Device> {
+    if let Some(d) = DEVICE.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return Ok(d.clone());
+    }
+    let mut slot = DEVICE.write().unwrap_or_else(|e| e.into_inner());
+    if slot.is_none() {
+        *slot = Some(Device::default_device()?);
+    }
+    Ok(slot.as_ref().unwrap().clone())
+}
+
+/// Answers a predicate: false on any error or panic.
+fn predicate(f: impl FnOnce(&Device) -> bool) -> bool {
+    catch_unwind(AssertUnwindSafe(|| device().map(|d| f(&d)).unwrap_or(false))).unwrap_or(false)
+}
+
+/// The message of the last failed call on this thread ("" after a success).
+/// Valid until the next call of this library on the same thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Opens the process-wide device on backend `name` ("hip", "cuda" or "cpu"),
+/// replacing any device opened before. Optional: without it, the first call
+/// opens the default device.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_select_backend(name: *const c_char) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        if name.is_null() {
+            return Err(Error::invalid("name", "is a null pointer"));
+        }
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let kind = BackendKind::parse(&name).ok_or_else(|| Error::invalid("name", format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
+        let d = Device::open(kind)?;
+        *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(d);
+        Ok(())
+    })
+}
+
+/// Writes a one-line description of the device (backend, name, architecture,
+/// wave size, loaded kernels) into `buf` of `len` bytes, NUL-terminated and
+/// truncated if needed.
+///
+/// # Safety
+/// `buf` points to `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_describe_device(buf: *mut c_char, len: usize) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        if buf.is_null() || len == 0 {
+            return Err(Error::invalid("buf", "must point to at least one byte"));
+        }
+        let d = device()?;
+        let i = d.info();
+        let text = format!("{}: {} ({}, wave{}, {} CUs), kernels: {}", i.backend, i.name, i.arch, i.wavefront_size, i.compute_units, match &i.kernels {
+            Ok(k) => k.clone(),
+            Err(why) => format!("none ({why})"),
+        });
+        let bytes = text.as_bytes();
+        let n = bytes.len().min(len - 1);
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
+        Ok(())
+    })
+}
+
+/// Whether `xielu` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_xielu_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| xielu::available(d, t)))
+}
+
+/// `out[i] = xielu(x[i])`, i < n (spec section 1). `x` may equal `out`.
+///
+/// # Safety
+/// `x` and `out` are device pointers to `n` elements of `dtype`; `stream` is a
+/// stream of the device's backend or NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_xielu(
+    dtype: u32,
+    x: *const c_void,
+    out: *mut c_void,
+    n: u64,
+    alpha_p: f32,
+    alpha_n: f32,
+    beta: f32,
+    eps: f32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let params = XieluParams { alpha_p, alpha_n, beta, eps };
+        unsafe { xielu::launch(&device()?, dtype_of(dtype)?, x as u64, out as u64, n, params, Stream(stream)) }
+    })
+}
+
+/// Whether `add3_layer_norm` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_add3_layer_norm_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| add3_layer_norm::available(d, t)))
+}
+
+/// `x_new = (a + b) + x`, `h = LayerNorm(x_new; w, bias, eps)` over rows of
+/// `d` elements (spec section 2), byte-identical to MLX's unfused pair.
+/// `bias` may be NULL. `d` must be in 1..=6656.
+///
+/// # Safety
+/// `a, b, x, x_new, h` are device pointers to `rows * d` elements of `dtype`,
+/// `w` and `bias` (unless NULL) to `d` elements; `stream` as for xielu.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_add3_layer_norm(
+    dtype: u32,
+    a: *const c_void,
+    b: *const c_void,
+    x: *const c_void,
+    w: *const c_void,
+    bias: *const c_void,
+    x_new: *mut c_void,
+    h: *mut c_void,
+    rows: u32,
+    d: u32,
+    eps: f32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let p = Add3Pointers { a: a as u64, b: b as u64, x: x as u64, w: w as u64, bias: bias as u64, x_new: x_new as u64, h: h as u64 };
+        unsafe { add3_layer_norm::launch(&device()?, dtype_of(dtype)?, p, rows, d, eps, Stream(stream)) }
+    })
+}
