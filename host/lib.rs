@@ -17,6 +17,7 @@ pub mod ffi;
 pub mod kernels;
 pub mod reference;
 pub mod runtime;
+pub mod selftest;
 
 pub use dtype::Dtype;
 pub use error::{Error, Result};

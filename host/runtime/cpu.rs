@@ -78,6 +78,11 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, _stream: Stream) -> Result<()> {
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+        Ok(())
+    }
+
     unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()> {
         unsafe { std::ptr::write_bytes(dst as *mut u8, byte, bytes) };
         Ok(())

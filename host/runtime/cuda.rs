@@ -72,6 +72,7 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemAlloc_v2",
     "cuMemFree_v2",
     "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoDAsync_v2",
     "cuMemcpyDtoH_v2",
     "cuMemsetD8_v2",
     "cuLaunchKernel",
@@ -397,6 +398,15 @@ impl Backend for CudaBackend {
         self.make_current()?;
         // SAFETY: the caller guarantees `src` holds `dst.len()` bytes.
         cu!(cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()))
+    }
+
+    unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, stream: Stream) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.make_current()?;
+        // SAFETY: the caller guarantees both hold `bytes` bytes.
+        cu!(cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.0 as sys::CUstream))
     }
 
     unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()> {

@@ -76,6 +76,7 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "hipMalloc",
     "hipFree",
     "hipMemcpyHtoD",
+    "hipMemcpyDtoDAsync",
     "hipMemcpyDtoH",
     "hipMemset",
     "hipDeviceSynchronize",
@@ -472,6 +473,17 @@ impl Backend for HipBackend {
         self.current()?;
         // SAFETY: the caller guarantees `src` holds dst.len() bytes.
         check("hipMemcpyDtoH", unsafe { sys::hipMemcpyDtoH(dst.as_mut_ptr() as *mut c_void, src as sys::hipDeviceptr_t, dst.len()) })
+    }
+
+    unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, stream: Stream) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller guarantees both hold `bytes` bytes.
+        check("hipMemcpyDtoDAsync", unsafe {
+            sys::hipMemcpyDtoDAsync(dst as sys::hipDeviceptr_t, src as sys::hipDeviceptr_t, bytes, stream.0 as sys::hipStream_t)
+        })
     }
 
     unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()> {

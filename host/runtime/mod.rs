@@ -115,6 +115,12 @@ pub(crate) trait Backend: Send + Sync {
     /// # Safety
     /// `src` points to at least `dst.len()` bytes of device memory.
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<()>;
+    /// Enqueues a device-to-device copy on `stream` (the copy-bandwidth yardstick
+    /// of the benchmarks).
+    ///
+    /// # Safety
+    /// `dst` and `src` point to at least `bytes` bytes of device memory each.
+    unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, stream: Stream) -> Result<()>;
     /// # Safety
     /// `dst` points to at least `bytes` bytes of device memory.
     unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()>;
@@ -262,6 +268,15 @@ impl Device {
             unsafe { self.backend.copy_to_device(buf.ptr, std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)))? };
         }
         Ok(buf)
+    }
+
+    /// Enqueues a copy of `src` into `dst` (same length) on `stream`.
+    pub fn copy<T: Copy>(&self, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>, stream: Stream) -> Result<()> {
+        if dst.len != src.len {
+            return Err(Error::invalid("dst", format!("{} elements, src has {}", dst.len, src.len)));
+        }
+        // SAFETY: both buffers hold len elements.
+        unsafe { self.backend.copy_device(dst.ptr, src.ptr, src.len * size_of::<T>(), stream) }
     }
 
     /// Waits for all work on the device.

@@ -70,3 +70,6 @@ pub unsafe fn probe(out: *mut u32) {
         unsafe { out.add(base + i).write(*w) };
     }
 }
+
+/// A kernel that does nothing: the launch-overhead yardstick of the benchmarks.
+pub fn empty() {}

@@ -1,0 +1,169 @@
+//! `selftest`: runs every available kernel and dtype at the consumer's shapes
+//! against the reference implementations and prints a table. On the CPU
+//! emulator the shapes are reduced (it runs every lane as a coroutine) and the
+//! table says so.
+
+use std::fmt::Write as _;
+
+use crate::dtype::Dtype;
+use crate::error::Result;
+use crate::kernels::add3_layer_norm::{self, Add3Buffers};
+use crate::kernels::xielu::{self, XieluParams};
+use crate::reference::{self, data, layer_norm, metrics};
+use crate::runtime::{BackendKind, Device, DeviceBuffer, Stream};
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub kernel: &'static str,
+    pub dtype: Dtype,
+    pub shape: String,
+    /// "bit-exact", "max rel 3.1e-7", or why it failed or did not run.
+    pub result: String,
+    pub passed: bool,
+    /// Milliseconds per launch (median of the timed repetitions), if it ran.
+    pub millis: Option<f64>,
+    /// Bytes read plus written per launch.
+    pub bytes: u64,
+}
+
+impl Outcome {
+    fn skipped(kernel: &'static str, dtype: Dtype, shape: String, why: String) -> Outcome {
+        Outcome { kernel, dtype, shape, result: format!("not run: {why}"), passed: true, millis: None, bytes: 0 }
+    }
+}
+
+/// Whether the shapes are the consumer's (GPU) or reduced (CPU emulator).
+fn reduced(device: &Device) -> bool {
+    device.backend() == BackendKind::Cpu
+}
+
+fn upload(device: &Device, dtype: Dtype, values: &[f32]) -> Result<DeviceBuffer<u8>> {
+    device.upload(&reference::to_le_bytes(dtype, values))
+}
+
+fn bits(dtype: Dtype, buf: &DeviceBuffer<u8>) -> Result<Vec<u32>> {
+    Ok(buf
+        .download()?
+        .chunks_exact(dtype.size())
+        .map(|c| {
+            let mut b = [0u8; 4];
+            b[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(b)
+        })
+        .collect())
+}
+
+/// The median time of `reps` launches of `f`, after one warm-up.
+fn time_launches(device: &Device, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        times.push(device.time(Stream::DEFAULT, &mut f)?);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn bit_exact_result(dtype: Dtype, got: &[u32], want: &[f32]) -> (String, bool) {
+    let want = reference::store_all(dtype, want);
+    match metrics::first_bit_difference(dtype, got, &want) {
+        None => ("bit-exact".into(), true),
+        Some((i, g, w)) => (format!("MISMATCH: {}", metrics::describe_bit_difference(dtype, i, g, w)), false),
+    }
+}
+
+fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+    let n = 21504; // one Apertus-8B decode token
+    let shape = format!("n={n}");
+    if !xielu::available(device, dtype) {
+        let why = device.kernel(&crate::kernels::symbol(xielu::KERNEL, dtype)).err().map(|e| e.to_string()).unwrap_or_default();
+        return Ok(Outcome::skipped("xielu", dtype, shape, why));
+    }
+    let p = XieluParams::APERTUS;
+    let x = reference::round_all(dtype, &data::lcg_uniform(data::XIELU_LCG_SEED, n));
+    let input = upload(device, dtype, &x)?;
+    let mut out = device.alloc::<u8>(n * dtype.size())?;
+    let want = reference::xielu::xielu(dtype, &x, p.alpha_p, p.alpha_n, p.beta, p.eps);
+    xielu::run(device, dtype, &input, &mut out, n, p, Stream::DEFAULT)?;
+    let (result, passed) = bit_exact_result(dtype, &bits(dtype, &out)?, &want);
+    let reps = if reduced(device) { 3 } else { 50 };
+    let millis = time_launches(device, reps, || xielu::run(device, dtype, &input, &mut out, n, p, Stream::DEFAULT))?;
+    Ok(Outcome { kernel: "xielu", dtype, shape, result, passed, millis: Some(millis), bytes: 2 * (n * dtype.size()) as u64 })
+}
+
+fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+    let (rows, d) = if reduced(device) { (2, 4096) } else { (1, 4096) };
+    let shape = format!("rows={rows} D={d} bias");
+    if !add3_layer_norm::available(device, dtype) {
+        let why = device.kernel(&crate::kernels::symbol(add3_layer_norm::KERNEL, dtype)).err().map(|e| e.to_string()).unwrap_or_default();
+        return Ok(Outcome::skipped("add3_layer_norm", dtype, shape, why));
+    }
+    let inp = data::add3_inputs(dtype, rows, d, true, 2024);
+    let (a, b, x, w) = (upload(device, dtype, &inp.a)?, upload(device, dtype, &inp.b)?, upload(device, dtype, &inp.x)?, upload(device, dtype, &inp.w)?);
+    let bias = upload(device, dtype, inp.bias.as_ref().unwrap())?;
+    let mut x_new = device.alloc::<u8>(rows * d * dtype.size())?;
+    let mut h = device.alloc::<u8>(rows * d * dtype.size())?;
+    let eps = 1e-5;
+    let mut launch = || {
+        let bufs = Add3Buffers { a: &a, b: &b, x: &x, w: &w, bias: Some(&bias), x_new: &mut x_new, h: &mut h };
+        add3_layer_norm::run(device, dtype, bufs, rows as u32, d as u32, eps, Stream::DEFAULT)
+    };
+    // The kernel is a pure function of its inputs: the outputs of the timed
+    // launches are the ones checked.
+    let reps = if reduced(device) { 3 } else { 50 };
+    let millis = time_launches(device, reps, &mut launch)?;
+    let (want_x, want_h) = layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), eps, rows, d);
+    let (rx, px) = bit_exact_result(dtype, &bits(dtype, &x_new)?, &want_x);
+    let (rh, ph) = bit_exact_result(dtype, &bits(dtype, &h)?, &want_h);
+    let result = if px && ph { rx } else { format!("x_new {rx}; h {rh}") };
+    let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as u64;
+    Ok(Outcome { kernel: "add3_layer_norm", dtype, shape, result, passed: px && ph, millis: Some(millis), bytes })
+}
+
+/// Runs every case on `device`.
+pub fn run(device: &Device) -> Vec<Outcome> {
+    type Case = fn(&Device, Dtype) -> Result<Outcome>;
+    let cases: [(&'static str, Case); 2] = [("xielu", xielu_case), ("add3_layer_norm", add3_case)];
+    let mut out = Vec::new();
+    for (name, case) in cases {
+        for dtype in Dtype::ALL {
+            out.push(case(device, dtype).unwrap_or_else(|e| Outcome {
+                kernel: name,
+                dtype,
+                shape: String::new(),
+                result: format!("ERROR: {e}"),
+                passed: false,
+                millis: None,
+                bytes: 0,
+            }));
+        }
+    }
+    out
+}
+
+/// The table of outcomes, with a header describing the device.
+pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
+    let info = device.info();
+    let mut s = String::new();
+    writeln!(s, "device: {} ({}, {}, wave{}, {} compute units)", info.name, info.backend, info.arch, info.wavefront_size, info.compute_units).unwrap();
+    match &info.kernels {
+        Ok(k) => writeln!(s, "kernels: {k}").unwrap(),
+        Err(why) => writeln!(s, "kernels: none loaded: {why}").unwrap(),
+    }
+    if reduced(device) {
+        writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times").unwrap();
+    }
+    writeln!(s).unwrap();
+    writeln!(s, "{:<16} {:<5} {:<22} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();
+    for o in outcomes {
+        let (t, bw) = match o.millis {
+            Some(ms) => (format!("{:.1}", ms * 1e3), format!("{:.1}", o.bytes as f64 / (ms * 1e-3) / 1e9)),
+            None => ("-".into(), "-".into()),
+        };
+        writeln!(s, "{:<16} {:<5} {:<22} {:>10} {:>9}  {}", o.kernel, o.dtype.name(), o.shape, t, bw, o.result).unwrap();
+    }
+    let failed = outcomes.iter().filter(|o| !o.passed).count();
+    writeln!(s, "\n{} passed, {} failed", outcomes.len() - failed, failed).unwrap();
+    s
+}
