@@ -8,6 +8,8 @@
 //! wrappers over [`DeviceBuffer`]s check those sizes too.
 
 pub mod add3_layer_norm;
+pub mod mamba1_scan;
+pub mod moe;
 pub mod xielu;
 
 use crate::dtype::Dtype;

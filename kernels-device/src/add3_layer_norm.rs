@@ -11,26 +11,51 @@ use crate::geometry::add3_layer_norm::{CHUNKS, CHUNK_STRIDE, MAX_D, SLOT_MEAN, S
 use crate::num::Elem;
 use crate::wave;
 
-/// Runs `$body` once for each chunk index `$k` in 0..CHUNKS, unrolled by hand:
-/// the 28 owned values live in registers only if every index into them is a
-/// constant (a loop LLVM declines to unroll puts them in scratch memory).
+/// Runs `$body` once for each chunk index `$k` in 0..CHUNKS, unrolled (the 28
+/// owned values stay in registers only if every index into them is a constant).
 macro_rules! for_each_chunk {
     ($k:ident => $body:block) => {{
         const _: () = assert!(CHUNKS == 7, "for_each_chunk! unrolls exactly 7 chunks");
-        { let $k: usize = 0; $body }
-        { let $k: usize = 1; $body }
-        { let $k: usize = 2; $body }
-        { let $k: usize = 3; $body }
-        { let $k: usize = 4; $body }
-        { let $k: usize = 5; $body }
-        { let $k: usize = 6; $body }
+        crate::unroll7!($k => $body)
     }};
 }
 
-/// Four consecutive elements: the unit of ownership, one vector access.
-#[repr(C)]
+/// Loads four consecutive elements with one vector access (8 bytes for 16-bit
+/// types, 16 for f32).
+///
+/// # Safety
+/// `p` is aligned to `4 * T::BYTES` and points to four elements.
+#[inline(always)]
+unsafe fn load4<T: Elem>(p: *const T) -> [T; 4] {
+    unsafe {
+        if T::BYTES == 2 {
+            let v = (p as *const u64).read();
+            [0, 16, 32, 48].map(|shift| T::from_bits_u32((v >> shift) as u32 & 0xFFFF))
+        } else {
+            (p as *const Words4).read().0.map(T::from_bits_u32)
+        }
+    }
+}
+
+/// Stores four consecutive elements with one vector access.
+///
+/// # Safety
+/// As for [`load4`], and `p` is writable.
+#[inline(always)]
+unsafe fn store4<T: Elem>(p: *mut T, v: [T; 4]) {
+    unsafe {
+        if T::BYTES == 2 {
+            let bits = v.map(|e| e.to_bits_u32() as u64 & 0xFFFF);
+            (p as *mut u64).write(bits[0] | bits[1] << 16 | bits[2] << 32 | bits[3] << 48);
+        } else {
+            (p as *mut Words4).write(Words4(v.map(|e| e.to_bits_u32())));
+        }
+    }
+}
+
+#[repr(C, align(16))]
 #[derive(Clone, Copy)]
-struct Quad<T>([T; 4]);
+struct Words4([u32; 4]);
 
 /// Sums `partial` over the 256 threads in the contract's order (steps 4-5):
 /// a butterfly in each wave, lane 0 of wave `w` stores to `slots[w]`, then wave 0
@@ -84,7 +109,9 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     let d = d as usize;
     let base = row as usize * d;
     // Quad accesses need every row to start 4-element aligned.
-    let quads = d % 4 == 0 && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize].iter().all(|p| p % (4 * T::BYTES) == 0);
+    // (A null bias passes the alignment test and is never read.)
+    let quads = d % 4 == 0
+        && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize].iter().all(|p| p % (4 * T::BYTES) == 0);
     let slots = wave::workgroup_mem::<f32>();
 
     // x_new = T(f(T(f(a) + f(b))) + f(x)), kept widened in registers.
@@ -93,16 +120,16 @@ pub unsafe fn add3_layer_norm<T: Elem>(
         let first = k * CHUNK_STRIDE + 4 * t;
         if first < d { unsafe {
             if quads {
-                let qa = (a.add(base + first) as *const Quad<T>).read();
-                let qb = (b.add(base + first) as *const Quad<T>).read();
-                let qx = (x.add(base + first) as *const Quad<T>).read();
+                let qa = load4(a.add(base + first));
+                let qb = load4(b.add(base + first));
+                let qx = load4(x.add(base + first));
                 let mut out = qx;
-                for j in 0..4 {
-                    let ab = T::from_f32(qa.0[j].to_f32() + qb.0[j].to_f32());
-                    out.0[j] = T::from_f32(ab.to_f32() + qx.0[j].to_f32());
-                    vals[k * 4 + j] = out.0[j].to_f32();
-                }
-                (x_new.add(base + first) as *mut Quad<T>).write(out);
+                crate::unroll4!(j => {
+                    let ab = T::from_f32(qa[j].to_f32() + qb[j].to_f32());
+                    out[j] = T::from_f32(ab.to_f32() + qx[j].to_f32());
+                    vals[k * 4 + j] = out[j].to_f32();
+                });
+                store4(x_new.add(base + first), out);
             } else {
                 for j in 0..4 {
                     let i = first + j;
@@ -150,12 +177,23 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     for_each_chunk!(k => {
         let first = k * CHUNK_STRIDE + 4 * t;
         if first < d { unsafe {
-            for j in 0..4 {
-                let i = first + j;
-                if i < d {
-                    let bb = if bias.is_null() { 0.0 } else { bias.add(i).read().to_f32() };
+            if quads {
+                let qw = load4(w.add(first));
+                let qb = if bias.is_null() { [T::from_f32(0.0); 4] } else { load4(bias.add(first)) };
+                let mut out = qw;
+                crate::unroll4!(j => {
                     let nrm = (vals[k * 4 + j] - mean) * r;
-                    h.add(base + i).write(T::from_f32(mul_add(nrm, w.add(i).read().to_f32(), bb)));
+                    out[j] = T::from_f32(mul_add(nrm, qw[j].to_f32(), qb[j].to_f32()));
+                });
+                store4(h.add(base + first), out);
+            } else {
+                for j in 0..4 {
+                    let i = first + j;
+                    if i < d {
+                        let bb = if bias.is_null() { 0.0 } else { bias.add(i).read().to_f32() };
+                        let nrm = (vals[k * 4 + j] - mean) * r;
+                        h.add(base + i).write(T::from_f32(mul_add(nrm, w.add(i).read().to_f32(), bb)));
+                    }
                 }
             }
         } }

@@ -72,6 +72,29 @@ kernels! {
         => crate::add3_layer_norm::add3_layer_norm::<f16>;
     add3_layer_norm_bf16(a: *const Bf16, b: *const Bf16, x: *const Bf16, w: *const Bf16, bias: *const Bf16, x_new: *mut Bf16, h: *mut Bf16, rows: u32, d: u32, eps: f32)
         => crate::add3_layer_norm::add3_layer_norm::<Bf16>;
+
+    moe_fc1_relu2_f32(x: *const f32, idx: *const u32, w1: *const u32, s1: *const f32, b1: *const f32, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
+        => crate::moe::moe_fc1_relu2::<f32>;
+    moe_fc1_relu2_f16(x: *const f16, idx: *const u32, w1: *const u32, s1: *const f16, b1: *const f16, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
+        => crate::moe::moe_fc1_relu2::<f16>;
+    moe_fc1_relu2_bf16(x: *const Bf16, idx: *const u32, w1: *const u32, s1: *const Bf16, b1: *const Bf16, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
+        => crate::moe::moe_fc1_relu2::<Bf16>;
+    moe_down_f32(idx: *const u32, w2: *const u32, s2: *const f32, b2: *const f32, act: *const f32, scores: *const f32, part: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
+        => crate::moe::moe_down::<f32>;
+    moe_down_f16(idx: *const u32, w2: *const u32, s2: *const f16, b2: *const f16, act: *const f32, scores: *const f32, part: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
+        => crate::moe::moe_down::<f16>;
+    moe_down_bf16(idx: *const u32, w2: *const u32, s2: *const Bf16, b2: *const Bf16, act: *const f32, scores: *const f32, part: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
+        => crate::moe::moe_down::<Bf16>;
+    moe_combine_f32(part: *const f32, out: *mut f32, k: u32, din: u32) => crate::moe::moe_combine::<f32>;
+    moe_combine_f16(part: *const f32, out: *mut f16, k: u32, din: u32) => crate::moe::moe_combine::<f16>;
+    moe_combine_bf16(part: *const f32, out: *mut Bf16, k: u32, din: u32) => crate::moe::moe_combine::<Bf16>;
+
+    mamba1_scan_f32(x: *const f32, dt: *const f32, bm: *const f32, cm: *const f32, a: *const f32, dskip: *const f32, state_in: *const f32, y: *mut f32, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
+        => crate::mamba1_scan::mamba1_scan::<f32>;
+    mamba1_scan_f16(x: *const f16, dt: *const f16, bm: *const f16, cm: *const f16, a: *const f32, dskip: *const f16, state_in: *const f32, y: *mut f16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
+        => crate::mamba1_scan::mamba1_scan::<f16>;
+    mamba1_scan_bf16(x: *const Bf16, dt: *const Bf16, bm: *const Bf16, cm: *const Bf16, a: *const f32, dskip: *const Bf16, state_in: *const f32, y: *mut Bf16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
+        => crate::mamba1_scan::mamba1_scan::<Bf16>;
 }
 
 /// The spec of the kernel called `name`.

@@ -48,3 +48,88 @@ pub mod add3_layer_norm {
     /// Dynamic workgroup memory of one launch, in bytes.
     pub const WORKGROUP_MEM_BYTES: u32 = 32 * 4;
 }
+
+/// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.
+pub mod mamba1_scan {
+    /// Channels (one wave each) per workgroup: grid x = `ceil(Dm / 8)`, grid y = B.
+    pub const CHANNELS_PER_WORKGROUP: u32 = 8;
+    /// Threads per workgroup.
+    pub const WORKGROUP_SIZE: u32 = CHANNELS_PER_WORKGROUP * super::WAVE_SIZE;
+    /// The largest state size N: one state column per lane. Larger N is refused.
+    pub const MAX_N: u32 = super::WAVE_SIZE;
+    /// Time steps per iteration of the unrolled loop (inputs of all of them loaded
+    /// first); `L % UNROLL` steps run one at a time after it.
+    pub const UNROLL: usize = 8;
+    /// The largest batch: grid y is B, and CUDA and HIP both allow 65535 there.
+    pub const MAX_BATCH: u32 = 65535;
+}
+
+/// `moe_fc1_relu2`, `moe_down`, `moe_combine`: the routed experts of Nemotron-H.
+///
+/// One wave per output row, [`WAVES`](moe::WAVES) waves per workgroup, each wave
+/// taking [`ROWS_PER_WAVE`](moe::ROWS_PER_WAVE) rows (interleaved, so the waves of a
+/// workgroup stream adjacent rows at the same time); grid z = expert slot k. Lanes
+/// stride over the row's packed words in quads of 4 words (one 16-byte load), and
+/// the activation row (x or act, as f32) is staged once per workgroup in workgroup
+/// memory in chunks of one quad's values, each chunk followed by [`PAD`](moe::PAD)
+/// floats whose first holds the chunk's sum.
+pub mod moe {
+    use super::WAVE_SIZE;
+
+    /// Waves (output rows in flight) per workgroup.
+    pub const WAVES: u32 = 8;
+    /// Threads per workgroup of `moe_fc1_relu2` and `moe_down`.
+    pub const WORKGROUP_SIZE: u32 = WAVES * WAVE_SIZE;
+    /// Rows each wave computes, one after the other.
+    pub const ROWS_PER_WAVE: u32 = 4;
+    /// Output rows per workgroup: wave `w` takes rows `w + WAVES * i`, i < ROWS_PER_WAVE.
+    pub const ROWS_PER_WORKGROUP: u32 = WAVES * ROWS_PER_WAVE;
+    /// u32 words per wide load: 4 (16 bytes).
+    pub const QUAD_WORDS: u32 = 4;
+    /// Quads a lane loads before it consumes the first (loads in flight per lane).
+    pub const QUADS_PER_BATCH: usize = 4;
+    /// Floats after each staged chunk: the chunk's sum, then padding. Chunks are
+    /// `32 * QUAD_WORDS / bits` floats (128 or 64 bytes); the 16-byte pad makes
+    /// the 8 lanes of each quarter-wave hit 8 distinct groups of 4 banks.
+    pub const PAD: u32 = 4;
+    /// Consecutive values each thread stages per pass.
+    pub const STAGE_VALUES: u32 = 8;
+    /// The longest row (Din for `moe_fc1_relu2`, Dff for `moe_down`): its staged
+    /// copy must fit in 64 KiB of workgroup memory (60 KiB at 8 bits).
+    pub const MAX_COLS: u32 = 12288;
+    /// Supported bits per value.
+    pub const BITS: [u32; 2] = [4, 8];
+    /// Supported group sizes.
+    pub const GROUP_SIZES: [u32; 3] = [32, 64, 128];
+    /// Threads per workgroup of `moe_combine` (one output element per thread).
+    pub const COMBINE_WORKGROUP_SIZE: u32 = 256;
+    /// The largest K (grid z).
+    pub const MAX_K: u32 = 65535;
+
+    /// Values per u32 word: `32 / bits`.
+    pub const fn values_per_word(bits: u32) -> u32 {
+        32 / bits
+    }
+
+    /// Values per quad (one wide load, one staged chunk): 32 at 4 bits, 16 at 8 bits.
+    pub const fn values_per_chunk(bits: u32) -> u32 {
+        QUAD_WORDS * values_per_word(bits)
+    }
+
+    /// Floats of workgroup memory per staged chunk, sum and padding included.
+    pub const fn chunk_stride(bits: u32) -> u32 {
+        values_per_chunk(bits) + PAD
+    }
+
+    /// Dynamic workgroup memory of `moe_fc1_relu2` / `moe_down` for rows of
+    /// `cols` values at `bits` bits (`cols` a multiple of the group size):
+    /// `cols / values_per_chunk * chunk_stride` floats.
+    pub const fn workgroup_mem_bytes(cols: u32, bits: u32) -> u32 {
+        cols / values_per_chunk(bits) * chunk_stride(bits) * 4
+    }
+
+    /// Workgroups along x for `rows` output rows.
+    pub const fn workgroups(rows: u32) -> u32 {
+        rows.div_ceil(ROWS_PER_WORKGROUP)
+    }
+}

@@ -26,8 +26,11 @@ pub mod add3_layer_norm;
 pub mod args;
 pub mod entry;
 pub mod geometry;
+pub mod moe;
+pub mod mamba1_scan;
 pub mod num;
 pub mod probe;
+pub mod unroll;
 pub mod wave;
 pub mod xielu;
 

@@ -30,6 +30,12 @@ pub trait Elem: Copy + Send + Sync + 'static {
     fn to_bits_u32(self) -> u32;
     /// From raw storage bits (the low `8 * BYTES` bits of `bits` are used).
     fn from_bits_u32(bits: u32) -> Self;
+    /// The spec's `R(e)`: round to this type and widen back. Types override it
+    /// where a shorter exact sequence exists.
+    #[inline(always)]
+    fn round_f32(v: f32) -> f32 {
+        Self::from_f32(v).to_f32()
+    }
 }
 
 impl Elem for f32 {
@@ -87,12 +93,18 @@ impl Bf16 {
     /// infinities (overflow goes to infinity); a NaN stays a NaN (quiet bit set).
     #[inline(always)]
     pub const fn from_f32(v: f32) -> Self {
-        let bits = v.to_bits();
-        if bits & 0x7FFF_FFFF > 0x7F80_0000 {
-            Bf16(((bits >> 16) | 0x40) as u16)
-        } else {
-            Bf16((bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16) as u16)
-        }
+        Bf16((Self::round_bits(v.to_bits()) >> 16) as u16)
+    }
+
+    /// The f32 bits of `v` rounded to bf16, in the upper half (the lower half is
+    /// garbage). Branch-free: this runs seven times per element in xielu, and a
+    /// branch per conversion costs more than the arithmetic.
+    #[inline(always)]
+    const fn round_bits(bits: u32) -> u32 {
+        let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
+        let quieted = bits | 0x0040_0000;
+        let nan_mask = 0u32.wrapping_sub(((bits & 0x7FFF_FFFF) > 0x7F80_0000) as u32);
+        (quieted & nan_mask) | (rounded & !nan_mask)
     }
 
     /// Exact widening: `(bits as u32) << 16`.
@@ -118,6 +130,10 @@ impl Elem for Bf16 {
     const NAME: &'static str = "bf16";
     const BYTES: usize = 2;
     #[inline(always)]
+    fn round_f32(v: f32) -> f32 {
+        f32::from_bits(Bf16::round_bits(v.to_bits()) & 0xFFFF_0000)
+    }
+    #[inline(always)]
     fn to_f32(self) -> f32 {
         Bf16::to_f32(self)
     }
@@ -138,7 +154,7 @@ impl Elem for Bf16 {
 /// The spec's `R(e)`: round an f32 to `T` and widen it back (identity for f32).
 #[inline(always)]
 pub fn round_to<T: Elem>(v: f32) -> f32 {
-    T::from_f32(v).to_f32()
+    T::round_f32(v)
 }
 
 // ---------------------------------------------------------------------------

@@ -54,9 +54,10 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
             if vector && start + per_thread <= n {
                 let chunk = (x.add(start as usize) as *const Chunk<T>).read();
                 let mut result = chunk;
-                for i in 0..ELEMS_PER_THREAD {
+                const { assert!(ELEMS_PER_THREAD == 8) };
+                crate::unroll8!(i => {
                     result.0[i] = xielu_one(chunk.0[i], p);
-                }
+                });
                 (out.add(start as usize) as *mut Chunk<T>).write(result);
             } else {
                 let end = if start + per_thread < n { start + per_thread } else { n };

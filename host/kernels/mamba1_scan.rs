@@ -1,0 +1,202 @@
+//! Launcher of `mamba1_scan` (spec/kernels.md section 3): the Mamba1 selective
+//! scan, one wave per (batch, channel), lane `n` holding state column `n`.
+//!
+//! Every length runs the same sequential schedule (the time loop unrolled by 8
+//! steps, `L % 8` steps after it; see the device crate's `mamba1_scan` module for
+//! the operation order): there is no second schedule to choose, so a launch's
+//! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
+//! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
+
+use kernels_device::geometry::mamba1_scan::{CHANNELS_PER_WORKGROUP, MAX_BATCH, MAX_N, WORKGROUP_SIZE};
+
+use super::{check_len, check_ptr, kernel_for, symbol};
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
+
+/// Kernel name without the dtype suffix.
+pub const KERNEL: &str = "mamba1_scan";
+
+/// Whether `mamba1_scan` for `dtype` can run on `device`.
+pub fn available(device: &Device, dtype: Dtype) -> bool {
+    device.is_available(&symbol(KERNEL, dtype))
+}
+
+/// The device pointers of one launch. `T` is the launch's dtype:
+///
+/// | pointer | shape | dtype |
+/// |---|---|---|
+/// | `x`, `dt` | `[batch, len, dm]` | T |
+/// | `bm`, `cm` | `[batch, len, n]` | T |
+/// | `a` | `[dm, n]` | f32 |
+/// | `dskip` | `[dm]` | T |
+/// | `state_in` | `[batch, dm, n]` | f32 (zeros for a fresh sequence) |
+/// | `y` (out) | `[batch, len, dm]` | T |
+/// | `state_out` (out) | `[batch, dm, n]` | f32 |
+///
+/// `state_in` and `state_out` may be the same buffer (an in-place update): each
+/// state element is read, once, by the lane that owns it before that lane
+/// writes it, and no other lane touches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanPointers {
+    pub x: u64,
+    pub dt: u64,
+    pub bm: u64,
+    pub cm: u64,
+    pub a: u64,
+    pub dskip: u64,
+    pub state_in: u64,
+    pub y: u64,
+    pub state_out: u64,
+}
+
+/// Element counts of the buffers of one shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanSizes {
+    /// `x`, `dt`, `y`: `batch * len * dm`.
+    pub seq: usize,
+    /// `bm`, `cm`: `batch * len * n`.
+    pub bc: usize,
+    /// `a`: `dm * n`.
+    pub a: usize,
+    /// `dskip`: `dm`.
+    pub dskip: usize,
+    /// `state_in`, `state_out`: `batch * dm * n`.
+    pub state: usize,
+}
+
+/// `dims[0] * dims[1] * ...` elements of `elem_bytes` each, refused (naming
+/// `argument`) unless the byte size fits in an `isize` (what a pointer offset
+/// may span, on the host and on the device).
+fn elements(argument: &'static str, what: &str, dims: &[u32], elem_bytes: usize) -> Result<usize> {
+    let overflow = || Error::invalid(argument, format!("{what} = {dims:?} elements of {elem_bytes} bytes overflow the address space"));
+    let mut elems = 1usize;
+    for &d in dims {
+        elems = elems.checked_mul(d as usize).ok_or_else(overflow)?;
+    }
+    let bytes = elems.checked_mul(elem_bytes).ok_or_else(overflow)?;
+    if bytes > isize::MAX as usize {
+        return Err(overflow());
+    }
+    Ok(elems)
+}
+
+/// Checks a shape and returns its buffer sizes. Refused: `n` outside 1..=32,
+/// `len = 0`, `batch` outside 1..=65535 (grid y), `dm = 0`, and any buffer whose
+/// size in bytes overflows.
+pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<ScanSizes> {
+    if n == 0 || n > MAX_N {
+        return Err(Error::invalid("n", format!("{n} is outside 1..={MAX_N}: one state column per lane of a 32-lane wave; a larger state needs another kernel")));
+    }
+    if len == 0 {
+        return Err(Error::invalid("len", "0: the sequence length L must be at least 1"));
+    }
+    if batch == 0 || batch > MAX_BATCH {
+        return Err(Error::invalid("batch", format!("{batch} is outside 1..={MAX_BATCH} (the batch is grid y)")));
+    }
+    if dm == 0 {
+        return Err(Error::invalid("dm", "0: the channel count Dm must be at least 1"));
+    }
+    let t = dtype.size();
+    Ok(ScanSizes {
+        seq: elements("x", "[batch, len, dm]", &[batch, len, dm], t)?,
+        bc: elements("bm", "[batch, len, n]", &[batch, len, n], t)?,
+        a: elements("a", "[dm, n]", &[dm, n], 4)?,
+        dskip: dm as usize,
+        state: elements("state_in", "[batch, dm, n]", &[batch, dm, n], 4)?,
+    })
+}
+
+/// The launch geometry: 8 channels (one wave each) per workgroup of 256 threads,
+/// grid `[ceil(dm / 8), batch, 1]`, no workgroup memory.
+pub fn dims(batch: u32, dm: u32) -> LaunchDims {
+    LaunchDims { grid: [dm.div_ceil(CHANNELS_PER_WORKGROUP), batch, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+}
+
+/// The selective scan over `len` steps of `batch` sequences of `dm` channels
+/// with `n` state columns: writes `y` and the final state (see [`ScanPointers`]).
+/// Every argument is checked (see [`sizes`]; pointers non-null and aligned to
+/// their element) before anything is launched.
+///
+/// # Safety
+/// The pointers are device pointers of `device` to buffers of at least the
+/// sizes of [`ScanPointers`]; `y` overlaps no input and no state buffer.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch(device: &Device, dtype: Dtype, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
+    let kernel = kernel_for(device, KERNEL, dtype)?;
+    sizes(dtype, batch, len, dm, n)?;
+    let t = dtype.size();
+    for (name, ptr, align) in [
+        ("x", p.x, t),
+        ("dt", p.dt, t),
+        ("bm", p.bm, t),
+        ("cm", p.cm, t),
+        ("a", p.a, 4),
+        ("dskip", p.dskip, t),
+        ("state_in", p.state_in, 4),
+        ("y", p.y, t),
+        ("state_out", p.state_out, 4),
+    ] {
+        check_ptr(name, ptr, align)?;
+    }
+    let args = [
+        ArgValue::Ptr(p.x),
+        ArgValue::Ptr(p.dt),
+        ArgValue::Ptr(p.bm),
+        ArgValue::Ptr(p.cm),
+        ArgValue::Ptr(p.a),
+        ArgValue::Ptr(p.dskip),
+        ArgValue::Ptr(p.state_in),
+        ArgValue::Ptr(p.y),
+        ArgValue::Ptr(p.state_out),
+        ArgValue::U32(batch),
+        ArgValue::U32(len),
+        ArgValue::U32(dm),
+        ArgValue::U32(n),
+    ];
+    unsafe { device.launch(&kernel, dims(batch, dm), &args, stream) }
+}
+
+/// Byte buffers of one [`run`]. `a`, `state_in` and `state_out` hold f32; the
+/// others the launch's dtype.
+pub struct ScanBuffers<'a> {
+    pub x: &'a DeviceBuffer<u8>,
+    pub dt: &'a DeviceBuffer<u8>,
+    pub bm: &'a DeviceBuffer<u8>,
+    pub cm: &'a DeviceBuffer<u8>,
+    pub a: &'a DeviceBuffer<u8>,
+    pub dskip: &'a DeviceBuffer<u8>,
+    /// The state before the scan; `None`: `state_out` holds it and is updated in place.
+    pub state_in: Option<&'a DeviceBuffer<u8>>,
+    pub y: &'a mut DeviceBuffer<u8>,
+    pub state_out: &'a mut DeviceBuffer<u8>,
+}
+
+/// [`launch`] over byte buffers, checking the shape and then every buffer's size.
+pub fn run(device: &Device, dtype: Dtype, bufs: ScanBuffers<'_>, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
+    let sz = sizes(dtype, batch, len, dm, n)?;
+    check_len("x", bufs.x, sz.seq, dtype)?;
+    check_len("dt", bufs.dt, sz.seq, dtype)?;
+    check_len("bm", bufs.bm, sz.bc, dtype)?;
+    check_len("cm", bufs.cm, sz.bc, dtype)?;
+    check_len("a", bufs.a, sz.a, Dtype::F32)?;
+    check_len("dskip", bufs.dskip, sz.dskip, dtype)?;
+    if let Some(state_in) = bufs.state_in {
+        check_len("state_in", state_in, sz.state, Dtype::F32)?;
+    }
+    check_len("y", bufs.y, sz.seq, dtype)?;
+    check_len("state_out", bufs.state_out, sz.state, Dtype::F32)?;
+    let state_out = bufs.state_out.ptr();
+    let p = ScanPointers {
+        x: bufs.x.ptr(),
+        dt: bufs.dt.ptr(),
+        bm: bufs.bm.ptr(),
+        cm: bufs.cm.ptr(),
+        a: bufs.a.ptr(),
+        dskip: bufs.dskip.ptr(),
+        state_in: bufs.state_in.map_or(state_out, |s| s.ptr()),
+        y: bufs.y.ptr(),
+        state_out,
+    };
+    unsafe { launch(device, dtype, p, batch, len, dm, n, stream) }
+}

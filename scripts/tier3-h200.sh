@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Tier 3 on an NVIDIA GPU: the kernel tests through the CUDA backend (PTX built
+# from the same source), the self-test, compute-sanitizer, and the benchmarks.
+#
+# Build here (a machine with Rust) with scripts/tier3-pack.sh, which puts the
+# binaries in .device/; run this script on the GPU machine from the repo root.
+# Logs go to $OUT (or ./tier3-out).
+set -uo pipefail
+OUT=${OUT:-tier3-out}
+mkdir -p "$OUT"
+B=.device
+export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+status=0
+for t in "$@"; do :; done
+run() { local name=$1; shift; echo "== $name: $*"; "$@" > "$OUT/$name.log" 2>&1; local rc=$?; tail -n 5 "$OUT/$name.log"; echo "rc=$rc"; [ $rc -eq 0 ] || status=1; }
+for test in $(ls $B/test-* 2>/dev/null); do
+    run "$(basename $test)" "$test" --test-threads=1
+done
+MLXCEL_AMDGPU_BACKEND=cuda run selftest $B/mlxcel-amdgpu selftest
+cat "$OUT/selftest.log"
+for tool in memcheck racecheck synccheck initcheck; do
+    for test in ${SANITIZE:-}; do
+        run "sanitize-$tool-$test" compute-sanitizer --tool $tool --error-exitcode 99 $B/test-$test --test-threads=1
+    done
+done
+[ -x $B/bench-kernels ] && MLXCEL_AMDGPU_BACKEND=cuda run bench $B/bench-kernels && cat "$OUT/bench.log"
+exit $status

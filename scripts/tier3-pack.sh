@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the release test binaries, the CLI and the benchmarks with the `cuda`
+# feature and copies the ones named (default: all kernel tests) into .device/
+# (git-ignored), stripped, for scripts/tier3-h200.sh on the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .device && mkdir -p .device
+list() { python3 -c '
+import sys, json
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'; }
+{ cargo test --release --features cuda --no-run --message-format=json; cargo bench --features cuda --no-run --message-format=json; } 2>/dev/null | list |
+while read -r kind name exe; do
+    case "$kind:$name" in
+        bin:mlxcel-amdgpu) cp "$exe" .device/mlxcel-amdgpu ;;
+        bench:*) cp "$exe" ".device/bench-$name" ;;
+        test:c_header|test:disassembly|test:wavefront_assertion|test:c_abi_consumer|test:num) ;;  # need Rust or a C++ compiler: CPU-only tests
+        test:*) cp "$exe" ".device/test-$name" ;;
+    esac
+done
+strip .device/* 2>/dev/null || true
+ls -la .device
