@@ -106,9 +106,13 @@ fn main() {
     println!("copy bandwidth (device to device, read + write): {:.1} GB/s; empty kernel launch: {:.2} us\n", copy / 1e9, empty);
 
     let mut rows = Vec::new();
-    bench_xielu(&dev, &mut rows, 1 << 26, Dtype::Bf16);
+    for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
+        bench_xielu(&dev, &mut rows, 1 << 26, dtype);
+    }
     bench_xielu(&dev, &mut rows, 21504, Dtype::Bf16);
-    bench_add3(&dev, &mut rows, 8192, 4096, Dtype::Bf16);
+    for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
+        bench_add3(&dev, &mut rows, 8192, 4096, dtype);
+    }
     bench_add3(&dev, &mut rows, 1, 4096, Dtype::Bf16);
 
     for r in &mut rows {

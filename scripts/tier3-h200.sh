@@ -12,7 +12,6 @@ B=.device
 export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 status=0
-for t in "$@"; do :; done
 run() { local name=$1; shift; echo "== $name: $*"; "$@" > "$OUT/$name.log" 2>&1; local rc=$?; tail -n 5 "$OUT/$name.log"; echo "rc=$rc"; [ $rc -eq 0 ] || status=1; }
 for test in $(ls $B/test-* 2>/dev/null); do
     run "$(basename $test)" "$test" --test-threads=1

@@ -11,8 +11,11 @@ for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'; }
-{ cargo test --release --features cuda --no-run --message-format=json; cargo bench --features cuda --no-run --message-format=json; } 2>/dev/null | list |
+        kind = m["target"]["kind"][0]
+        if kind == "bin" and m["profile"]["test"]:
+            kind = "bin-unit-tests"
+        print(kind, m["target"]["name"], m["executable"])'; }
+{ cargo test --release --features cuda --no-run --message-format=json; cargo build --release --features cuda --bins --message-format=json; cargo bench --features cuda --no-run --message-format=json; } 2>/dev/null | list |
 while read -r kind name exe; do
     case "$kind:$name" in
         bin:mlxcel-amdgpu) cp "$exe" .device/mlxcel-amdgpu ;;
