@@ -23,6 +23,7 @@ use std::sync::RwLock;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Pointers};
+use crate::kernels::mamba1_scan::{self, ScanPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::{BackendKind, Device, Stream};
 
@@ -240,5 +241,54 @@ pub unsafe extern "C" fn mlxcel_amdgpu_add3_layer_norm(
     guarded(|| {
         let p = Add3Pointers { a: a as u64, b: b as u64, x: x as u64, w: w as u64, bias: bias as u64, x_new: x_new as u64, h: h as u64 };
         unsafe { add3_layer_norm::launch(&device()?, dtype_of(dtype)?, p, rows, d, eps, Stream(stream)) }
+    })
+}
+
+/// Whether `mamba1_scan` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_mamba1_scan_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| mamba1_scan::available(d, t)))
+}
+
+/// The Mamba1 selective scan (spec section 3) over `len` steps of `batch`
+/// sequences of `dm` channels with `n` (1..=32) state columns:
+/// `x, dt, y [batch, len, dm]`, `bm, cm [batch, len, n]` and `dskip [dm]` of
+/// `dtype`; `a [dm, n]`, `state_in` and `state_out [batch, dm, n]` f32.
+/// `state_in` may equal `state_out` (an in-place update).
+///
+/// # Safety
+/// The pointers are device pointers to buffers of those sizes; `y` overlaps
+/// nothing else; `stream` as for xielu.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_mamba1_scan(
+    dtype: u32,
+    x: *const c_void,
+    dt: *const c_void,
+    bm: *const c_void,
+    cm: *const c_void,
+    a: *const f32,
+    dskip: *const c_void,
+    state_in: *const f32,
+    y: *mut c_void,
+    state_out: *mut f32,
+    batch: u32,
+    len: u32,
+    dm: u32,
+    n: u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let p = ScanPointers {
+            x: x as u64,
+            dt: dt as u64,
+            bm: bm as u64,
+            cm: cm as u64,
+            a: a as u64,
+            dskip: dskip as u64,
+            state_in: state_in as u64,
+            y: y as u64,
+            state_out: state_out as u64,
+        };
+        unsafe { mamba1_scan::launch(&device()?, dtype_of(dtype)?, p, batch, len, dm, n, Stream(stream)) }
     })
 }

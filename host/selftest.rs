@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use crate::dtype::Dtype;
 use crate::error::Result;
 use crate::kernels::add3_layer_norm::{self, Add3Buffers};
+use crate::kernels::mamba1_scan::{self, ScanBuffers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::reference::{self, data, layer_norm, metrics};
 use crate::runtime::{BackendKind, Device, DeviceBuffer, Stream};
@@ -121,10 +122,47 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     Ok(Outcome { kernel: "add3_layer_norm", dtype, shape, result, passed: px && ph, millis: Some(millis), bytes })
 }
 
+fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+    // Decode of Falcon-Mamba-7B's shape on a GPU; a short prefill on the emulator.
+    let (len, dm, n) = if reduced(device) { (16, 64, 16) } else { (1, 8192, 16) };
+    let shape = format!("B=1 L={len} Dm={dm} N={n}");
+    if !mamba1_scan::available(device, dtype) {
+        let why = device.kernel(&crate::kernels::symbol(mamba1_scan::KERNEL, dtype)).err().map(|e| e.to_string()).unwrap_or_default();
+        return Ok(Outcome::skipped("mamba1_scan", dtype, shape, why));
+    }
+    let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);
+    let (x, dt, bm, cm) = (upload(device, dtype, &inp.x)?, upload(device, dtype, &inp.dt)?, upload(device, dtype, &inp.bm)?, upload(device, dtype, &inp.cm)?);
+    let (a, dskip, state_in) = (upload(device, Dtype::F32, &inp.a)?, upload(device, dtype, &inp.dskip)?, upload(device, Dtype::F32, &inp.state_in)?);
+    let mut y = device.alloc::<u8>(len * dm * dtype.size())?;
+    let mut state_out = device.alloc::<u8>(dm * n * 4)?;
+    let mut launch = || {
+        let bufs = ScanBuffers { x: &x, dt: &dt, bm: &bm, cm: &cm, a: &a, dskip: &dskip, state_in: Some(&state_in), y: &mut y, state_out: &mut state_out };
+        mamba1_scan::run(device, dtype, bufs, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
+    };
+    let reps = if reduced(device) { 3 } else { 50 };
+    let millis = time_launches(device, reps, &mut launch)?;
+    // The f32 contract (max error relative to max |want| below 1e-5) for y in f32
+    // and for the state; for 16-bit y, within one rounding of the dtype.
+    let (want_y, want_s) = reference::mamba::scan_f64(&inp);
+    let got_y = reference::from_le_bytes(dtype, &y.download()?);
+    let got_s = reference::from_le_bytes(Dtype::F32, &state_out.download()?);
+    let err_y = metrics::max_rel(&got_y, &want_y);
+    let err_s = metrics::max_rel(&got_s, &want_s);
+    let bound_y = match dtype {
+        Dtype::F32 => 1e-5,
+        Dtype::F16 => 1e-3,
+        Dtype::Bf16 => 8e-3,
+    };
+    let passed = err_y < bound_y && err_s < 1e-5;
+    let result = format!("max rel y {err_y:.1e} (< {bound_y:.0e}), state {err_s:.1e} (< 1e-5)");
+    let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + 3 * dm * n * 4) as u64;
+    Ok(Outcome { kernel: "mamba1_scan", dtype, shape, result, passed, millis: Some(millis), bytes })
+}
+
 /// Runs every case on `device`.
 pub fn run(device: &Device) -> Vec<Outcome> {
     type Case = fn(&Device, Dtype) -> Result<Outcome>;
-    let cases: [(&'static str, Case); 2] = [("xielu", xielu_case), ("add3_layer_norm", add3_case)];
+    let cases: [(&'static str, Case); 3] = [("xielu", xielu_case), ("add3_layer_norm", add3_case), ("mamba1_scan", mamba_case)];
     let mut out = Vec::new();
     for (name, case) in cases {
         for dtype in Dtype::ALL {

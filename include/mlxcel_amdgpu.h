@@ -93,6 +93,34 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_add3_layer_norm(uint32_t dtype,
                                                       float eps,
                                                       void *stream);
 
+// Whether `mamba1_scan` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
+bool mlxcel_amdgpu_mamba1_scan_available(uint32_t dtype);
+
+// The Mamba1 selective scan (spec section 3) over `len` steps of `batch`
+// sequences of `dm` channels with `n` (1..=32) state columns:
+// `x, dt, y [batch, len, dm]`, `bm, cm [batch, len, n]` and `dskip [dm]` of
+// `dtype`; `a [dm, n]`, `state_in` and `state_out [batch, dm, n]` f32.
+// `state_in` may equal `state_out` (an in-place update).
+//
+// # Safety
+// The pointers are device pointers to buffers of those sizes; `y` overlaps
+// nothing else; `stream` as for xielu.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_mamba1_scan(uint32_t dtype,
+                                                  const void *x,
+                                                  const void *dt,
+                                                  const void *bm,
+                                                  const void *cm,
+                                                  const float *a,
+                                                  const void *dskip,
+                                                  const float *state_in,
+                                                  void *y,
+                                                  float *state_out,
+                                                  uint32_t batch,
+                                                  uint32_t len,
+                                                  uint32_t dm,
+                                                  uint32_t n,
+                                                  void *stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

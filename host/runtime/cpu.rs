@@ -21,13 +21,19 @@ pub(crate) struct CpuBackend {
 
 impl CpuBackend {
     pub(crate) fn new() -> CpuBackend {
+        Self::with_wavefront(kernels_device::geometry::WAVE_SIZE)
+    }
+
+    /// An emulator that reports `wavefront_size`-lane waves: what the library does
+    /// on a wave64 device can then be tested without one.
+    pub(crate) fn with_wavefront(wavefront_size: u32) -> CpuBackend {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         CpuBackend {
             info: DeviceInfo {
                 backend: BackendKind::Cpu,
                 name: "CPU emulator".into(),
                 arch: "host".into(),
-                wavefront_size: kernels_device::geometry::WAVE_SIZE,
+                wavefront_size,
                 compute_units: threads,
                 kernels: Ok("host (the kernel source compiled for this CPU)".into()),
             },

@@ -211,6 +211,13 @@ impl Device {
         Device { backend: Arc::new(cpu::CpuBackend::new()) }
     }
 
+    /// The CPU emulator posing as a device with `wavefront_size`-lane waves, for
+    /// testing what happens on hardware this library does not support (wave64).
+    #[doc(hidden)]
+    pub fn cpu_with_wavefront(wavefront_size: u32) -> Device {
+        Device { backend: Arc::new(cpu::CpuBackend::with_wavefront(wavefront_size)) }
+    }
+
     pub fn info(&self) -> &DeviceInfo {
         self.backend.info()
     }

@@ -1,0 +1,71 @@
+//! Availability predicates and launches use one lookup, so they cannot disagree:
+//! checked for every kernel and dtype, on every backend present, through the
+//! Rust API; and a wave64 device makes every predicate false, with a reason,
+//! while its launches fail before touching memory.
+
+mod common;
+
+use mlxcel_amdgpu::kernels::{self, add3_layer_norm, mamba1_scan, moe, xielu};
+use mlxcel_amdgpu::kernels_device::entry::KERNELS;
+use mlxcel_amdgpu::reference::Dtype;
+use mlxcel_amdgpu::{Device, Error, Stream};
+
+const BASES: [&str; 6] = ["xielu", "add3_layer_norm", "mamba1_scan", "moe_fc1_relu2", "moe_down", "moe_combine"];
+
+#[test]
+fn every_kernel_and_dtype_is_exported_and_available_on_every_backend() {
+    for dev in common::devices() {
+        if dev.info().kernels.is_err() {
+            continue; // reported by common::devices(); nothing can be available
+        }
+        for base in BASES {
+            for dtype in Dtype::ALL {
+                let name = kernels::symbol(base, dtype);
+                assert!(KERNELS.iter().any(|k| k.name == name), "{name} is not exported by the device crate");
+                let lookup = dev.kernel(&name);
+                assert_eq!(dev.is_available(&name), lookup.is_ok(), "{name} on {}", dev.backend());
+                assert!(lookup.is_ok(), "{name} unavailable on {}: {:?}", dev.backend(), lookup.err());
+            }
+        }
+        for dtype in Dtype::ALL {
+            assert!(xielu::available(&dev, dtype) && add3_layer_norm::available(&dev, dtype));
+            assert!(mamba1_scan::available(&dev, dtype) && moe::available(&dev, dtype));
+        }
+    }
+}
+
+#[test]
+fn a_wave64_device_has_no_kernels_and_launches_touch_nothing() {
+    let dev = Device::cpu_with_wavefront(64);
+    for base in BASES {
+        for dtype in Dtype::ALL {
+            let name = kernels::symbol(base, dtype);
+            assert!(!dev.is_available(&name), "{name} must be unavailable on wave64");
+            match dev.kernel(&name) {
+                Err(Error::Unavailable { kernel, reason }) => {
+                    assert_eq!(kernel, name);
+                    assert!(reason.contains("64-lane waves") && reason.contains("32-lane"), "{reason}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+    for dtype in Dtype::ALL {
+        assert!(!xielu::available(&dev, dtype) && !add3_layer_norm::available(&dev, dtype));
+        assert!(!mamba1_scan::available(&dev, dtype) && !moe::available(&dev, dtype));
+    }
+    // The launch takes the same lookup first: it fails as unavailable, before it
+    // could touch the (deliberately invalid) pointers.
+    let err = unsafe { xielu::launch(&dev, Dtype::Bf16, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let p = add3_layer_norm::Add3Pointers { a: 0x10, b: 0x10, x: 0x10, w: 0x10, bias: 0, x_new: 0x10, h: 0x10 };
+    let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F16, p, 4, 4096, 1e-5, Stream::DEFAULT) }.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+}
+
+#[test]
+fn an_unknown_kernel_is_unavailable_with_a_reason() {
+    let dev = Device::cpu();
+    let err = dev.kernel("xielu_f64").unwrap_err();
+    assert_eq!(err.to_string(), "kernel xielu_f64 is not available: no kernel of that name exists in this library");
+}
