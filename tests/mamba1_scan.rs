@@ -297,6 +297,25 @@ fn in_place_state_equals_separate_buffers() {
 }
 
 #[test]
+fn nan_and_infinity_follow_the_model() {
+    // Non-finite inputs must not crash, hang or write out of bounds, and give
+    // what the operation order gives (NaN-ness compared, not payloads).
+    for dev in devices() {
+        for dtype in Dtype::ALL {
+            let mut s = ScanInputs::generate(dtype, 1, 11, 9, 13, true);
+            s.x[3 * 9 + 2] = f32::NAN; // channel 2 from step 3 on
+            s.dt[5 * 9 + 4] = f32::INFINITY; // channel 4: decay 0, u = +-inf
+            s.bm[7 * 13 + 12] = f32::NEG_INFINITY; // every channel at step 7
+            s.dskip[8] = f32::INFINITY;
+            let got = run_kernel(&dev, dtype, &s, false);
+            let what = format!("{} specials", label(&dev, dtype));
+            assert_matches_model(dtype, &got, &s, &what);
+            assert!(reference::is_nan_bits(dtype, got.y_bits[3 * 9 + 2]), "{what}: NaN x must give a NaN y");
+        }
+    }
+}
+
+#[test]
 fn negative_control_a_fold_starting_at_8_fails_the_n32_test() {
     // A wave sum that starts its butterfly at xor 8 adds only lanes 0..15: the
     // kernel's y would miss state columns 16..31. Section 3's f32 comparison at

@@ -173,6 +173,7 @@ pub struct ScanBuffers<'a> {
 }
 
 /// [`launch`] over byte buffers, checking the shape and then every buffer's size.
+#[allow(clippy::too_many_arguments)]
 pub fn run(device: &Device, dtype: Dtype, bufs: ScanBuffers<'_>, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
     let sz = sizes(dtype, batch, len, dm, n)?;
     check_len("x", bufs.x, sz.seq, dtype)?;

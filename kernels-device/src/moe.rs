@@ -7,12 +7,22 @@
 //!
 //! Grid z is the expert slot k, grid x the blocks of [`ROWS_PER_WORKGROUP`] output
 //! rows. Each wave computes one row at a time (wave `w` of a workgroup takes rows
-//! `w, w + WAVES, ...`), and its 32 lanes stride over the row's packed words:
-//! lane `l` takes the quads (4 words, one 16-byte load) `l, l + 32, l + 64, ...`,
-//! [`QUADS_PER_BATCH`] of them loaded before the first is used. A wave sum
-//! ([`wave::wave_sum_f32`]) folds the 32 lane partials at the end of the row.
-//! When the weight pointer is not 16-byte aligned, the same mapping runs on single
-//! words (lane `l` takes words `l, l + 32, ...`).
+//! `w, w + WAVES, ...`, so the waves of a workgroup stream neighbouring rows), and
+//! its 32 lanes stride over the row's packed words: lane `l` takes the quads (4
+//! words, one 16-byte load) `l, l + 32, l + 64, ...`, in batches of
+//! [`QUADS_PER_BATCH`] per lane. A wave sum ([`wave::wave_sum_f32`]) folds the 32
+//! lane partials at the end of the row.
+//!
+//! Loads in flight: the wave's work is a sequence of (row, batch) items, software
+//! pipelined: the loads of the next item (the next batch of the row, or the first
+//! of the next row) are issued before the arithmetic of the current one, and the
+//! first item's loads before the activations are staged. Within a batch every
+//! load is issued before any is waited for (on amdgpu a `sched_barrier` keeps the
+//! scheduler from interleaving them with the arithmetic; on nvptx a warp sync
+//! keeps LLVM from sinking them into the branches that use them).
+//!
+//! When the weight pointer is not 16-byte aligned, the same mapping runs on
+//! single words (lane `l` takes words `l, l + 32, ...`), without the pipeline.
 //!
 //! # Where the activations live
 //!
@@ -22,21 +32,27 @@
 //! `values_per_chunk(bits)` floats, followed by [`PAD`] floats, the first of which
 //! holds the chunk's sum; the padding puts the chunks of 8 neighbouring lanes on 8
 //! distinct groups of 4 banks, so the 16-byte reads are free of bank conflicts.
-//! Per 16 bytes of weights a lane reads 64 or 128 bytes of activations: from
-//! workgroup memory that traffic stays off the vector-memory path that streams the
-//! weights (RDNA: the LDS has its own 128 B/clk per CU; H200: shared memory serves
-//! 128 B/clk per SM), and the f16/bf16 widening is done once per workgroup, not once
-//! per row.
+//! Why workgroup memory: per 16 bytes of weights a lane reads 64 (8-bit) or 128
+//! (4-bit) bytes of f32 activations. On RDNA 3.5 (gfx1151: ~2 B/clk of DRAM per
+//! CU) that is far below the LDS's 128 B/clk per CU, and it keeps the traffic off
+//! the vector-memory path that streams the weights; the f16/bf16 widening and the
+//! chunk sums are done once per workgroup instead of once per row. On an H200
+//! (~18 B/clk of DRAM per SM at 4.8 TB/s) 4-bit weights at full speed would need
+//! ~147 B/clk of activation reads against 128 B/clk of shared memory, so this
+//! design caps 4-bit at ~85% of DRAM bandwidth there; reading bf16 x from the L1
+//! instead would halve those bytes but put them on the weights' path and add a
+//! widening per value. Measured on an H200 the kernels are far from either limit
+//! (see the launcher's documentation), so this is not the binding choice yet.
 //!
 //! # Arithmetic
 //!
 //! Within a chunk (one quad, whose values all lie in one group since
 //! `gs >= values_per_chunk`), `sum_j x_j (q_j s + b) = s * sum_j x_j q_j + b * sum_j x_j`:
 //! one fma per value, two per chunk, with `sum_j x_j` staged beside the chunk.
-//! Codes become f32 exactly (`v_cvt_f32_ubyte*` on AMD; on NVIDIA, where
-//! integer-to-float conversion runs at a quarter rate, through the exponent of
-//! 2^23). The lane partial sums chunks in the order the lane owns them; the wave
-//! sum is a xor butterfly.
+//! Codes become f32 exactly: `v_cvt_f32_ubyte*` on AMD; on NVIDIA, where an
+//! integer-to-float conversion runs at a quarter rate, a `prmt` puts the code
+//! under the exponent of 2^23 and one add removes 2^23. The lane partial sums the
+//! chunks in the order the lane owns them; the wave sum is a xor butterfly.
 //!
 //! # Out-of-range expert ids
 //!
@@ -47,6 +63,10 @@
 //! So `*status` ends as `1 + (first bad slot)`, deterministically and without
 //! atomics, and is never written when all ids are good: the caller zeroes it
 //! before the launch. `moe_down` repeats the check and writes the same value.
+
+// Sums are spelled `acc = acc + v` (their order is the point), and the kernel
+// helpers take raw pointers and scalars, many of them.
+#![allow(clippy::assign_op_pattern, clippy::needless_range_loop, clippy::too_many_arguments)]
 
 use core::f32::math::mul_add;
 
@@ -71,15 +91,15 @@ struct Quad([u32; 4]);
 #[derive(Clone, Copy)]
 struct Stage<T>([T; STAGE_VALUES as usize]);
 
-/// Runs `$body` for `$u` in 0..4, unrolled by hand: per-lane arrays indexed by
-/// `$u` stay in registers only if every index is a constant.
-macro_rules! unroll4 {
+/// Runs `$body` for `$u` in 0..QUADS_PER_BATCH, unrolled by hand: per-lane
+/// arrays indexed by `$u` stay in registers only if every index is a constant.
+macro_rules! unroll_batch {
     ($u:ident => $body:block) => {{
-        const _: () = assert!(QUADS_PER_BATCH == 4, "unroll4! unrolls exactly QUADS_PER_BATCH");
+        const _: () = assert!(QUADS_PER_BATCH >= 1 && QUADS_PER_BATCH <= 4, "unroll_batch! unrolls 1 to 4 quads");
         { let $u: usize = 0; $body }
-        { let $u: usize = 1; $body }
-        { let $u: usize = 2; $body }
-        { let $u: usize = 3; $body }
+        if QUADS_PER_BATCH > 1 { let $u: usize = 1; $body }
+        if QUADS_PER_BATCH > 2 { let $u: usize = 2; $body }
+        if QUADS_PER_BATCH > 3 { let $u: usize = 3; $body }
     }};
 }
 
@@ -88,13 +108,20 @@ macro_rules! unroll4 {
 fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
     {
-        // 2^23 + b, then minus 2^23: a logic op and an add instead of a
-        // quarter-rate I2F. Exact (b < 2^8).
-        f32::from_bits(((t >> SHIFT) & 0xFF) | 0x4B00_0000) - 8_388_608.0
+        // The byte under the exponent of 2^23, then minus 2^23: one `prmt` (which
+        // LLVM cannot see through, so the caller's nibble masks stay shared by
+        // four values) and one add, instead of a shift, a mask and a
+        // quarter-rate I2F. Exact (b < 2^8). Selector: byte SHIFT/8 of `t`, two
+        // zero bytes and the 0x4B of 0x4B000000.
+        unsafe extern "C" {
+            #[link_name = "llvm.nvvm.prmt"]
+            fn prmt(a: u32, b: u32, selector: u32) -> u32;
+        }
+        f32::from_bits(unsafe { prmt(t, 0x4B00_0000, 0x7440 | (SHIFT / 8)) }) - 8_388_608.0
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        // One v_cvt_f32_ubyte{0..3} on AMD.
+        // One v_cvt_f32_ubyte{0..3} on AMD (or a bfe and a cvt).
         ((t >> SHIFT) & 0xFF) as f32
     }
 }
@@ -128,15 +155,25 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     }
 }
 
-/// Keeps the next batch's loads ahead of the current batch's arithmetic: the
-/// amdgpu scheduler would otherwise interleave them with arithmetic that waits on
-/// earlier loads. (On nvptx the loads feed the next iteration, so LLVM cannot
-/// sink them into the branches that use them, and ptxas schedules them early.)
+/// Keeps the next batch's loads ahead of the current batch's arithmetic. On
+/// amdgpu the scheduler would otherwise interleave them with arithmetic that
+/// waits on earlier loads. On nvptx LLVM would sink them to the end of the loop
+/// body (their only use is the next iteration); a side-effecting instruction
+/// after them stops that: `bar.warp.sync` of the full, converged warp, which
+/// costs an issue slot and waits for no memory. All lanes of the wave call this.
 #[inline(always)]
 fn schedule_fence() {
     #[cfg(target_arch = "amdgpu")]
     unsafe {
         core::arch::amdgpu::sched_barrier::<0>()
+    }
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        unsafe extern "C" {
+            #[link_name = "llvm.nvvm.bar.warp.sync"]
+            fn bar_warp_sync(mask: u32);
+        }
+        bar_warp_sync(0xFFFF_FFFF)
     }
 }
 
@@ -160,7 +197,7 @@ unsafe fn stage<T: Elem, const BITS: u32>(src: *const T, cols: u32, lds: *mut f3
     let stride = chunk + PAD;
     let per_pass = WORKGROUP_SIZE * STAGE_VALUES;
     let passes = cols.div_ceil(per_pass);
-    let vector = (src as usize) % core::mem::align_of::<Stage<T>>() == 0;
+    let vector = (src as usize).is_multiple_of(core::mem::align_of::<Stage<T>>());
     let mut p = 0;
     while p < passes {
         let first = (p * WORKGROUP_SIZE + t) * STAGE_VALUES;
@@ -204,42 +241,96 @@ unsafe fn stage<T: Elem, const BITS: u32>(src: *const T, cols: u32, lds: *mut f3
 }
 
 /// One lane's share of one batch: [`QUADS_PER_BATCH`] quads of a row (lane `l`,
-/// batch `j`: quads `128 j + l + 32 u`), with the raw scale and bias of each.
+/// batch `j`: quads `128 j + l + 32 u`), each with the 32-bit word holding its
+/// scale and the one holding its bias (see [`load_batch`]).
 #[derive(Clone, Copy)]
-struct Batch<T> {
+struct Batch {
     q: [Quad; QUADS_PER_BATCH],
-    s: [T; QUADS_PER_BATCH],
-    b: [T; QUADS_PER_BATCH],
+    s: [u32; QUADS_PER_BATCH],
+    b: [u32; QUADS_PER_BATCH],
 }
 
-/// The quads of a batch, from `first` (this lane's first quad of the batch) on.
-/// Unconditional: a quad past the end of the row is replaced by the row's last
-/// quad (a cache hit, never used), so that no branch separates the loads and
-/// none waits for another. The raw T values are widened where they are used.
+impl Batch {
+    const EMPTY: Batch = Batch { q: [Quad([0; 4]); QUADS_PER_BATCH], s: [0; QUADS_PER_BATCH], b: [0; QUADS_PER_BATCH] };
+}
+
+/// Where one row's data starts. The group index `g` of a quad counts from
+/// `first_g`, which is 0, or 1 when `PAIRED` and the row's first scale is the
+/// high half of a word (`s`, `b` then point at that word).
+#[derive(Clone, Copy)]
+struct RowPtrs<T> {
+    w: *const Quad,
+    s: *const T,
+    b: *const T,
+    first_g: u32,
+}
+
+impl<T: Elem> RowPtrs<T> {
+    /// Row `row` of an expert's matrix `w, s, b` (`w` 16-byte aligned; with
+    /// `PAIRED`, `s` and `b` 4-byte aligned).
+    #[inline(always)]
+    unsafe fn new<const PAIRED: bool>(w: *const u32, s: *const T, b: *const T, row: u32, l: Layout) -> Self {
+        let row_g = row as usize * l.groups as usize;
+        let (start, first_g) = if PAIRED { (row_g & !1, (row_g & 1) as u32) } else { (row_g, 0) };
+        unsafe { RowPtrs { w: w.add(row as usize * l.words as usize) as *const Quad, s: s.add(start), b: b.add(start), first_g } }
+    }
+}
+
+/// The quads of batch `j` of a row. Slots past the end of the row for the whole
+/// wave are skipped (a uniform branch); a lane whose quad of a live slot is past
+/// the end loads the row's last quad instead (a cache hit, never used), so that
+/// the loads of a batch follow each other with no branch and no wait between.
+///
+/// Scales and biases stay raw. With `PAIRED` (16-bit T, `s` and `b` 4-byte
+/// aligned) each is read as the aligned u32 that holds it and its neighbour: a
+/// 16-bit load would go to half a register on gfx11, tying it to whatever
+/// shares the other half (false waits on loads still in flight). The pair never
+/// reaches past the array: stacks have an even number of groups (rows are
+/// multiples of the group size), so the last element is the high half of a word.
 #[inline(always)]
-unsafe fn load_batch<T: Elem, const BITS: u32>(w: *const u32, s: *const T, b: *const T, first: u32, n_quads: u32, gs_shift: u32) -> Batch<T> {
-    let zero = T::from_bits_u32(0);
-    let mut batch = Batch { q: [Quad([0; 4]); QUADS_PER_BATCH], s: [zero; QUADS_PER_BATCH], b: [zero; QUADS_PER_BATCH] };
-    unroll4!(u => {
-        let qd = first + wave::WAVE_SIZE * u as u32;
-        let qd = if qd < n_quads { qd } else { n_quads - 1 };
-        unsafe {
-            batch.q[u] = (w as *const Quad).add(qd as usize).read();
-            let g = ((qd * vpq(BITS)) >> gs_shift) as usize;
-            batch.s[u] = s.add(g).read();
-            batch.b[u] = b.add(g).read();
+unsafe fn load_batch<T: Elem, const BITS: u32, const PAIRED: bool>(r: RowPtrs<T>, j: u32, lane: u32, n_quads: u32, gs_shift: u32) -> Batch {
+    let mut batch = Batch::EMPTY;
+    let wave_first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
+    unroll_batch!(u => {
+        let slot = wave_first + wave::WAVE_SIZE * u as u32;
+        if slot < n_quads {
+            let qd = slot + lane;
+            let qd = if qd < n_quads { qd } else { n_quads - 1 };
+            let g = r.first_g + ((qd * vpq(BITS)) >> gs_shift);
+            unsafe {
+                batch.q[u] = r.w.add(qd as usize).read();
+                if PAIRED {
+                    batch.s[u] = (r.s as *const u32).add((g >> 1) as usize).read();
+                    batch.b[u] = (r.b as *const u32).add((g >> 1) as usize).read();
+                } else {
+                    batch.s[u] = r.s.add(g as usize).read().to_bits_u32();
+                    batch.b[u] = r.b.add(g as usize).read().to_bits_u32();
+                }
+            }
         }
     });
     batch
 }
 
-/// Adds this lane's part of a batch to `acc`: for each of its quads in the row,
+/// The f32 value of a scale or bias from the word [`load_batch`] read for
+/// group `g`.
+#[inline(always)]
+fn widen_raw<T: Elem, const PAIRED: bool>(word: u32, g: u32) -> f32 {
+    if PAIRED {
+        T::from_bits_u32((word >> ((g & 1) * 16)) & 0xFFFF).to_f32()
+    } else {
+        T::from_bits_u32(word).to_f32()
+    }
+}
+
+/// Adds this lane's part of batch `j` of a row to `acc`: for each of its quads,
 /// `s * sum_j x_j q_j + b * sum_j x_j` against the staged chunk.
 #[inline(always)]
-unsafe fn batch_dot<T: Elem, const BITS: u32>(batch: &Batch<T>, lds: *const f32, first: u32, n_quads: u32, mut acc: f32) -> f32 {
+unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(batch: &Batch, lds: *const f32, first_g: u32, j: u32, lane: u32, n_quads: u32, gs_shift: u32, mut acc: f32) -> f32 {
     let chunk = vpq(BITS);
     let per_word = vpw(BITS) as usize;
-    unroll4!(u => {
+    let first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32 + lane;
+    unroll_batch!(u => {
         let qd = first + wave::WAVE_SIZE * u as u32;
         if qd < n_quads {
             unsafe {
@@ -251,8 +342,9 @@ unsafe fn batch_dot<T: Elem, const BITS: u32>(batch: &Batch<T>, lds: *const f32,
                 let d3 = word_dot::<BITS>(q[3], xs.add(3 * per_word));
                 let dot = (d0 + d1) + (d2 + d3);
                 let xsum = xs.add(chunk as usize).read();
-                acc = mul_add(batch.s[u].to_f32(), dot, acc);
-                acc = mul_add(batch.b[u].to_f32(), xsum, acc);
+                let g = first_g + ((qd * chunk) >> gs_shift);
+                acc = mul_add(widen_raw::<T, PAIRED>(batch.s[u], g), dot, acc);
+                acc = mul_add(widen_raw::<T, PAIRED>(batch.b[u], g), xsum, acc);
             }
         }
     });
@@ -263,8 +355,9 @@ unsafe fn batch_dot<T: Elem, const BITS: u32>(batch: &Batch<T>, lds: *const f32,
 /// sequence of (row, batch) items of the wave's rows, and the loads of the next
 /// item are issued before the arithmetic of the current one, so each wave keeps
 /// a batch of loads in flight while it computes (across row boundaries too).
+/// `w, s, b` point at the expert's matrix.
 #[inline(always)]
-unsafe fn rows_quads<T: Elem, const BITS: u32>(
+unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
     w: *const u32,
     s: *const T,
     b: *const T,
@@ -272,35 +365,26 @@ unsafe fn rows_quads<T: Elem, const BITS: u32>(
     first_row: u32,
     n_rows: u32,
     l: Layout,
+    stage: impl FnOnce(),
     finish: &mut impl FnMut(u32, f32),
 ) {
     let lane = wave::lane_id();
     let n_quads = l.words / QUAD_WORDS;
-    let per_batch = wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
-    let batches = n_quads.div_ceil(per_batch);
+    let batches = n_quads.div_ceil(wave::WAVE_SIZE * QUADS_PER_BATCH as u32);
     let row_of = |i: u32| first_row + i * WAVES;
-    let load = |i: u32, j: u32| unsafe {
-        let row = row_of(i) as usize;
-        load_batch::<T, BITS>(
-            w.add(row * l.words as usize),
-            s.add(row * l.groups as usize),
-            b.add(row * l.groups as usize),
-            j * per_batch + lane,
-            n_quads,
-            l.gs_shift,
-        )
-    };
     // Item (i, j): batch j of the wave's i-th row. All control is uniform over the wave.
     let (mut i, mut j) = (0u32, 0u32);
-    let mut cur = load(0, 0);
+    let mut rp = unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(0), l) };
+    let mut cur = unsafe { load_batch::<T, BITS, PAIRED>(rp, 0, lane, n_quads, l.gs_shift) };
+    stage();
     let mut acc = 0.0f32;
     loop {
         let (ni, nj) = if j + 1 < batches { (i, j + 1) } else { (i + 1, 0) };
         let more = ni < n_rows;
-        // The last item reloads itself (cache hits) rather than branch around the load.
-        let next = if more { load(ni, nj) } else { load(i, j) };
+        let next_rp = if nj == 0 && more { unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(ni), l) } } else { rp };
+        let next = if more { unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.gs_shift) } } else { Batch::EMPTY };
         schedule_fence();
-        acc = unsafe { batch_dot::<T, BITS>(&cur, lds, j * per_batch + lane, n_quads, acc) };
+        acc = unsafe { batch_dot::<T, BITS, PAIRED>(&cur, lds, rp.first_g, j, lane, n_quads, l.gs_shift, acc) };
         if nj == 0 {
             let total = wave::wave_sum_f32(acc);
             if lane == 0 {
@@ -312,6 +396,7 @@ unsafe fn rows_quads<T: Elem, const BITS: u32>(
             break;
         }
         cur = next;
+        rp = next_rp;
         i = ni;
         j = nj;
     }
@@ -402,6 +487,9 @@ unsafe fn bad_expert(idx: *const u32, n_experts: u32, slot: u32, out: *mut f32, 
 
 /// The rows of this workgroup: for each, `wave_sum(lane partial)` goes to
 /// `finish(row, total)` (lane 0 only). `w, s, b` point at the expert's matrix.
+/// `stage` (which ends in a workgroup barrier) is called once by every thread:
+/// on the wide path after the first batch of weight loads is issued, so that
+/// staging the activations overlaps the first trip to memory.
 #[inline(always)]
 unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
     w: *const u32,
@@ -410,18 +498,22 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
     lds: *const f32,
     rows: u32,
     l: Layout,
+    stage: impl FnOnce(),
     mut finish: impl FnMut(u32, f32),
 ) {
     let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP + wave::wave_id();
-    // Uniform over the wave: a wave with no rows leaves as a whole.
-    if first_row >= rows {
+    // Uniform over the wave.
+    let n_rows = if first_row < rows { (rows - first_row).div_ceil(WAVES).min(ROWS_PER_WAVE) } else { 0 };
+    if WIDE && n_rows > 0 {
+        // 16-bit scales and biases in 32-bit words when both arrays allow it (see `load_batch`).
+        if T::BYTES == 2 && (s as usize | b as usize).is_multiple_of(4) {
+            unsafe { rows_quads::<T, BITS, true>(w, s, b, lds, first_row, n_rows, l, stage, &mut finish) };
+        } else {
+            unsafe { rows_quads::<T, BITS, false>(w, s, b, lds, first_row, n_rows, l, stage, &mut finish) };
+        }
         return;
     }
-    let n_rows = (rows - first_row).div_ceil(WAVES).min(ROWS_PER_WAVE);
-    if WIDE {
-        unsafe { rows_quads::<T, BITS>(w, s, b, lds, first_row, n_rows, l, &mut finish) };
-        return;
-    }
+    stage();
     let lane = wave::lane_id();
     let mut i = 0;
     while i < n_rows {
@@ -448,6 +540,7 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
 /// u32. Launched with grid `(workgroups(dff), 1, k)`, [`WORKGROUP_SIZE`] threads
 /// and `workgroup_mem_bytes(din, bits)` bytes of workgroup memory.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub unsafe fn moe_fc1_relu2<T: Elem>(
     x: *const T,
     idx: *const u32,
@@ -484,13 +577,13 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
             let r = if total < 0.0 { 0.0 } else { total };
             out.add(row as usize).write(r * r);
         };
-        let wide = (w1 as usize) % core::mem::align_of::<Quad>() == 0 && l.words % QUAD_WORDS == 0;
+        let wide = (w1 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
         if bits == 4 {
-            stage::<T, 4>(x, din, lds);
-            if wide { compute_rows::<T, 4, true>(w, s, b, lds, dff, l, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, dff, l, finish) }
+            let st = || stage::<T, 4>(x, din, lds);
+            if wide { compute_rows::<T, 4, true>(w, s, b, lds, dff, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, dff, l, st, finish) }
         } else {
-            stage::<T, 8>(x, din, lds);
-            if wide { compute_rows::<T, 8, true>(w, s, b, lds, dff, l, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, dff, l, finish) }
+            let st = || stage::<T, 8>(x, din, lds);
+            if wide { compute_rows::<T, 8, true>(w, s, b, lds, dff, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, dff, l, st, finish) }
         }
     }
 }
@@ -503,6 +596,7 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
 /// null or one u32. Launched with grid `(workgroups(din), 1, k)`, [`WORKGROUP_SIZE`]
 /// threads and `workgroup_mem_bytes(dff, bits)` bytes of workgroup memory.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub unsafe fn moe_down<T: Elem>(
     idx: *const u32,
     w2: *const u32,
@@ -539,13 +633,13 @@ pub unsafe fn moe_down<T: Elem>(
         let score = scores.add(slot as usize).read();
         let out = part.add(slot as usize * din as usize);
         let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
-        let wide = (w2 as usize) % core::mem::align_of::<Quad>() == 0 && l.words % QUAD_WORDS == 0;
+        let wide = (w2 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
         if bits == 4 {
-            stage::<f32, 4>(a, dff, lds);
-            if wide { compute_rows::<T, 4, true>(w, s, b, lds, din, l, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, din, l, finish) }
+            let st = || stage::<f32, 4>(a, dff, lds);
+            if wide { compute_rows::<T, 4, true>(w, s, b, lds, din, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, din, l, st, finish) }
         } else {
-            stage::<f32, 8>(a, dff, lds);
-            if wide { compute_rows::<T, 8, true>(w, s, b, lds, din, l, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, din, l, finish) }
+            let st = || stage::<f32, 8>(a, dff, lds);
+            if wide { compute_rows::<T, 8, true>(w, s, b, lds, din, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, din, l, st, finish) }
         }
     }
 }
@@ -555,6 +649,7 @@ pub unsafe fn moe_down<T: Elem>(
 ///
 /// # Safety
 /// `part [k, din]` (f32), `out [din]`; any 1-D grid covering `din` threads.
+#[inline(always)]
 pub unsafe fn moe_combine<T: Elem>(part: *const f32, out: *mut T, k: u32, din: u32) {
     let h = wave::global_id_x();
     if h >= din as u64 {
