@@ -24,6 +24,7 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Pointers};
 use crate::kernels::mamba1_scan::{self, ScanPointers};
+use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::{BackendKind, Device, Stream};
 
@@ -290,5 +291,143 @@ pub unsafe extern "C" fn mlxcel_amdgpu_mamba1_scan(
             state_out: state_out as u64,
         };
         unsafe { mamba1_scan::launch(&device()?, dtype_of(dtype)?, p, batch, len, dm, n, Stream(stream)) }
+    })
+}
+
+/// Whether the MoE kernels (`moe_fc1_relu2`, `moe_down`, `moe_combine`) for
+/// `dtype` (an [`MlxcelAmdgpuDtype`]) can all run on the device.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| moe::available(d, t)))
+}
+
+/// Shape and quantization of one routed-expert layer (MLX affine format):
+/// `bits` 4 or 8, `group_size` 32, 64 or 128; `din` and `dff` multiples of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MlxcelAmdgpuMoeShape {
+    pub n_experts: u32,
+    pub k: u32,
+    pub din: u32,
+    pub dff: u32,
+    pub bits: u32,
+    pub group_size: u32,
+}
+
+impl From<MlxcelAmdgpuMoeShape> for MoeShape {
+    fn from(s: MlxcelAmdgpuMoeShape) -> MoeShape {
+        MoeShape { n_experts: s.n_experts, k: s.k, din: s.din, dff: s.dff, bits: s.bits, group_size: s.group_size }
+    }
+}
+
+/// Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
+/// `part`).
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_scratch_bytes(k: u32, din: u32, dff: u32) -> usize {
+    moe::scratch_bytes(k, din, dff)
+}
+
+fn quantized(w: *const u32, scales: *const c_void, biases: *const c_void) -> QuantizedPointers {
+    QuantizedPointers { w: w as u64, scales: scales as u64, biases: biases as u64 }
+}
+
+/// `act[k, f] = relu(x . dequant(w1[idx[k], f, :]))^2` (f32 `[k, dff]`).
+/// `status` (one u32, zeroed by the caller, or NULL) receives `1 + k` for the
+/// first slot whose expert id is `>= n_experts`; that slot's rows become NaN and
+/// no out-of-range memory is read.
+///
+/// # Safety
+/// Device pointers of the shapes in `host/kernels/moe.rs`; `stream` as for xielu.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
+    dtype: u32,
+    shape: MlxcelAmdgpuMoeShape,
+    x: *const c_void,
+    idx: *const u32,
+    w1: *const u32,
+    s1: *const c_void,
+    b1: *const c_void,
+    act: *mut f32,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| unsafe {
+        moe::fc1_relu2(&device()?, dtype_of(dtype)?, x as u64, idx as u64, quantized(w1, s1, b1), act as u64, &shape.into(), status as u64, Stream(stream))
+    })
+}
+
+/// `part[k, h] = scores[k] * (act[k, :] . dequant(w2[idx[k], h, :]))` (f32 `[k, din]`).
+/// `status` as for [`mlxcel_amdgpu_moe_fc1_relu2`].
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_fc1_relu2`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
+    dtype: u32,
+    shape: MlxcelAmdgpuMoeShape,
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const c_void,
+    b2: *const c_void,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| unsafe {
+        moe::down(&device()?, dtype_of(dtype)?, idx as u64, quantized(w2, s2, b2), act as u64, scores as u64, part as u64, &shape.into(), status as u64, Stream(stream))
+    })
+}
+
+/// `out[h] = T(sum_k part[k, h])` (f32 sum over k ascending, one rounding).
+///
+/// # Safety
+/// `part` holds `[k, din]` f32 and `out` `[din]` elements of `dtype`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(dtype: u32, part: *const f32, out: *mut c_void, k: u32, din: u32, stream: *mut c_void) -> MlxcelAmdgpuStatus {
+    guarded(|| unsafe { moe::combine(&device()?, dtype_of(dtype)?, part as u64, out as u64, k, din, Stream(stream)) })
+}
+
+/// The whole routed-expert forward of one token: `moe_fc1_relu2`, `moe_down`
+/// and `moe_combine` enqueued in order on `stream`, `out [din]` of `dtype`.
+/// `scratch` is device memory of at least [`mlxcel_amdgpu_moe_scratch_bytes`]
+/// bytes (`scratch_len`) that nothing else uses until the stream has run them.
+/// `status` as for [`mlxcel_amdgpu_moe_fc1_relu2`].
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_fc1_relu2`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
+    dtype: u32,
+    shape: MlxcelAmdgpuMoeShape,
+    x: *const c_void,
+    idx: *const u32,
+    scores: *const f32,
+    w1: *const u32,
+    s1: *const c_void,
+    b1: *const c_void,
+    w2: *const u32,
+    s2: *const c_void,
+    b2: *const c_void,
+    out: *mut c_void,
+    scratch: *mut c_void,
+    scratch_len: usize,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let p = RoutedPointers {
+            x: x as u64,
+            idx: idx as u64,
+            scores: scores as u64,
+            w1: quantized(w1, s1, b1),
+            w2: quantized(w2, s2, b2),
+            out: out as u64,
+            scratch: scratch as u64,
+            scratch_len,
+            status: status as u64,
+        };
+        unsafe { moe::routed_forward(&device()?, dtype_of(dtype)?, p, &shape.into(), Stream(stream)) }
     })
 }

@@ -9,6 +9,7 @@ use crate::dtype::Dtype;
 use crate::error::Result;
 use crate::kernels::add3_layer_norm::{self, Add3Buffers};
 use crate::kernels::mamba1_scan::{self, ScanBuffers};
+use crate::kernels::moe::{self, MoeShape, QuantizedBuffers, RoutedBuffers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::reference::{self, data, layer_norm, metrics};
 use crate::runtime::{BackendKind, Device, DeviceBuffer, Stream};
@@ -159,10 +160,65 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     Ok(Outcome { kernel: "mamba1_scan", dtype, shape, result, passed, millis: Some(millis), bytes })
 }
 
+fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
+    // Nemotron-3-Nano's layer with 16 of its 128 experts on a GPU (the weights of
+    // unselected experts are never read); a reduced layer on the emulator.
+    let (din, dff, e) = if reduced(device) { (512, 384, 16) } else { (2688, 1856, 16) };
+    let shape = MoeShape { n_experts: e, k: 6, din, dff, bits, group_size: 64 };
+    let shape_text = format!("Din={din} Dff={dff} E={e} K=6 gs=64 {bits}-bit");
+    if !moe::available(device, dtype) {
+        return Ok(Outcome::skipped("moe routed", dtype, shape_text, "the MoE kernels are not available for this dtype".into()));
+    }
+    let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, 6, bits, 64, 77);
+    let words = |q: &reference::moe::Quantized| -> Result<DeviceBuffer<u8>> { device.upload(&q.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
+    let (w1, s1, b1) = (words(&inp.w1)?, upload(device, dtype, &inp.w1.scales)?, upload(device, dtype, &inp.w1.biases)?);
+    let (w2, s2, b2) = (words(&inp.w2)?, upload(device, dtype, &inp.w2.scales)?, upload(device, dtype, &inp.w2.biases)?);
+    let x = upload(device, dtype, &inp.x)?;
+    let idx = device.upload(&inp.idx.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+    let scores = upload(device, Dtype::F32, &inp.scores)?;
+    let mut out = device.alloc::<u8>(din as usize * dtype.size())?;
+    let mut scratch = device.alloc::<u8>(moe::scratch_bytes(6, din, dff))?;
+    let mut status = device.alloc::<u8>(4)?;
+    status.fill_bytes(0)?;
+    let mut launch = || {
+        let bufs = RoutedBuffers {
+            x: &x,
+            idx: &idx,
+            scores: &scores,
+            w1: QuantizedBuffers { w: &w1, scales: &s1, biases: &b1 },
+            w2: QuantizedBuffers { w: &w2, scales: &s2, biases: &b2 },
+            out: &mut out,
+            scratch: &mut scratch,
+            status: Some(&mut status),
+        };
+        moe::run_routed_forward(device, dtype, bufs, &shape, Stream::DEFAULT)
+    };
+    let reps = if reduced(device) { 3 } else { 50 };
+    let millis = time_launches(device, reps, &mut launch)?;
+    let got = reference::from_le_bytes(dtype, &out.download()?);
+    let want = reference::moe::dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, e as usize);
+    let (nrms, nmax) = (metrics::nrms(&got, &want), metrics::nmax(&got, &want));
+    let status_ok = status.download()? == [0, 0, 0, 0];
+    let passed = nrms < 5e-4 && nmax < 2e-2 && status_ok;
+    let result = format!("vs dense f32: nRMS {nrms:.1e} (< 5e-4), nMAX {nmax:.1e} (< 2e-2){}", if status_ok { "" } else { ", STATUS SET" });
+    // Bytes of the six selected experts' weights, scales and biases (both matrices).
+    let bytes = 2 * 6 * dff as u64 * (din as u64 * bits as u64 / 8 + 2 * dtype.size() as u64 * (din / 64) as u64);
+    Ok(Outcome { kernel: if bits == 4 { "moe routed 4b" } else { "moe routed 8b" }, dtype, shape: shape_text, result, passed, millis: Some(millis), bytes })
+}
+
+fn moe4_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+    moe_case(device, dtype, 4)
+}
+
+fn moe8_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+    moe_case(device, dtype, 8)
+}
+
 /// Runs every case on `device`.
 pub fn run(device: &Device) -> Vec<Outcome> {
     type Case = fn(&Device, Dtype) -> Result<Outcome>;
-    let cases: [(&'static str, Case); 3] = [("xielu", xielu_case), ("add3_layer_norm", add3_case), ("mamba1_scan", mamba_case)];
+    let cases: [(&'static str, Case); 5] =
+        [("xielu", xielu_case), ("add3_layer_norm", add3_case), ("mamba1_scan", mamba_case), ("moe routed 4b", moe4_case), ("moe routed 8b", moe8_case)];
     let mut out = Vec::new();
     for (name, case) in cases {
         for dtype in Dtype::ALL {
@@ -193,13 +249,13 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
         writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times").unwrap();
     }
     writeln!(s).unwrap();
-    writeln!(s, "{:<16} {:<5} {:<22} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();
+    writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();
     for o in outcomes {
         let (t, bw) = match o.millis {
             Some(ms) => (format!("{:.1}", ms * 1e3), format!("{:.1}", o.bytes as f64 / (ms * 1e-3) / 1e9)),
             None => ("-".into(), "-".into()),
         };
-        writeln!(s, "{:<16} {:<5} {:<22} {:>10} {:>9}  {}", o.kernel, o.dtype.name(), o.shape, t, bw, o.result).unwrap();
+        writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  {}", o.kernel, o.dtype.name(), o.shape, t, bw, o.result).unwrap();
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
     writeln!(s, "\n{} passed, {} failed", outcomes.len() - failed, failed).unwrap();

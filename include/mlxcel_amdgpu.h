@@ -28,6 +28,17 @@ typedef enum MlxcelAmdgpuDtype {
   MLXCEL_AMDGPU_BF16 = 2,
 } MlxcelAmdgpuDtype;
 
+// Shape and quantization of one routed-expert layer (MLX affine format):
+// `bits` 4 or 8, `group_size` 32, 64 or 128; `din` and `dff` multiples of it.
+typedef struct MlxcelAmdgpuMoeShape {
+  uint32_t n_experts;
+  uint32_t k;
+  uint32_t din;
+  uint32_t dff;
+  uint32_t bits;
+  uint32_t group_size;
+} MlxcelAmdgpuMoeShape;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -120,6 +131,85 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_mamba1_scan(uint32_t dtype,
                                                   uint32_t dm,
                                                   uint32_t n,
                                                   void *stream);
+
+// Whether the MoE kernels (`moe_fc1_relu2`, `moe_down`, `moe_combine`) for
+// `dtype` (an [`MlxcelAmdgpuDtype`]) can all run on the device.
+bool mlxcel_amdgpu_moe_available(uint32_t dtype);
+
+// Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
+// `part`).
+uintptr_t mlxcel_amdgpu_moe_scratch_bytes(uint32_t k, uint32_t din, uint32_t dff);
+
+// `act[k, f] = relu(x . dequant(w1[idx[k], f, :]))^2` (f32 `[k, dff]`).
+// `status` (one u32, zeroed by the caller, or NULL) receives `1 + k` for the
+// first slot whose expert id is `>= n_experts`; that slot's rows become NaN and
+// no out-of-range memory is read.
+//
+// # Safety
+// Device pointers of the shapes in `host/kernels/moe.rs`; `stream` as for xielu.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_fc1_relu2(uint32_t dtype,
+                                                    struct MlxcelAmdgpuMoeShape shape,
+                                                    const void *x,
+                                                    const uint32_t *idx,
+                                                    const uint32_t *w1,
+                                                    const void *s1,
+                                                    const void *b1,
+                                                    float *act,
+                                                    uint32_t *status,
+                                                    void *stream);
+
+// `part[k, h] = scores[k] * (act[k, :] . dequant(w2[idx[k], h, :]))` (f32 `[k, din]`).
+// `status` as for [`mlxcel_amdgpu_moe_fc1_relu2`].
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_fc1_relu2`].
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_down(uint32_t dtype,
+                                               struct MlxcelAmdgpuMoeShape shape,
+                                               const uint32_t *idx,
+                                               const uint32_t *w2,
+                                               const void *s2,
+                                               const void *b2,
+                                               const float *act,
+                                               const float *scores,
+                                               float *part,
+                                               uint32_t *status,
+                                               void *stream);
+
+// `out[h] = T(sum_k part[k, h])` (f32 sum over k ascending, one rounding).
+//
+// # Safety
+// `part` holds `[k, din]` f32 and `out` `[din]` elements of `dtype`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_combine(uint32_t dtype,
+                                                  const float *part,
+                                                  void *out,
+                                                  uint32_t k,
+                                                  uint32_t din,
+                                                  void *stream);
+
+// The whole routed-expert forward of one token: `moe_fc1_relu2`, `moe_down`
+// and `moe_combine` enqueued in order on `stream`, `out [din]` of `dtype`.
+// `scratch` is device memory of at least [`mlxcel_amdgpu_moe_scratch_bytes`]
+// bytes (`scratch_len`) that nothing else uses until the stream has run them.
+// `status` as for [`mlxcel_amdgpu_moe_fc1_relu2`].
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_fc1_relu2`].
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_routed_forward(uint32_t dtype,
+                                                         struct MlxcelAmdgpuMoeShape shape,
+                                                         const void *x,
+                                                         const uint32_t *idx,
+                                                         const float *scores,
+                                                         const uint32_t *w1,
+                                                         const void *s1,
+                                                         const void *b1,
+                                                         const uint32_t *w2,
+                                                         const void *s2,
+                                                         const void *b2,
+                                                         void *out,
+                                                         void *scratch,
+                                                         uintptr_t scratch_len,
+                                                         uint32_t *status,
+                                                         void *stream);
 
 #ifdef __cplusplus
 }  // extern "C"
