@@ -1,24 +1,13 @@
-//! Launcher of `mamba1_scan` (spec/kernels.md section 3): the Mamba1 selective scan.
+//! Launcher of `mamba1_scan` (spec/kernels.md section 3): the Mamba1 selective
+//! scan, one wave per (batch, channel), lane `n` holding state column `n`.
 //!
-//! Two schedules sit behind this one entry point (the C ABI's
-//! `mlxcel_amdgpu_mamba1_scan` and [`launch`]); [`Schedule::for_len`] picks one
-//! from the sequence length alone, so the result is a function of the inputs:
-//!
-//! - [`Schedule::WavePerChannel`], for `L < PREFILL_MIN_LEN` (decode): the
-//!   reference mapping, one wave per (batch, channel), lane `n` holding state
-//!   column `n` (kernel `mamba1_scan_T`). The most parallel over channels.
-//! - [`Schedule::LaneGroups`], for `L >= PREFILL_MIN_LEN` (prefill): four lanes
-//!   per channel, each holding `ceil(N / 4)` columns, eight channels per wave
-//!   (kernel `mamba1_scan_prefill_T`). About a fifth of the instructions per
-//!   step and channel; see `docs/performance.md` for the measurements.
-//!
-//! Both are sequential over L with the time loop unrolled, and both run their
-//! remainder steps with the same operations, so within one schedule a scan over
-//! `L1 + L2` steps equals, bit for bit, a scan over `L1` steps followed by one
-//! over `L2` steps from its state. Across schedules (an `L1` below the threshold
-//! and an `L2` above it) the results agree within the contract's tolerance.
+//! Every length runs the same sequential schedule (the time loop unrolled by 8
+//! steps, `L % 8` steps after it; see the device crate's `mamba1_scan` module for
+//! the operation order): there is no second schedule to choose, so a launch's
+//! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
+//! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
 
-use kernels_device::geometry::mamba1_scan::{CHANNELS_PER_WORKGROUP, MAX_BATCH, MAX_N, PREFILL_CHANNELS_PER_WORKGROUP, PREFILL_MIN_LEN, WORKGROUP_SIZE};
+use kernels_device::geometry::mamba1_scan::{CHANNELS_PER_WORKGROUP, MAX_BATCH, MAX_N, WORKGROUP_SIZE};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -27,36 +16,10 @@ use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
 
 /// Kernel name without the dtype suffix.
 pub const KERNEL: &str = "mamba1_scan";
-/// The prefill schedule's kernel name without the dtype suffix.
-pub const PREFILL_KERNEL: &str = "mamba1_scan_prefill";
 
-/// How a scan is mapped onto the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// One wave per (batch, channel), lane n holds column n (the reference mapping).
-    WavePerChannel,
-    /// Four lanes per channel, eight channels per wave (long sequences).
-    LaneGroups,
-}
-
-impl Schedule {
-    /// The schedule [`launch`] uses for a sequence of `len` steps.
-    pub fn for_len(len: u32) -> Schedule {
-        if len >= PREFILL_MIN_LEN { Schedule::LaneGroups } else { Schedule::WavePerChannel }
-    }
-
-    fn kernel(self) -> &'static str {
-        match self {
-            Schedule::WavePerChannel => KERNEL,
-            Schedule::LaneGroups => PREFILL_KERNEL,
-        }
-    }
-}
-
-/// Whether `mamba1_scan` for `dtype` can run on `device` (both schedules: a
-/// launch may use either).
+/// Whether `mamba1_scan` for `dtype` can run on `device`.
 pub fn available(device: &Device, dtype: Dtype) -> bool {
-    device.is_available(&symbol(KERNEL, dtype)) && device.is_available(&symbol(PREFILL_KERNEL, dtype))
+    device.is_available(&symbol(KERNEL, dtype))
 }
 
 /// The device pointers of one launch. `T` is the launch's dtype:
@@ -147,16 +110,7 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
 /// The launch geometry: 8 channels (one wave each) per workgroup of 256 threads,
 /// grid `[ceil(dm / 8), batch, 1]`, no workgroup memory.
 pub fn dims(batch: u32, dm: u32) -> LaunchDims {
-    schedule_dims(Schedule::WavePerChannel, batch, dm)
-}
-
-/// The launch geometry of `schedule`.
-pub fn schedule_dims(schedule: Schedule, batch: u32, dm: u32) -> LaunchDims {
-    let channels_per_workgroup = match schedule {
-        Schedule::WavePerChannel => CHANNELS_PER_WORKGROUP,
-        Schedule::LaneGroups => PREFILL_CHANNELS_PER_WORKGROUP,
-    };
-    LaunchDims { grid: [dm.div_ceil(channels_per_workgroup), batch, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+    LaunchDims { grid: [dm.div_ceil(CHANNELS_PER_WORKGROUP), batch, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
 }
 
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
@@ -169,17 +123,7 @@ pub fn schedule_dims(schedule: Schedule, batch: u32, dm: u32) -> LaunchDims {
 /// sizes of [`ScanPointers`]; `y` overlaps no input and no state buffer.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch(device: &Device, dtype: Dtype, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
-    unsafe { launch_with(device, dtype, Schedule::for_len(len), p, batch, len, dm, n, stream) }
-}
-
-/// [`launch`] with the schedule chosen by the caller (tests and benchmarks
-/// compare the two).
-///
-/// # Safety
-/// As for [`launch`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch_with(device: &Device, dtype: Dtype, schedule: Schedule, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, schedule.kernel(), dtype)?;
+    let kernel = kernel_for(device, KERNEL, dtype)?;
     sizes(dtype, batch, len, dm, n)?;
     let t = dtype.size();
     for (name, ptr, align) in [
@@ -210,7 +154,7 @@ pub unsafe fn launch_with(device: &Device, dtype: Dtype, schedule: Schedule, p: 
         ArgValue::U32(dm),
         ArgValue::U32(n),
     ];
-    unsafe { device.launch(&kernel, schedule_dims(schedule, batch, dm), &args, stream) }
+    unsafe { device.launch(&kernel, dims(batch, dm), &args, stream) }
 }
 
 /// Byte buffers of one [`run`]. `a`, `state_in` and `state_out` hold f32; the
@@ -231,12 +175,6 @@ pub struct ScanBuffers<'a> {
 /// [`launch`] over byte buffers, checking the shape and then every buffer's size.
 #[allow(clippy::too_many_arguments)]
 pub fn run(device: &Device, dtype: Dtype, bufs: ScanBuffers<'_>, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
-    run_with(device, dtype, Schedule::for_len(len), bufs, batch, len, dm, n, stream)
-}
-
-/// [`run`] with the schedule chosen by the caller.
-#[allow(clippy::too_many_arguments)]
-pub fn run_with(device: &Device, dtype: Dtype, schedule: Schedule, bufs: ScanBuffers<'_>, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
     let sz = sizes(dtype, batch, len, dm, n)?;
     check_len("x", bufs.x, sz.seq, dtype)?;
     check_len("dt", bufs.dt, sz.seq, dtype)?;
@@ -261,5 +199,5 @@ pub fn run_with(device: &Device, dtype: Dtype, schedule: Schedule, bufs: ScanBuf
         y: bufs.y.ptr(),
         state_out,
     };
-    unsafe { launch_with(device, dtype, schedule, p, batch, len, dm, n, stream) }
+    unsafe { launch(device, dtype, p, batch, len, dm, n, stream) }
 }

@@ -91,16 +91,10 @@ kernels! {
 
     mamba1_scan_f32(x: *const f32, dt: *const f32, bm: *const f32, cm: *const f32, a: *const f32, dskip: *const f32, state_in: *const f32, y: *mut f32, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
         => crate::mamba1_scan::mamba1_scan::<f32>;
-    mamba1_scan_prefill_f32(x: *const f32, dt: *const f32, bm: *const f32, cm: *const f32, a: *const f32, dskip: *const f32, state_in: *const f32, y: *mut f32, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
-        => crate::mamba1_scan_prefill::mamba1_scan_prefill::<f32>;
     mamba1_scan_f16(x: *const f16, dt: *const f16, bm: *const f16, cm: *const f16, a: *const f32, dskip: *const f16, state_in: *const f32, y: *mut f16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
         => crate::mamba1_scan::mamba1_scan::<f16>;
-    mamba1_scan_prefill_f16(x: *const f16, dt: *const f16, bm: *const f16, cm: *const f16, a: *const f32, dskip: *const f16, state_in: *const f32, y: *mut f16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
-        => crate::mamba1_scan_prefill::mamba1_scan_prefill::<f16>;
     mamba1_scan_bf16(x: *const Bf16, dt: *const Bf16, bm: *const Bf16, cm: *const Bf16, a: *const f32, dskip: *const Bf16, state_in: *const f32, y: *mut Bf16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
         => crate::mamba1_scan::mamba1_scan::<Bf16>;
-    mamba1_scan_prefill_bf16(x: *const Bf16, dt: *const Bf16, bm: *const Bf16, cm: *const Bf16, a: *const f32, dskip: *const Bf16, state_in: *const f32, y: *mut Bf16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
-        => crate::mamba1_scan_prefill::mamba1_scan_prefill::<Bf16>;
 }
 
 /// The spec of the kernel called `name`.

@@ -62,19 +62,6 @@ pub mod mamba1_scan {
     pub const UNROLL: usize = 8;
     /// The largest batch: grid y is B, and CUDA and HIP both allow 65535 there.
     pub const MAX_BATCH: u32 = 65535;
-
-    /// The prefill schedule (`mamba1_scan_prefill`): the launcher uses it for
-    /// sequences of at least this many steps, the reference mapping below.
-    pub const PREFILL_MIN_LEN: u32 = 32;
-    /// Lanes per channel in the prefill schedule; each holds `ceil(N / 4)` columns.
-    pub const PREFILL_LANES_PER_CHANNEL: u32 = 4;
-    /// State columns one lane holds at most: `MAX_N / PREFILL_LANES_PER_CHANNEL`.
-    pub const PREFILL_MAX_COLS: usize = (MAX_N / PREFILL_LANES_PER_CHANNEL) as usize;
-    /// Channels per wave and per workgroup of the prefill schedule.
-    pub const PREFILL_CHANNELS_PER_WAVE: u32 = super::WAVE_SIZE / PREFILL_LANES_PER_CHANNEL;
-    pub const PREFILL_CHANNELS_PER_WORKGROUP: u32 = PREFILL_CHANNELS_PER_WAVE * (WORKGROUP_SIZE / super::WAVE_SIZE);
-    /// Time steps whose inputs are loaded before they are computed.
-    pub const PREFILL_UNROLL: usize = 4;
 }
 
 /// `moe_fc1_relu2`, `moe_down`, `moe_combine`: the routed experts of Nemotron-H.

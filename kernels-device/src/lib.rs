@@ -28,7 +28,6 @@ pub mod entry;
 pub mod geometry;
 pub mod moe;
 pub mod mamba1_scan;
-pub mod mamba1_scan_prefill;
 pub mod num;
 pub mod probe;
 pub mod unroll;
