@@ -18,7 +18,8 @@ use crate::runtime::{BackendKind, Device, DeviceBuffer, Stream};
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub kernel: &'static str,
-    pub dtype: Dtype,
+    /// The activation dtype; `None` for the probe.
+    pub dtype: Option<Dtype>,
     pub shape: String,
     /// "bit-exact", "max rel 3.1e-7", or why it failed or did not run.
     pub result: String,
@@ -31,7 +32,7 @@ pub struct Outcome {
 
 impl Outcome {
     fn skipped(kernel: &'static str, dtype: Dtype, shape: String, why: String) -> Outcome {
-        Outcome { kernel, dtype, shape, result: format!("not run: {why}"), passed: true, millis: None, bytes: 0 }
+        Outcome { kernel, dtype: Some(dtype), shape, result: format!("not run: {why}"), passed: true, millis: None, bytes: 0 }
     }
 }
 
@@ -91,7 +92,7 @@ fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let (result, passed) = bit_exact_result(dtype, &bits(dtype, &out)?, &want);
     let reps = if reduced(device) { 3 } else { 50 };
     let millis = time_launches(device, reps, || xielu::run(device, dtype, &input, &mut out, n, p, Stream::DEFAULT))?;
-    Ok(Outcome { kernel: "xielu", dtype, shape, result, passed, millis: Some(millis), bytes: 2 * (n * dtype.size()) as u64 })
+    Ok(Outcome { kernel: "xielu", dtype: Some(dtype), shape, result, passed, millis: Some(millis), bytes: 2 * (n * dtype.size()) as u64 })
 }
 
 fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
@@ -120,7 +121,7 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let (rh, ph) = bit_exact_result(dtype, &bits(dtype, &h)?, &want_h);
     let result = if px && ph { rx } else { format!("x_new {rx}; h {rh}") };
     let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as u64;
-    Ok(Outcome { kernel: "add3_layer_norm", dtype, shape, result, passed: px && ph, millis: Some(millis), bytes })
+    Ok(Outcome { kernel: "add3_layer_norm", dtype: Some(dtype), shape, result, passed: px && ph, millis: Some(millis), bytes })
 }
 
 fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
@@ -157,7 +158,7 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let passed = err_y < bound_y && err_s < 1e-5;
     let result = format!("max rel y {err_y:.1e} (< {bound_y:.0e}), state {err_s:.1e} (< 1e-5)");
     let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + 3 * dm * n * 4) as u64;
-    Ok(Outcome { kernel: "mamba1_scan", dtype, shape, result, passed, millis: Some(millis), bytes })
+    Ok(Outcome { kernel: "mamba1_scan", dtype: Some(dtype), shape, result, passed, millis: Some(millis), bytes })
 }
 
 fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
@@ -203,7 +204,7 @@ fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
     let result = format!("vs dense f32: nRMS {nrms:.1e} (< 5e-4), nMAX {nmax:.1e} (< 2e-2){}", if status_ok { "" } else { ", STATUS SET" });
     // Bytes of the six selected experts' weights, scales and biases (both matrices).
     let bytes = 2 * 6 * dff as u64 * (din as u64 * bits as u64 / 8 + 2 * dtype.size() as u64 * (din / 64) as u64);
-    Ok(Outcome { kernel: if bits == 4 { "moe routed 4b" } else { "moe routed 8b" }, dtype, shape: shape_text, result, passed, millis: Some(millis), bytes })
+    Ok(Outcome { kernel: if bits == 4 { "moe routed 4b" } else { "moe routed 8b" }, dtype: Some(dtype), shape: shape_text, result, passed, millis: Some(millis), bytes })
 }
 
 fn moe4_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
@@ -214,17 +215,51 @@ fn moe8_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     moe_case(device, dtype, 8)
 }
 
+/// The probe kernel (every wave primitive: ids, shuffles, broadcast, wave sum,
+/// workgroup memory across a barrier) on `device`, compared word for word with
+/// the same launch on the CPU emulator.
+fn probe_case(device: &Device) -> Result<Outcome> {
+    use kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+    let groups = 3u32;
+    let shape = format!("{groups} x {WORKGROUP_SIZE} threads");
+    let words = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
+    let dims = crate::runtime::LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES };
+    let run_on = |dev: &Device| -> Result<(Vec<u32>, f64)> {
+        let kernel = dev.kernel("probe")?;
+        let mut out = dev.alloc::<u32>(words)?;
+        out.fill_bytes(0)?;
+        let args = [crate::runtime::ArgValue::Ptr(out.ptr())];
+        let millis = time_launches(dev, 3, || unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) })?;
+        Ok((out.download()?, millis))
+    };
+    let (got, millis) = run_on(device)?;
+    let (want, _) = run_on(&Device::cpu())?;
+    let (result, passed) = match got.iter().zip(&want).position(|(g, w)| g != w) {
+        None => ("identical to the CPU emulator".to_string(), true),
+        Some(i) => (format!("MISMATCH at thread {} word {}: {:#010x} vs emulator {:#010x}", i / WORDS_PER_LANE, i % WORDS_PER_LANE, got[i], want[i]), false),
+    };
+    Ok(Outcome { kernel: "probe", dtype: None, shape, result, passed, millis: Some(millis), bytes: (words * 4) as u64 })
+}
+
 /// Runs every case on `device`.
 pub fn run(device: &Device) -> Vec<Outcome> {
     type Case = fn(&Device, Dtype) -> Result<Outcome>;
     let cases: [(&'static str, Case); 5] =
         [("xielu", xielu_case), ("add3_layer_norm", add3_case), ("mamba1_scan", mamba_case), ("moe routed 4b", moe4_case), ("moe routed 8b", moe8_case)];
-    let mut out = Vec::new();
+    let mut out = vec![probe_case(device).unwrap_or_else(|e| Outcome {
+        kernel: "probe",
+        dtype: None,
+        shape: String::new(),
+        result: format!("ERROR: {e}"),
+        passed: false,
+        millis: None,
+        bytes: 0,
+    })];
     for (name, case) in cases {
         for dtype in Dtype::ALL {
             out.push(case(device, dtype).unwrap_or_else(|e| Outcome {
                 kernel: name,
-                dtype,
+                dtype: Some(dtype),
                 shape: String::new(),
                 result: format!("ERROR: {e}"),
                 passed: false,
@@ -255,7 +290,7 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
             Some(ms) => (format!("{:.1}", ms * 1e3), format!("{:.1}", o.bytes as f64 / (ms * 1e-3) / 1e9)),
             None => ("-".into(), "-".into()),
         };
-        writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  {}", o.kernel, o.dtype.name(), o.shape, t, bw, o.result).unwrap();
+        writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  {}", o.kernel, o.dtype.map_or("-", Dtype::name), o.shape, t, bw, o.result).unwrap();
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
     writeln!(s, "\n{} passed, {} failed", outcomes.len() - failed, failed).unwrap();
