@@ -41,8 +41,8 @@ pub(crate) fn check_len(argument: &'static str, buf: &DeviceBuffer<u8>, elems: u
     Ok(())
 }
 
-/// Refuses a launch on a device other than the one the buffers live on is the
-/// caller's business; this checks that `device` can run `base` for `dtype`.
+/// The kernel `base` for `dtype` on `device`, through the lookup the availability
+/// predicates use, so a launch fails exactly when its predicate says false.
 pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<crate::runtime::Kernel> {
     device.kernel(&symbol(base, dtype))
 }
