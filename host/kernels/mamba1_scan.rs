@@ -7,7 +7,7 @@
 //! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
 //! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
 
-use kernels_device::geometry::mamba1_scan::{CHANNELS_PER_WORKGROUP, MAX_BATCH, MAX_N, WORKGROUP_SIZE};
+use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_SIZE, channels_per_workgroup};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -107,10 +107,11 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
     })
 }
 
-/// The launch geometry: 8 channels (one wave each) per workgroup of 256 threads,
-/// grid `[ceil(dm / 8), batch, 1]`, no workgroup memory.
-pub fn dims(batch: u32, dm: u32) -> LaunchDims {
-    LaunchDims { grid: [dm.div_ceil(CHANNELS_PER_WORKGROUP), batch, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+/// The launch geometry: workgroups of 256 threads carrying
+/// `channels_per_workgroup(n)` channels (8 for N > 16, one per wave; 16 for
+/// N <= 16, two per wave), grid `[ceil(dm / channels), batch, 1]`, no workgroup memory.
+pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
+    LaunchDims { grid: [dm.div_ceil(channels_per_workgroup(n)), batch, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
 }
 
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
@@ -154,7 +155,7 @@ pub unsafe fn launch(device: &Device, dtype: Dtype, p: ScanPointers, batch: u32,
         ArgValue::U32(dm),
         ArgValue::U32(n),
     ];
-    unsafe { device.launch(&kernel, dims(batch, dm), &args, stream) }
+    unsafe { device.launch(&kernel, dims(batch, dm, n), &args, stream) }
 }
 
 /// Byte buffers of one [`run`]. `a`, `state_in` and `state_out` hold f32; the

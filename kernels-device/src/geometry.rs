@@ -51,10 +51,22 @@ pub mod add3_layer_norm {
 
 /// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.
 pub mod mamba1_scan {
-    /// Channels (one wave each) per workgroup: grid x = `ceil(Dm / 8)`, grid y = B.
-    pub const CHANNELS_PER_WORKGROUP: u32 = 8;
+    /// Waves per workgroup.
+    pub const WAVES_PER_WORKGROUP: u32 = 8;
     /// Threads per workgroup.
-    pub const WORKGROUP_SIZE: u32 = CHANNELS_PER_WORKGROUP * super::WAVE_SIZE;
+    pub const WORKGROUP_SIZE: u32 = WAVES_PER_WORKGROUP * super::WAVE_SIZE;
+    /// Up to this N, a wave carries two channels: lanes 0..16 one, lanes 16..32
+    /// the next (lane `16 * h + n` holds column n), and the sum over n folds the
+    /// 16 lanes of a half. Above it, a wave carries one channel over all 32 lanes.
+    pub const HALF_WAVE_MAX_N: u32 = super::WAVE_SIZE / 2;
+    /// Lanes that carry one channel for state size `n`.
+    pub const fn lanes_per_channel(n: u32) -> u32 {
+        if n <= HALF_WAVE_MAX_N { super::WAVE_SIZE / 2 } else { super::WAVE_SIZE }
+    }
+    /// Channels per workgroup for state size `n`: grid x = `ceil(Dm / this)`, grid y = B.
+    pub const fn channels_per_workgroup(n: u32) -> u32 {
+        WAVES_PER_WORKGROUP * (super::WAVE_SIZE / lanes_per_channel(n))
+    }
     /// The largest state size N: one state column per lane. Larger N is refused.
     pub const MAX_N: u32 = super::WAVE_SIZE;
     /// Time steps per iteration of the unrolled loop (inputs of all of them loaded

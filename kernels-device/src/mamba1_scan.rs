@@ -6,12 +6,19 @@
 //! y[b,t,d]  = sum_n s[b,d,n] * C[b,t,n]  +  x[b,t,d] * Dskip[d]
 //! ```
 //!
-//! **Mapping.** One wave of 32 lanes per (b, d); lane `n` holds state column `n`
-//! in an f32 register for the whole sequence. [`CHANNELS_PER_WORKGROUP`] = 8
-//! channels (waves) per workgroup: grid x = `ceil(Dm / 8)`, grid y = B. A wave
-//! whose channel is past Dm leaves at once, as a whole (no barrier is used, so the
-//! other waves of its workgroup are unaffected). Lanes `n >= N` follow lane 0's
-//! addresses (so every load is in bounds and the control flow stays uniform) but
+//! **Mapping.** For N > 16, the reference mapping: one wave of 32 lanes per
+//! (b, d), lane `n` holds state column `n` in an f32 register for the whole
+//! sequence, 8 channels (waves) per workgroup, and the sum over n is a butterfly
+//! over all 32 lanes. For N <= 16 (the usual 16) a wave carries two channels,
+//! one per 16-lane half, lane `16 h + n` holding column `n` of channel `2 w + h`,
+//! and the sum folds the 16 lanes of each half: the lanes that held nothing in
+//! the reference mapping do the next channel's work, so each step costs half the
+//! wave instructions per channel. 16 channels per workgroup then
+//! ([`channels_per_workgroup`]); grid x = `ceil(Dm / channels)`, grid y = B. A
+//! wave whose first channel is past Dm leaves at once, as a whole (no barrier is
+//! used, so the other waves of its workgroup are unaffected); a second channel
+//! past Dm follows the first one's addresses and stores nothing. Lanes `n >= N`
+//! follow column 0's addresses (every load in bounds, control flow uniform) but
 //! contribute exactly `+0.0` to the sum and store nothing.
 //!
 //! **Operation order** (f32 throughout, `T` inputs widened exactly; this is the
@@ -21,27 +28,31 @@
 //! u     = (dt * x) * B[b,t,n]       # two f32 multiplies, dt*x first
 //! s     = fma(decay, s, u)          # the only operation on the recurrence's critical path
 //! p     = s * C[b,t,n]              # +0.0 on lanes n >= N
-//! y     = T(wave_sum(p) + x * Dskip[d])   # xor butterfly 16, 8, 4, 2, 1 over all 32 lanes,
-//!                                         # then one f32 multiply and one add; rounded once
+//! y     = T(sum(p) + x * Dskip[d])  # xor butterfly 16, 8, 4, 2, 1 over 32 lanes (N > 16),
+//!                                   # or 8, 4, 2, 1 over a half (N <= 16); then one f32
+//!                                   # multiply and one add; rounded once
 //! ```
 //!
 //! **Schedule.** The time loop is unrolled by [`UNROLL`] = 8 steps. First every
 //! input of the 8 steps is loaded: dt and x of all 8 steps in one load instruction
-//! (lane `j < 8` reads dt of step `t + j`, lane `8 + j` reads x of step `t + j`;
-//! each value is then broadcast from its lane, a `readlane` into a scalar register
-//! on amdgpu), then B and C of each step (16 independent loads in flight). Then the
+//! (lane `j < 8` of a channel reads dt of step `t + j`, lane `8 + j` reads x of
+//! step `t + j`; each value is then broadcast from its lane: a `readlane` into a
+//! scalar register on amdgpu for one channel per wave, a lane exchange for two),
+//! then B and C of each step (16 independent loads in flight). Then the
 //! 8 exponentials and `u` values (they do not depend on the state), then the 8
 //! fused multiply-adds of the recurrence back to back, then the 8 wave sums (40
-//! independent lane exchanges); lane `k` keeps step `k`'s output, so lanes 0..7
-//! store the 8 `y` values with one store instruction. A remainder loop does the
+//! independent lane exchanges); lane `k` of a channel keeps step `k`'s output, so
+//! 8 lanes store the 8 `y` values with one store instruction. A remainder loop does the
 //! last `L % 8` steps one at a time with the same operations in the same order, so
 //! the result does not depend on where a step falls: a scan over L1 + L2 steps
 //! equals, bit for bit, a scan over L1 steps followed by one over L2 steps from its
 //! state. There is one schedule for every L (no chunking over L).
 //!
-//! Measured on an H200 (CUDA backend, bf16, B = 1, Dm = 8192, N = 16, L = 512):
-//! 642 ns per step, against 712 ns with 8 separate uniform loads of dt and x per
-//! chunk and 692 ns with a 16-step unroll (more registers, fewer resident waves).
+//! Measured on an H200 with one channel per wave (CUDA backend, bf16, B = 1,
+//! Dm = 8192, N = 16, L = 512): 642 ns per step, against 712 ns with 8 separate
+//! uniform loads of dt and x per chunk and 692 ns with a 16-step unroll (more
+//! registers, fewer resident waves); `docs/performance.md` has the two-channel
+//! numbers.
 //! The kernel is bound by instruction issue there: about 90 instructions per step
 //! and lane, of which `crate::num::exp` (with its branches) is about a third.
 //!
@@ -51,7 +62,7 @@
 
 use core::f32::math::mul_add;
 
-use crate::geometry::mamba1_scan::{CHANNELS_PER_WORKGROUP, MAX_N, UNROLL};
+use crate::geometry::mamba1_scan::{MAX_N, UNROLL, WAVES_PER_WORKGROUP, channels_per_workgroup, lanes_per_channel};
 use crate::num::{Elem, exp};
 use crate::wave;
 
@@ -71,10 +82,30 @@ macro_rules! for_each_step {
 // The cooperative load of dt and x needs 2 * UNROLL lanes.
 const _: () = assert!(2 * UNROLL as u32 <= wave::WAVE_SIZE);
 
-/// `wave_sum(p) + x * dskip`: the step's output before its one rounding to `T`.
+/// The sum of `p` over the lanes of a channel, as a xor butterfly: over all 32
+/// lanes (m = 16, 8, 4, 2, 1) when a wave carries one channel, over each half
+/// (m = 8, 4, 2, 1) when it carries two.
 #[inline(always)]
-fn output(p: f32, x: f32, dskip: f32) -> f32 {
-    wave::wave_sum_f32(p) + x * dskip
+fn channel_sum(p: f32, half: bool) -> f32 {
+    let p = if half { p } else { p + wave::shfl_xor_f32::<16>(p) };
+    let p = p + wave::shfl_xor_f32::<8>(p);
+    let p = p + wave::shfl_xor_f32::<4>(p);
+    let p = p + wave::shfl_xor_f32::<2>(p);
+    p + wave::shfl_xor_f32::<1>(p)
+}
+
+/// `channel_sum(p) + x * dskip`: the step's output before its one rounding to `T`.
+#[inline(always)]
+fn output(p: f32, x: f32, dskip: f32, half: bool) -> f32 {
+    channel_sum(p, half) + x * dskip
+}
+
+/// Lane `base + src`'s value, where `base` is 0 or 16 and `src` is constant:
+/// a readlane into a scalar register when the wave carries one channel (base 0),
+/// a lane exchange when it carries two.
+#[inline(always)]
+fn from_lane<const SRC: u32>(v: f32, half: bool, base: u32) -> f32 {
+    if half { f32::from_bits(wave::shfl_idx_u32(v.to_bits(), base + SRC)) } else { wave::broadcast_f32::<SRC>(v) }
 }
 
 /// # Safety
@@ -102,15 +133,26 @@ pub unsafe fn mamba1_scan<T: Elem>(
     n: u32,
 ) {
     let b = wave::workgroup_id_y();
-    let d = wave::workgroup_id_x() as u64 * CHANNELS_PER_WORKGROUP as u64 + wave::wave_id() as u64;
-    // Uniform over the wave (d depends only on the wave): the whole wave leaves.
-    if b >= batch || d >= dm as u64 || len == 0 || n == 0 || n > MAX_N {
+    // One channel per wave for N > 16; two (one per 16-lane half) for N <= 16.
+    let half = n <= crate::geometry::mamba1_scan::HALF_WAVE_MAX_N;
+    let per_wave = wave::WAVE_SIZE / lanes_per_channel(n);
+    let wave_first = wave::workgroup_id_x() as u64 * channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
+    // Uniform over the wave: the whole wave leaves.
+    if b >= batch || wave_first >= dm as u64 || len == 0 || n == 0 || n > MAX_N || wave::wave_id() >= WAVES_PER_WORKGROUP {
         return;
     }
     let lane = wave::lane_id();
-    let active = lane < n;
-    // Lanes past N shadow lane 0: in-bounds loads, no divergent branches.
-    let col = if active { lane as usize } else { 0 };
+    // `base`: the first lane of this lane's channel (0, or 16 for the second half).
+    let base = if half { lane & 16 } else { 0 };
+    let col_lane = lane - base;
+    let d = wave_first + (base / 16) as u64;
+    // A second channel past Dm follows the first one's addresses and stores nothing,
+    // so that every lane still takes part in every exchange.
+    let channel_ok = d < dm as u64;
+    let d = if channel_ok { d } else { wave_first };
+    let active = channel_ok && col_lane < n;
+    // Lanes past N shadow column 0: in-bounds loads, no divergent branches.
+    let col = if col_lane < n { col_lane as usize } else { 0 };
     let (b, d, len, dm, n) = (b as usize, d as usize, len as usize, dm as usize, n as usize);
 
     unsafe {
@@ -132,18 +174,18 @@ pub unsafe fn mamba1_scan<T: Elem>(
             // dt and x of the 8 steps in one load: lane j < 8 reads dt of step
             // t + j, lane 8 + j reads x of step t + j; each is then broadcast
             // from its lane (readlane on amdgpu, a register of the scalar unit).
-            let j = (lane % UNROLL as u32) as usize;
-            let coop = if lane < UNROLL as u32 {
+            let j = (col_lane % UNROLL as u32) as usize;
+            let coop = if col_lane < UNROLL as u32 {
                 dt_c.add((t + j) * dm).read().to_f32()
-            } else if lane < 2 * UNROLL as u32 {
+            } else if col_lane < 2 * UNROLL as u32 {
                 x_c.add((t + j) * dm).read().to_f32()
             } else {
                 0.0
             };
             let (mut dtv, mut xv, mut bv, mut cv) = ([0.0f32; UNROLL], [0.0f32; UNROLL], [0.0f32; UNROLL], [0.0f32; UNROLL]);
             for_each_step!(k, K => {
-                dtv[k] = wave::broadcast_f32::<K>(coop);
-                xv[k] = wave::broadcast_f32::<{ K + UNROLL as u32 }>(coop);
+                dtv[k] = from_lane::<K>(coop, half, base);
+                xv[k] = from_lane::<{ K + UNROLL as u32 }>(coop, half, base);
                 bv[k] = b_c.add((t + k) * n).read().to_f32();
                 cv[k] = c_c.add((t + k) * n).read().to_f32();
             });
@@ -163,13 +205,13 @@ pub unsafe fn mamba1_scan<T: Elem>(
             // 4. The 8 sums (every lane gets each); lane k keeps step k's output and stores it.
             let mut mine = 0.0f32;
             for_each_step!(k, _K => {
-                let yk = output(p[k], xv[k], dsk);
-                if lane == k as u32 {
+                let yk = output(p[k], xv[k], dsk, half);
+                if col_lane == k as u32 {
                     mine = yk;
                 }
             });
-            if lane < UNROLL as u32 {
-                y_c.add((t + lane as usize) * dm).write(T::from_f32(mine));
+            if channel_ok && col_lane < UNROLL as u32 {
+                y_c.add((t + col_lane as usize) * dm).write(T::from_f32(mine));
             }
             t += UNROLL;
         }
@@ -183,8 +225,8 @@ pub unsafe fn mamba1_scan<T: Elem>(
             let u = (dtk * xk) * bk;
             s = mul_add(decay, s, u);
             let p = if active { s * ck } else { 0.0 };
-            let yk = output(p, xk, dsk);
-            if lane == 0 {
+            let yk = output(p, xk, dsk, half);
+            if channel_ok && col_lane == 0 {
                 y_c.add(t * dm).write(T::from_f32(yk));
             }
             t += 1;
