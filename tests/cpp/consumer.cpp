@@ -90,6 +90,94 @@ int main() {
         }
     }
 
+    // mamba1_scan, f32: B 1, L 5, Dm 3, N 4, carried state, against a plain loop.
+    {
+        const uint32_t L = 5, Dm = 3, N = 4;
+        std::vector<float> mx(L * Dm), mdt(L * Dm), mb(L * N), mc(L * N), ma(Dm * N), md(Dm), s0(Dm * N), my(L * Dm), s1(Dm * N);
+        for (uint32_t i = 0; i < L * Dm; ++i) { mx[i] = std::sin(0.7f * i); mdt[i] = 0.1f + 0.05f * (i % 5); }
+        for (uint32_t i = 0; i < L * N; ++i) { mb[i] = std::cos(0.3f * i); mc[i] = std::sin(0.2f * i + 1.0f); }
+        for (uint32_t i = 0; i < Dm * N; ++i) { ma[i] = -0.5f - 0.1f * i; s0[i] = 0.01f * i; }
+        for (uint32_t i = 0; i < Dm; ++i) md[i] = 0.5f + i;
+        CHECK(mlxcel_amdgpu_mamba1_scan_available(MLXCEL_AMDGPU_F32), "mamba1_scan unavailable");
+        st = mlxcel_amdgpu_mamba1_scan(MLXCEL_AMDGPU_F32, mx.data(), mdt.data(), mb.data(), mc.data(), ma.data(), md.data(),
+                                       s0.data(), my.data(), s1.data(), 1, L, Dm, N, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK, "mamba1_scan: %s", mlxcel_amdgpu_last_error());
+        std::vector<double> s(s0.begin(), s0.end());
+        for (uint32_t t = 0; t < L; ++t) {
+            for (uint32_t d = 0; d < Dm; ++d) {
+                double dt = mdt[t * Dm + d], x = mx[t * Dm + d], y = 0;
+                for (uint32_t n = 0; n < N; ++n) {
+                    double &sn = s[d * N + n];
+                    sn = std::exp(dt * ma[d * N + n]) * sn + dt * x * mb[t * N + n];
+                    y += sn * mc[t * N + n];
+                }
+                y += x * md[d];
+                CHECK(std::fabs(y - my[t * Dm + d]) < 1e-5 * (1 + std::fabs(y)), "mamba y[%u,%u]: got %g want %g", t, d, my[t * Dm + d], y);
+            }
+        }
+        for (uint32_t i = 0; i < Dm * N; ++i)
+            CHECK(std::fabs(s[i] - s1[i]) < 1e-5 * (1 + std::fabs(s[i])), "mamba state[%u]: got %g want %g", i, s1[i], s[i]);
+        st = mlxcel_amdgpu_mamba1_scan(MLXCEL_AMDGPU_F32, mx.data(), mdt.data(), mb.data(), mc.data(), ma.data(), md.data(),
+                                       s0.data(), my.data(), s1.data(), 1, L, Dm, 33, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "mamba N = 33: status %d", (int)st);
+    }
+
+    // The routed MoE forward, f32, 8-bit, group size 32: E 2, K 2, Din 64, Dff 32.
+    {
+        MlxcelAmdgpuMoeShape shape = {2, 2, 64, 32, 8, 32};
+        const uint32_t E = 2, K = 2, Din = 64, Dff = 32, gs = 32;
+        // Packed codes: value j of a row is code (row * 7 + j) % 256, four per word, least significant first.
+        auto pack = [](uint32_t rows, uint32_t cols) {
+            std::vector<uint32_t> w(rows * cols / 4);
+            for (uint32_t r = 0; r < rows; ++r)
+                for (uint32_t c = 0; c < cols; ++c) w[(r * cols + c) / 4] |= ((r * 7 + c) % 256u) << (8 * (c % 4));
+            return w;
+        };
+        std::vector<uint32_t> w1 = pack(E * Dff, Din), w2 = pack(E * Din, Dff);
+        std::vector<float> s1(E * Dff * Din / gs), b1(s1.size()), s2(E * Din * Dff / gs), b2(s2.size());
+        for (size_t i = 0; i < s1.size(); ++i) { s1[i] = 0.001f * (1 + i % 3); b1[i] = -0.1f + 0.01f * (i % 5); }
+        for (size_t i = 0; i < s2.size(); ++i) { s2[i] = 0.002f * (1 + i % 2); b2[i] = -0.05f + 0.01f * (i % 7); }
+        std::vector<float> mxin(Din), scores = {0.75f, 0.25f}, out(Din);
+        for (uint32_t i = 0; i < Din; ++i) mxin[i] = std::sin(0.1f * i);
+        std::vector<uint32_t> idx = {1, 0};
+        uint32_t status = 0;
+        std::vector<unsigned char> scratch(mlxcel_amdgpu_moe_scratch_bytes(K, Din, Dff));
+        CHECK(mlxcel_amdgpu_moe_available(MLXCEL_AMDGPU_F32), "moe unavailable");
+        st = mlxcel_amdgpu_moe_routed_forward(MLXCEL_AMDGPU_F32, shape, mxin.data(), idx.data(), scores.data(), w1.data(), s1.data(),
+                                              b1.data(), w2.data(), s2.data(), b2.data(), out.data(), scratch.data(),
+                                              scratch.size(), &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe routed: %s (status %u)", mlxcel_amdgpu_last_error(), status);
+        auto weight = [&](const std::vector<float>& sc, const std::vector<float>& bi, uint32_t row, uint32_t col, uint32_t cols) {
+            return double((row * 7 + col) % 256u) * sc[(row * cols + col) / gs] + bi[(row * cols + col) / gs];
+        };
+        for (uint32_t h = 0; h < Din; ++h) {
+            double want = 0;
+            for (uint32_t k = 0; k < K; ++k) {
+                double part = 0;
+                for (uint32_t f = 0; f < Dff; ++f) {
+                    double a = 0;
+                    for (uint32_t i = 0; i < Din; ++i) a += mxin[i] * weight(s1, b1, idx[k] * Dff + f, i, Din);
+                    a = a > 0 ? a * a : 0;
+                    part += a * weight(s2, b2, idx[k] * Din + h, f, Dff);
+                }
+                want += scores[k] * part;
+            }
+            CHECK(std::fabs(want - out[h]) < 1e-4 * (1 + std::fabs(want)), "moe out[%u]: got %g want %g", h, out[h], want);
+        }
+        // An expert id past E: NaN output and the slot in the status word, no out-of-bounds read.
+        idx[1] = 5;
+        st = mlxcel_amdgpu_moe_routed_forward(MLXCEL_AMDGPU_F32, shape, mxin.data(), idx.data(), scores.data(), w1.data(), s1.data(),
+                                              b1.data(), w2.data(), s2.data(), b2.data(), out.data(), scratch.data(),
+                                              scratch.size(), &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 2 && std::isnan(out[0]), "bad expert id: status %u, out[0] %g", status, out[0]);
+        shape.bits = 5;
+        st = mlxcel_amdgpu_moe_routed_forward(MLXCEL_AMDGPU_F32, shape, mxin.data(), idx.data(), scores.data(), w1.data(), s1.data(),
+                                              b1.data(), w2.data(), s2.data(), b2.data(), out.data(), scratch.data(),
+                                              scratch.size(), &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "bits = 5: status %d", (int)st);
+        std::printf("bits = 5 refused: %s\n", mlxcel_amdgpu_last_error());
+    }
+
     // Error paths: nothing launched, a status and a message naming the argument.
     st = mlxcel_amdgpu_add3_layer_norm(MLXCEL_AMDGPU_F32, a.data(), b.data(), xr.data(), w.data(), nullptr,
                                        x_new.data(), h.data(), 1, 7000, 1e-5f, nullptr);
