@@ -4,17 +4,30 @@
 use mlxcel_amdgpu::reference::{self, Dtype};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer};
 
-/// Every backend present on this machine: the CPU emulator always; HIP and
-/// CUDA when a device exists. An absent backend is skipped with a printed reason.
+/// Every backend present on this machine that can run the kernels: the CPU
+/// emulator always; HIP and CUDA when a device exists and a kernel binary for it
+/// is loaded. Anything skipped is skipped with a printed reason (for example a
+/// wave64 AMD GPU, which has a HIP device but no kernels).
+///
+/// `MLXCEL_AMDGPU_EXPECT_HIP=1` (on the AMD machine) and `MLXCEL_AMDGPU_EXPECT_CUDA=1`
+/// (on the NVIDIA one) turn a skipped HIP or CUDA device into a test failure, so
+/// that a run meant to exercise a GPU cannot pass on the emulator alone.
 pub fn devices() -> Vec<Device> {
     let mut out = Vec::new();
-    for kind in [BackendKind::Hip, BackendKind::Cuda] {
+    for (kind, expect_env) in [(BackendKind::Hip, "MLXCEL_AMDGPU_EXPECT_HIP"), (BackendKind::Cuda, "MLXCEL_AMDGPU_EXPECT_CUDA")] {
+        let skipped = |why: String| {
+            assert!(std::env::var_os(expect_env).is_none(), "{expect_env} is set but the {kind} backend was skipped: {why}");
+            eprintln!("[backend] {kind}: skipped: {why}");
+        };
         match Device::open(kind) {
-            Ok(d) => {
-                eprintln!("[backend] {kind}: {} ({}), kernels: {:?}", d.info().name, d.info().arch, d.info().kernels);
-                out.push(d);
-            }
-            Err(e) => eprintln!("[backend] {kind}: skipped: {e}"),
+            Ok(d) => match &d.info().kernels {
+                Ok(k) => {
+                    eprintln!("[backend] {kind}: {} ({}), kernels: {k}", d.info().name, d.info().arch);
+                    out.push(d);
+                }
+                Err(why) => skipped(format!("{} ({}) has no kernels: {why}", d.info().name, d.info().arch)),
+            },
+            Err(e) => skipped(e.to_string()),
         }
     }
     out.push(Device::cpu());
