@@ -293,6 +293,12 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
         writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  {}", o.kernel, o.dtype.map_or("-", Dtype::name), o.shape, t, bw, o.result).unwrap();
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
-    writeln!(s, "\n{} passed, {} failed", outcomes.len() - failed, failed).unwrap();
+    let not_run = outcomes.iter().filter(|o| o.passed && o.millis.is_none()).count();
+    let passed = outcomes.len() - failed - not_run;
+    if not_run == 0 {
+        writeln!(s, "\n{passed} passed, {failed} failed").unwrap();
+    } else {
+        writeln!(s, "\n{passed} passed, {failed} failed, {not_run} not run (unavailable here)").unwrap();
+    }
     s
 }
