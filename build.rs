@@ -16,7 +16,6 @@
 //! GPU target and a rebuild with nothing changed does no work.
 
 #[path = "host/code_object.rs"]
-#[allow(dead_code)]
 mod code_object;
 #[path = "host/audit.rs"]
 #[allow(dead_code)]

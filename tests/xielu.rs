@@ -59,7 +59,7 @@ fn tails_misalignment_and_in_place_give_the_same_bits() {
                 for offset in [0usize, 1] {
                     let x = &all[offset..offset + n];
                     let buf = upload(&dev, dtype, &all[..offset + n]);
-                    let mut out = sentinel(&dev, dtype, offset + n);
+                    let out = sentinel(&dev, dtype, offset + n);
                     let es = dtype.size() as u64;
                     unsafe { xielu::launch(&dev, dtype, buf.ptr() + es * offset as u64, out.ptr() + es * offset as u64, n as u64, P, Stream::DEFAULT) }.unwrap();
                     let got = download_bits(dtype, &out);

@@ -26,7 +26,7 @@ pub(crate) fn check_ptr(argument: &'static str, ptr: u64, align: usize) -> Resul
     if ptr == 0 {
         return Err(Error::invalid(argument, "is a null pointer"));
     }
-    if ptr % align as u64 != 0 {
+    if !ptr.is_multiple_of(align as u64) {
         return Err(Error::invalid(argument, format!("pointer {ptr:#x} is not aligned to {align} bytes")));
     }
     Ok(())

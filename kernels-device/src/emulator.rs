@@ -122,7 +122,7 @@ const WORKGROUP_MEM_FILL: u8 = 0xA5;
 /// `kernel` may dereference raw pointers it captured: the caller guarantees they
 /// are valid for what the kernel does with them.
 pub unsafe fn launch(cfg: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), EmulatorError> {
-    if cfg.workgroup_size == 0 || cfg.workgroup_size % WAVE_SIZE != 0 || cfg.workgroup_size > 1024 {
+    if cfg.workgroup_size == 0 || !cfg.workgroup_size.is_multiple_of(WAVE_SIZE) || cfg.workgroup_size > 1024 {
         return Err(EmulatorError(format!(
             "workgroup size {} must be a non-zero multiple of {WAVE_SIZE}, at most 1024",
             cfg.workgroup_size
