@@ -95,6 +95,9 @@ pub struct KernelInfo {
     pub max_flat_workgroup_size: u32,
     /// Whether the symbol table defines `symbol` as a 64-byte object.
     pub has_descriptor_symbol: bool,
+    /// The floating-point modes the kernel descriptor sets (`COMPUTE_PGM_RSRC1`),
+    /// when the descriptor's bytes are in the file.
+    pub float_modes: Option<FloatModes>,
     /// `.agpr_count` (0 when absent).
     pub agpr_count: u32,
     /// `.uniform_work_group_size`, when present.
@@ -118,6 +121,34 @@ pub struct ArgInfo {
     pub address_space: Option<String>,
     /// `.actual_access` (`read_only`, `write_only`, `read_write`), when present.
     pub actual_access: Option<String>,
+}
+
+/// The floating-point modes of a kernel, from `COMPUTE_PGM_RSRC1` of its
+/// descriptor (bits 12-19). The bit-exact contracts need round to nearest even
+/// (0) and denormals kept, in and out (3), as on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloatModes {
+    pub round_32: u8,
+    pub round_16_64: u8,
+    pub denorm_32: u8,
+    pub denorm_16_64: u8,
+}
+
+impl FloatModes {
+    /// Byte offset of `COMPUTE_PGM_RSRC1` in a kernel descriptor.
+    const RSRC1_OFFSET: usize = 48;
+
+    fn from_descriptor(kd: &[u8]) -> Option<FloatModes> {
+        let bytes: [u8; 4] = kd.get(Self::RSRC1_OFFSET..Self::RSRC1_OFFSET + 4)?.try_into().ok()?;
+        let rsrc1 = u32::from_le_bytes(bytes);
+        let field = |shift: u32| ((rsrc1 >> shift) & 3) as u8;
+        Some(FloatModes { round_32: field(12), round_16_64: field(14), denorm_32: field(16), denorm_16_64: field(18) })
+    }
+
+    /// Round to nearest even and denormals preserved, for every precision.
+    pub fn is_ieee_exact(&self) -> bool {
+        self.round_32 == 0 && self.round_16_64 == 0 && self.denorm_32 == 3 && self.denorm_16_64 == 3
+    }
 }
 
 impl ArgInfo {
@@ -200,7 +231,9 @@ impl CodeObject {
         let mut co = parse_metadata(&root)?;
         co.undefined_symbols = undefined_symbols(endian, data, &sections)?;
         for k in &mut co.kernels {
-            k.has_descriptor_symbol = descriptors.contains(&k.symbol.as_bytes());
+            let found = descriptors.iter().find(|(name, _)| *name == k.symbol.as_bytes());
+            k.has_descriptor_symbol = found.is_some();
+            k.float_modes = found.and_then(|(_, bytes)| bytes.and_then(FloatModes::from_descriptor));
         }
         co.mach = e_flags & EF_AMDGPU_MACH;
         co.e_flags = e_flags;
@@ -265,6 +298,14 @@ impl CodeObject {
                 ));
                 continue;
             };
+            if let Some(m) = k.float_modes
+                && !m.is_ieee_exact()
+            {
+                problems.push(format!(
+                    "kernel `{name}`: floating-point modes {m:?}; the contracts need round to nearest even (0) \
+                     and denormals preserved (3)"
+                ));
+            }
             if !k.has_descriptor_symbol {
                 problems.push(format!(
                     "kernel `{name}`: no {KERNEL_DESCRIPTOR_SIZE}-byte kernel descriptor symbol `{}`",
@@ -593,7 +634,7 @@ fn descriptor_symbols<'data>(
     endian: Endianness,
     data: &'data [u8],
     sections: &Sections<'data>,
-) -> Result<Vec<&'data [u8]>, CodeObjectError> {
+) -> Result<Vec<(&'data [u8], Option<&'data [u8]>)>, CodeObjectError> {
     let mut names = Vec::new();
     for (sh_type, what) in [(elf::SHT_SYMTAB, ".symtab"), (elf::SHT_DYNSYM, ".dynsym")] {
         let table = sections
@@ -609,7 +650,16 @@ fn descriptor_symbols<'data>(
             let name = table
                 .symbol_name(endian, sym)
                 .map_err(|e| CodeObjectError(format!("bad symbol name in {what}: {e}")))?;
-            names.push(name);
+            // The descriptor's bytes: the symbol's address within its section's file data.
+            let bytes = sections
+                .section(object::SectionIndex(sym.st_shndx(endian) as usize))
+                .ok()
+                .and_then(|sh| {
+                    let start = sym.st_value(endian).checked_sub(sh.sh_addr(endian))?;
+                    let file = sh.data(endian, data).ok()?;
+                    file.get(start as usize..(start + KERNEL_DESCRIPTOR_SIZE) as usize)
+                });
+            names.push((name, bytes));
         }
     }
     Ok(names)
@@ -727,6 +777,7 @@ fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectErr
         kernarg_segment_align: required_u32(".kernarg_segment_align")?,
         max_flat_workgroup_size: required_u32(".max_flat_workgroup_size")?,
         has_descriptor_symbol: false,
+        float_modes: None,
         agpr_count: optional_u32(".agpr_count")?.unwrap_or(0),
         uniform_work_group_size: optional_bool(".uniform_work_group_size")?,
         dynamic_lds_size: optional_u32(".dynamic_lds_size")?,
