@@ -8,8 +8,12 @@
 //!   `hipStream_t` (or `CUstream` on the CUDA backend; ignored on the CPU
 //!   backend), NULL for the default stream. Launches are asynchronous.
 //! - One process-wide device, opened on first use: the backend named by
-//!   `mlxcel_amdgpu_select_backend` if it was called first, else
-//!   `MLXCEL_AMDGPU_BACKEND`, else HIP, then CUDA, then the CPU emulator.
+//!   `mlxcel_amdgpu_select_backend` if it was called first, else the one named
+//!   by `MLXCEL_AMDGPU_BACKEND`, else HIP device 0. There is no fallback to
+//!   another backend: the pointers a caller passes belong to one runtime, and
+//!   the CPU emulator must never be handed HIP device pointers. When the device
+//!   cannot be opened, every predicate answers false and every launch returns
+//!   `MLXCEL_AMDGPU_UNAVAILABLE` with the reason (the attempt is made once).
 //! - `mlxcel_amdgpu_<kernel>_available(dtype)` answers with the same lookup the
 //!   launch uses: when it says false, the launch fails with
 //!   `MLXCEL_AMDGPU_UNAVAILABLE` and touches no memory.
@@ -75,7 +79,8 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-static DEVICE: RwLock<Option<Device>> = RwLock::new(None);
+/// The process-wide device, or why it could not be opened; `None` until first use.
+static DEVICE: RwLock<Option<Result<Device>>> = RwLock::new(None);
 
 fn set_last_error(message: &str) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
@@ -110,16 +115,26 @@ fn guarded(f: impl FnOnce() -> Result<()>) -> MlxcelAmdgpuStatus {
     }
 }
 
-/// The process-wide device, opened on first use.
+/// The device of the C ABI when none was selected: `MLXCEL_AMDGPU_BACKEND` if
+/// set, else HIP device 0, with no fallback.
+fn open_default() -> Result<Device> {
+    match std::env::var(crate::runtime::BACKEND_ENV) {
+        Ok(name) => {
+            let kind = BackendKind::parse(name.trim())
+                .ok_or_else(|| Error::invalid(crate::runtime::BACKEND_ENV, format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
+            Device::open(kind)
+        }
+        Err(_) => Device::hip(0),
+    }
+}
+
+/// The process-wide device, opened on first use (see the module documentation).
 fn device() -> Result<Device> {
     if let Some(d) = DEVICE.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        return Ok(d.clone());
+        return d.clone();
     }
     let mut slot = DEVICE.write().unwrap_or_else(|e| e.into_inner());
-    if slot.is_none() {
-        *slot = Some(Device::default_device()?);
-    }
-    Ok(slot.as_ref().unwrap().clone())
+    slot.get_or_insert_with(open_default).clone()
 }
 
 /// Answers a predicate: false on any error or panic.
@@ -149,7 +164,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_select_backend(name: *const c_char) -> Ml
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
         let kind = BackendKind::parse(&name).ok_or_else(|| Error::invalid("name", format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
         let d = Device::open(kind)?;
-        *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(d);
+        *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(Ok(d));
         Ok(())
     })
 }

@@ -126,6 +126,8 @@ fn bad_shapes_and_pointers_are_refused_before_any_launch() {
     assert!(matches!(err, Error::InvalidArgument { argument: "h", .. }), "{err}");
     let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F32, p, 1, 8, f32::NAN, Stream::DEFAULT) }.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "eps", .. }), "{err}");
+    let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F32, p, 1 << 24, 8, EPS, Stream::DEFAULT) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { argument: "rows", .. }), "{err}");
     // rows = 0: nothing to do, nothing touched.
     unsafe { add3_layer_norm::launch(&dev, Dtype::F32, p, 0, 8, EPS, Stream::DEFAULT) }.unwrap();
 }

@@ -1,6 +1,6 @@
 //! Launcher of `add3_layer_norm` (spec/kernels.md section 2).
 
-use kernels_device::geometry::add3_layer_norm::{MAX_D, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+use kernels_device::geometry::add3_layer_norm::{MAX_D, MAX_ROWS, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -45,6 +45,9 @@ pub unsafe fn launch(device: &Device, dtype: Dtype, p: Add3Pointers, rows: u32, 
     }
     if !eps.is_finite() || eps < 0.0 {
         return Err(Error::invalid("eps", format!("{eps} must be finite and non-negative")));
+    }
+    if rows > MAX_ROWS {
+        return Err(Error::invalid("rows", format!("{rows} is more than one launch takes ({MAX_ROWS}); split the rows")));
     }
     if rows == 0 {
         return Ok(());

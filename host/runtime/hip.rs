@@ -1,34 +1,26 @@
 //! The HIP backend: AMD GPUs through the HIP runtime (`libamdhip64`), loaded
 //! at run time.
 //!
-//! # Why `cubecl-hip-sys` and not `hip-runtime-sys`
-//!
-//! `hip-runtime-sys` links `amdhip64` at link time and its build script panics
-//! when the HIP headers are missing, so the crate could neither build nor run
-//! its CPU tests on a machine without ROCm; its bindings are ROCm 5.4's.
-//! `cubecl-hip-sys` carries pre-generated bindings for ROCm 6.2 to 7.x and
-//! resolves every HIP symbol at run time with `libloading`: it builds without
-//! ROCm headers or libraries, and this library starts on any machine and only
-//! then finds out whether HIP is there.
-//!
-//! Its wrappers are `extern "C"` functions that panic (which aborts the
-//! process) when the library or a symbol is missing. So before the first call
-//! [`HipBackend::new`] checks, itself, that both libraries load and that every
-//! symbol this backend calls is exported.
+//! The runtime's functions are declared in [`super::hip_api`] and resolved from
+//! the library with `libloading`, so the crate builds without ROCm and a missing
+//! library or symbol is an error, never a panic (see that module for why no
+//! bindings crate is used).
 //!
 //! # What "available" means
 //!
-//! The HIP backend is available when `libamdhip64` and `libhiprtc` (ROCm 6.2 or
-//! newer) load from `$ROCM_PATH/lib`, `$HIP_PATH/lib` or the system library
-//! path, export every function used here, and the runtime reports at least one
+//! The HIP backend is available when `libamdhip64` (ROCm 6.4 or newer: the
+//! embedded code objects are code object v6, and the generic ones need the HIP
+//! runtime's support for generic targets, added in 6.4) loads from
+//! `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib` or the system library
+//! path, exports every function used here, and the runtime reports at least one
 //! device, of which `ordinal` is one. Otherwise [`HipBackend::new`] returns
 //! [`Error::BackendUnavailable`] saying what is missing.
 //!
 //! An available backend always opens (memory, copies and [`DeviceInfo`] work);
-//! its kernels are available only when the device runs 32-lane waves and an
+//! its kernels are available only when the device runs 32-lane waves, an
 //! embedded code object fits its architecture (the exact processor, else the
-//! family's LLVM generic target, see [`select_code_object`]) and passes the
-//! audit against the launchers' argument layout. Otherwise
+//! family's LLVM generic target, see [`select_code_object`]), passes the audit
+//! against the launchers' argument layout, and the runtime loads it. Otherwise
 //! [`DeviceInfo::kernels`] says why and no module is loaded.
 //!
 //! HIP's current device is per host thread: every operation first makes this
@@ -39,7 +31,7 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::ptr;
 
-use cubecl_hip_sys as sys;
+use super::hip_api as sys;
 
 use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, LaunchDims, PackedArgs, Stream};
 use crate::embedded::{AMDGPU_CODE_OBJECTS, EmbeddedCodeObject};
@@ -53,39 +45,13 @@ const HIP_LAUNCH_PARAM_BUFFER_SIZE: *mut c_void = ptr::without_provenance_mut(0x
 /// `HIP_LAUNCH_PARAM_END`: the end of `extra`.
 const HIP_LAUNCH_PARAM_END: *mut c_void = ptr::without_provenance_mut(0x03);
 
-/// Oldest HIP runtime accepted: 6.2 (`HIP_VERSION` = major * 10^7 + minor * 10^5 + patch).
-const MIN_HIP_VERSION: c_int = 60_200_000;
+/// Oldest HIP runtime accepted: 6.4 (`HIP_VERSION` = major * 10^7 + minor * 10^5
+/// + patch). Code object v6 loads from ROCm 6.3 on, generic targets from 6.4.
+const MIN_HIP_VERSION: c_int = 60_400_000;
 
 /// What to do when the runtime is missing or too old.
-const INSTALL_HINT: &str = "install ROCm 6.2 or newer (it provides libamdhip64 and libhiprtc) and, if it is not \
-     on the library search path, set ROCM_PATH to its prefix (e.g. ROCM_PATH=/opt/rocm)";
-
-/// Every HIP function this backend calls; checked before the first call,
-/// because the bindings abort the process on a missing symbol.
-const REQUIRED_SYMBOLS: &[&str] = &[
-    "hipRuntimeGetVersion",
-    "hipGetErrorName",
-    "hipGetErrorString",
-    "hipGetDeviceCount",
-    "hipSetDevice",
-    "hipGetDevicePropertiesR0600",
-    "hipModuleLoadData",
-    "hipModuleGetFunction",
-    "hipModuleUnload",
-    "hipModuleLaunchKernel",
-    "hipMalloc",
-    "hipFree",
-    "hipMemcpyHtoD",
-    "hipMemcpyDtoDAsync",
-    "hipMemcpyDtoH",
-    "hipMemset",
-    "hipDeviceSynchronize",
-    "hipEventCreate",
-    "hipEventRecord",
-    "hipEventSynchronize",
-    "hipEventElapsedTime",
-    "hipEventDestroy",
-];
+const INSTALL_HINT: &str = "install ROCm 6.4 or newer (it provides libamdhip64) and, if it is not \
+     in /opt/rocm or on the library search path, set ROCM_PATH to its prefix";
 
 /// The LLVM generic processors whose members run 32-lane waves, and their
 /// members, from the "AMDGPU Generic Processors" table of LLVM's AMDGPUUsage
@@ -134,24 +100,23 @@ fn processor_list(objects: &[EmbeddedCodeObject]) -> String {
 // ---------------------------------------------------------------------------
 // Loading the runtime
 
-/// File names tried for library `name`, as `cubecl-hip-sys` tries them.
+/// File names tried for library `name`: the development link, then the sonames
+/// of ROCm 7 and 6.
 fn library_file_names(name: &str) -> Vec<String> {
     if cfg!(target_os = "windows") {
         vec![format!("{name}.dll")]
-    } else if cfg!(target_os = "macos") {
-        vec![format!("lib{name}.dylib")]
     } else {
-        vec![format!("lib{name}.so"), format!("lib{name}.so.1"), format!("lib{name}.so.0")]
+        vec![format!("lib{name}.so"), format!("lib{name}.so.7"), format!("lib{name}.so.6")]
     }
 }
 
-/// Opens library `name` in the order `cubecl-hip-sys` does (`$ROCM_PATH/lib`,
-/// `$ROCM_PATH`, `$HIP_PATH/lib`, `$HIP_PATH`, then the plain file names), so
-/// that it finds the same file (the loader then hands back the same handle).
+/// Opens library `name` from `$ROCM_PATH/lib`, `$ROCM_PATH`, `$HIP_PATH/lib`,
+/// `$HIP_PATH`, `/opt/rocm/lib`, then by plain file name (the loader's search,
+/// which also finds a runtime the process has already loaded under that name).
 /// On failure, says where it looked and why each attempt failed.
 fn open_library(name: &str) -> std::result::Result<(libloading::Library, String), String> {
     let names = library_file_names(name);
-    let dirs: Vec<PathBuf> = ["ROCM_PATH", "HIP_PATH"]
+    let mut dirs: Vec<PathBuf> = ["ROCM_PATH", "HIP_PATH"]
         .into_iter()
         .filter_map(std::env::var_os)
         .flat_map(|p| {
@@ -159,76 +124,62 @@ fn open_library(name: &str) -> std::result::Result<(libloading::Library, String)
             [p.join("lib"), p]
         })
         .collect();
+    dirs.push(PathBuf::from("/opt/rocm/lib"));
     let mut candidates: Vec<PathBuf> = dirs.iter().flat_map(|d| names.iter().map(move |n| d.join(n))).collect();
     candidates.extend(names.iter().map(PathBuf::from));
     let mut errors = Vec::new();
     for candidate in &candidates {
-        // SAFETY: loading the HIP runtime runs its initializers, as
-        // cubecl-hip-sys does when it loads the same file.
+        // SAFETY: loading the HIP runtime runs its initializers, as any HIP
+        // program does.
         match unsafe { libloading::Library::new(candidate) } {
             Ok(lib) => return Ok((lib, candidate.display().to_string())),
             Err(e) => errors.push(e.to_string()),
         }
     }
-    let tried = if dirs.is_empty() {
-        format!("{} on the library search path (ROCM_PATH and HIP_PATH are not set)", names.join(", "))
-    } else {
-        format!(
-            "{} in {} and on the library search path",
-            names.join(", "),
-            dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-        )
-    };
+    let tried = format!(
+        "{} in {} and on the library search path",
+        names.join(", "),
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
     // The error of the first plain file name (`libamdhip64.so`): the loader's
     // own search, the most telling one.
     let plain = errors.get(dirs.len() * names.len()).or(errors.last()).map_or("none", String::as_str);
     Err(format!("lib{name} was not found: tried {tried}; the loader says: {plain}"))
 }
 
-/// Checks that the HIP runtime can be called at all: both libraries load, it
-/// is 6.2 or newer and exports every function used here. Only after this may
-/// any `sys::` function be called.
+/// Loads the HIP runtime and resolves every function this backend calls,
+/// checking that it is 6.4 or newer. Only after this may any `sys::` function be
+/// called. The library stays loaded for the life of the process (unloading the
+/// HIP runtime after calling into it is not supported).
 fn load_runtime() -> Result<()> {
-    let unavailable = |reason: String| Error::BackendUnavailable { backend: "hip", reason };
-    let (hip, hip_path) = open_library("amdhip64").map_err(|e| unavailable(format!("the HIP runtime is not installed: {e}; {INSTALL_HINT}")))?;
-    // Never unloaded, as cubecl-hip-sys never unloads its own handle: unloading
-    // the HIP runtime after calling into it is not something it supports.
-    let hip = std::mem::ManuallyDrop::new(hip);
-    let missing: Vec<&str> = REQUIRED_SYMBOLS
-        .iter()
-        .copied()
-        // SAFETY: only looks the symbol up; the pointer is not used.
-        .filter(|s| unsafe { hip.get::<*const c_void>(s.as_bytes()) }.is_err())
-        .collect();
+    static LOADED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    LOADED.get_or_init(load_runtime_once).clone().map_err(|reason| Error::BackendUnavailable { backend: "hip", reason })
+}
+
+fn load_runtime_once() -> std::result::Result<(), String> {
+    let (hip, hip_path) = open_library("amdhip64").map_err(|e| format!("the HIP runtime is not installed: {e}; {INSTALL_HINT}"))?;
+    let hip: &'static libloading::Library = Box::leak(Box::new(hip));
     // SAFETY: the symbol is `hipError_t hipRuntimeGetVersion(int*)`.
     let version = match unsafe { hip.get::<unsafe extern "C" fn(*mut c_int) -> sys::hipError_t>(b"hipRuntimeGetVersion") } {
         Ok(f) => {
             let mut v: c_int = 0;
-            // SAFETY: `v` is writable; the library stays loaded while `hip` lives.
+            // SAFETY: `v` is writable; the library stays loaded.
             (unsafe { f(&mut v) } == sys::hipError_t_hipSuccess).then_some(v)
         }
         Err(_) => None,
     };
     let version_text = |v: c_int| format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000);
     if let Some(v) = version.filter(|&v| v < MIN_HIP_VERSION) {
-        return Err(unavailable(format!("the HIP runtime at {hip_path} is version {}, older than 6.2; {INSTALL_HINT}", version_text(v))));
+        return Err(format!("the HIP runtime at {hip_path} is version {}, older than 6.4; {INSTALL_HINT}", version_text(v)));
     }
-    if !missing.is_empty() {
-        return Err(unavailable(format!(
+    // SAFETY: `hip` is the HIP runtime and is never unloaded.
+    unsafe { sys::load(hip) }.map_err(|missing| {
+        format!(
             "the HIP runtime at {hip_path}{} lacks {}; {INSTALL_HINT}",
             version.map(|v| format!(" (version {})", version_text(v))).unwrap_or_default(),
             missing.join(", ")
-        )));
-    }
-    // cubecl-hip-sys loads libhiprtc too (ROCm 6 ships it apart from libamdhip64).
-    let (hiprtc, _) = open_library("hiprtc").map_err(|e| {
-        unavailable(format!("the HIP runtime compiler library is missing (libamdhip64 was found at {hip_path}): {e}; {INSTALL_HINT}"))
-    })?;
-    std::mem::forget(hiprtc);
-    if !sys::is_available() {
-        return Err(unavailable(format!("cubecl-hip-sys could not load libamdhip64 and libhiprtc; {INSTALL_HINT}")));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// `hipErrorNoDevice (100): no ROCm-capable device is detected`.
@@ -247,12 +198,6 @@ fn describe(status: sys::hipError_t) -> String {
 /// Turns the status of HIP call `call` into a result.
 fn check(call: &'static str, status: sys::hipError_t) -> Result<()> {
     if status == sys::hipError_t_hipSuccess { Ok(()) } else { Err(Error::Backend { backend: "hip", call, message: describe(status) }) }
-}
-
-/// A C string field of the device properties.
-fn c_field(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-    String::from_utf8_lossy(&bytes).trim().to_string()
 }
 
 // ---------------------------------------------------------------------------
@@ -315,24 +260,24 @@ impl HipBackend {
         // SAFETY: a valid ordinal.
         check("hipSetDevice", unsafe { sys::hipSetDevice(device) })?;
 
-        let mut props = std::mem::MaybeUninit::<sys::hipDeviceProp_tR0600>::zeroed();
+        let mut props = sys::hipDeviceProp_tR0600::zeroed();
         // SAFETY: `props` is a writable hipDeviceProp_tR0600, the layout this symbol fills.
-        check("hipGetDevicePropertiesR0600", unsafe { sys::hipGetDevicePropertiesR0600(props.as_mut_ptr(), device) })?;
-        // SAFETY: zero-initialized, then filled by HIP; every field is plain data.
-        let props = unsafe { props.assume_init() };
-        let arch = processor_of(&c_field(&props.gcnArchName)).to_string();
-        let wavefront_size = props.warpSize.max(0) as u32;
-        let compute_units = props.multiProcessorCount.max(0) as u32;
+        check("hipGetDevicePropertiesR0600", unsafe { sys::hipGetDevicePropertiesR0600(&mut props, device) })?;
+        let arch = processor_of(&props.gcn_arch_name()).to_string();
+        let wavefront_size = props.warp_size().max(0) as u32;
+        let compute_units = props.multi_processor_count().max(0) as u32;
 
+        // A code object the runtime refuses leaves the device open without kernels,
+        // with the reason (the predicates then answer false and say why).
         let (kernels, loaded) = match choose_code_object(&arch, wavefront_size, AMDGPU_CODE_OBJECTS) {
-            Ok(object) => {
-                let loaded = load_module(object)?;
-                (Ok(object.processor.to_string()), Some(loaded))
-            }
+            Ok(object) => match load_module(object) {
+                Ok(loaded) => (Ok(object.processor.to_string()), Some(loaded)),
+                Err(e) => (Err(format!("the runtime did not load the {} code object: {e}", object.processor)), None),
+            },
             Err(reason) => (Err(reason), None),
         };
         Ok(HipBackend {
-            info: DeviceInfo { backend: BackendKind::Hip, name: c_field(&props.name), arch, wavefront_size, compute_units, kernels },
+            info: DeviceInfo { backend: BackendKind::Hip, name: props.name(), arch, wavefront_size, compute_units, kernels },
             ordinal: device,
             kernels: loaded,
         })
@@ -563,6 +508,10 @@ impl Drop for HipBackend {
     fn drop(&mut self) {
         if let Some(kernels) = self.kernels.take() {
             let _ = self.current();
+            // Kernels of this module may still be queued on some stream: wait
+            // for them before their code is freed.
+            // SAFETY: no arguments.
+            unsafe { sys::hipDeviceSynchronize() };
             // SAFETY: loaded at creation, unloaded once; no function of it is
             // used after the backend is gone (devices hold the backend).
             unsafe { sys::hipModuleUnload(kernels.module.0) };

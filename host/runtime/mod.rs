@@ -13,6 +13,7 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod hip;
+mod hip_api;
 mod launch;
 
 use std::ffi::c_void;

@@ -47,6 +47,9 @@ pub mod add3_layer_norm {
     pub const SLOT_VAR_TOTAL: usize = 24;
     /// Dynamic workgroup memory of one launch, in bytes.
     pub const WORKGROUP_MEM_BYTES: u32 = 32 * 4;
+    /// The most rows one launch takes: HIP refuses a grid of more than 2^32 - 1
+    /// work-items along x, and there is one workgroup per row.
+    pub const MAX_ROWS: u32 = u32::MAX / WORKGROUP_SIZE;
 }
 
 /// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.

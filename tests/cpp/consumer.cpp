@@ -23,12 +23,19 @@ static int failures = 0;
     } while (0)
 
 int main() {
+    // Without a selection the device is HIP device 0, with no fallback: where HIP
+    // is absent, nothing is available and a launch touches nothing.
+    bool default_available = mlxcel_amdgpu_xielu_available(MLXCEL_AMDGPU_F32);
     // The HIP backend is absent on a machine without ROCm: a clear status, no crash.
     MlxcelAmdgpuStatus st = mlxcel_amdgpu_select_backend("hip");
     if (st != MLXCEL_AMDGPU_OK) {
         CHECK(st == MLXCEL_AMDGPU_UNAVAILABLE, "select hip: status %d", (int)st);
         CHECK(std::strlen(mlxcel_amdgpu_last_error()) > 0, "select hip: empty message");
         std::printf("hip: %s\n", mlxcel_amdgpu_last_error());
+        CHECK(!default_available, "without HIP the default device must not fall back to the CPU emulator");
+        float host_value = 1.0f;
+        st = mlxcel_amdgpu_xielu(MLXCEL_AMDGPU_F32, &host_value, &host_value, 1, 0.8f, 0.6f, 0.5f, -1e-6f, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_UNAVAILABLE && host_value == 1.0f, "a launch without HIP: status %d", (int)st);
     }
     st = mlxcel_amdgpu_select_backend("cpu");
     CHECK(st == MLXCEL_AMDGPU_OK, "select cpu: %s", mlxcel_amdgpu_last_error());

@@ -76,7 +76,10 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
 /// `s_barrier` alone does not order memory for LLVM. A release fence before and an
 /// acquire fence after make it a real workgroup barrier (the fence emits the
 /// `s_waitcnt lgkmcnt(0)` that must precede `s_barrier`). Rust has no
-/// workgroup-scope fence, so these are agent scope: correct, slightly stronger.
+/// workgroup-scope fence, so these are system scope: correct, but stronger than
+/// needed (on gfx11 each barrier also invalidates the L0/L1 caches; on gfx12 it
+/// writes back and invalidates at system scope). A cheaper workgroup-scope
+/// barrier is a measured optimization still to make on AMD hardware.
 #[inline(always)]
 pub fn barrier() {
     fence(Ordering::Release);
