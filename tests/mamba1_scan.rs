@@ -4,10 +4,10 @@
 //! updated in place, the launcher's refusals, and the negative control of the
 //! reduction (a fold that starts at 8 fails the N = 32 test).
 //!
-//! Besides the contract's tolerances, every launch is compared bit for bit with
-//! [`model`], a host model of the kernel's own operation order: the kernel uses
-//! only IEEE operations and `kernels_device::num::exp`, so the emulator and both
-//! GPUs must give exactly those bits.
+//! Besides the contract's tolerances, every launch is compared with [`model`], a
+//! host model of the kernel's own operation order: bit for bit on the emulator
+//! (which runs the kernel's `exp_fast` as `num::exp`); within the contract's
+//! bounds on a GPU, where `exp_fast` is the hardware's exp2 approximation.
 
 mod common;
 
@@ -33,6 +33,10 @@ struct Outputs {
     y_bits: Vec<u32>,
     /// The final state (f32).
     state: Vec<f32>,
+    /// Whether it ran on the CPU emulator, whose `exp_fast` is `num::exp`, so
+    /// that it must match [`model`] bit for bit. On a GPU `exp_fast` is the
+    /// hardware's exp2 approximation, and the match is within the contract.
+    emulated: bool,
 }
 
 fn download_f32(buf: &DeviceBuffer<u8>) -> Vec<f32> {
@@ -94,7 +98,7 @@ fn run_kernel(dev: &Device, dtype: Dtype, s: &ScanInputs, in_place: bool) -> Out
     assert!(y_bits[nseq..].iter().all(|&v| v == guard), "{what}: wrote past the end of y");
     assert!(state[nstate..].iter().all(|v| v.to_bits() == 0x7B7B_7B7B), "{what}: wrote past the end of state_out");
     let y_bits = y_bits[..nseq].to_vec();
-    Outputs { y: reference::widen_all(dtype, &y_bits), y_bits, state: state[..nstate].to_vec() }
+    Outputs { y: reference::widen_all(dtype, &y_bits), y_bits, state: state[..nstate].to_vec(), emulated: dev.backend() == mlxcel_amdgpu::BackendKind::Cpu }
 }
 
 /// The xor butterfly of the kernel's wave sum, starting at `first` (16 for the
@@ -147,9 +151,22 @@ fn model(dtype: Dtype, s: &ScanInputs, fold: usize) -> (Vec<f32>, Vec<f32>) {
     (y, state)
 }
 
-/// The kernel's outputs equal [`model`]'s bit for bit.
+/// The kernel's outputs equal [`model`]'s: bit for bit on the emulator, within
+/// the contract's bounds on a GPU (see [`Outputs::emulated`]).
 fn assert_matches_model(dtype: Dtype, got: &Outputs, s: &ScanInputs, what: &str) {
     let (y, state) = model(dtype, s, kernel_fold(s.n));
+    if !got.emulated {
+        // The GPU's exp2 approximation: within the contract's bounds of the model.
+        let y_tol = match dtype {
+            Dtype::F32 => F32_TOL,
+            Dtype::F16 => F16_Y_TOL,
+            Dtype::Bf16 => 8e-3,
+        };
+        let (ey, es) = (metrics::max_rel(&got.y, &y), metrics::max_rel(&got.state, &state));
+        let nan_ok = got.y.iter().zip(&y).all(|(g, w)| g.is_nan() == w.is_nan());
+        assert!(nan_ok && ey < y_tol && es < F32_TOL, "{what} vs the kernel model: y {ey:e} (bound {y_tol:e}), state {es:e}, NaN pattern equal: {nan_ok}");
+        return;
+    }
     metrics::assert_bits_equal(dtype, &got.y_bits, &reference::store_all(dtype, &y), &format!("y of {what} vs the kernel model"));
     let got_state: Vec<u32> = got.state.iter().map(|v| v.to_bits()).collect();
     let want_state: Vec<u32> = state.iter().map(|v| v.to_bits()).collect();
@@ -429,7 +446,7 @@ fn a_long_prefill_stays_within_1e_5() {
 
 /// On every GPU present, at the consumers' shapes (Dm = 5120 and Falcon-Mamba-7B's
 /// 8192, N = 16, L = 1 and 512; also B = 4 and 8, L = 2048, Dm = 1536, N = 32):
-/// checks the kernel bit for bit against its model (L <= 512), and prints
+/// checks the kernel against its model (L <= 512), and prints
 /// microseconds per launch and the effective bandwidth. Ignored by default:
 /// `cargo test --release --features cuda --test mamba1_scan -- --ignored --nocapture`.
 #[test]
@@ -464,11 +481,13 @@ fn timing_on_gpus() {
             }
             dev.synchronize().unwrap();
             if len <= 512 && dm <= 8192 {
-                // Correct at this size too (bit for bit with the model).
+                // Correct at this size too (within the contract's bounds of the model).
+                let y_bits = download_bits(dtype, &y);
                 let got = Outputs {
-                    y_bits: download_bits(dtype, &y),
-                    y: Vec::new(),
+                    y: reference::widen_all(dtype, &y_bits),
+                    y_bits,
                     state: download_f32(&state_out),
+                    emulated: false,
                 };
                 assert_matches_model(dtype, &got, &s, &format!("timing shape {batch}x{len}x{dm}x{n}"));
             }

@@ -24,7 +24,8 @@
 //! **Operation order** (f32 throughout, `T` inputs widened exactly; this is the
 //! kernel's documented choice, the contract itself is a tolerance):
 //! ```text
-//! decay = exp(dt * A[d,n])          # one f32 multiply, then crate::num::exp (<= 2 ulp)
+//! decay = exp(dt * A[d,n])          # one f32 multiply, then crate::num::exp_fast (the GPU's
+//!                                   # exp2 approximation; crate::num::exp on the host)
 //! u     = (dt * x) * B[b,t,n]       # two f32 multiplies, dt*x first
 //! s     = fma(decay, s, u)          # the only operation on the recurrence's critical path
 //! p     = s * C[b,t,n]              # +0.0 on lanes n >= N
@@ -63,7 +64,7 @@
 use core::f32::math::mul_add;
 
 use crate::geometry::mamba1_scan::{MAX_N, UNROLL, WAVES_PER_WORKGROUP, channels_per_workgroup, lanes_per_channel};
-use crate::num::{Elem, exp};
+use crate::num::{Elem, exp_fast};
 use crate::wave;
 
 /// Runs `$body` once for each step of the unrolled loop, by hand: `$k` is the step
@@ -193,7 +194,7 @@ pub unsafe fn mamba1_scan<T: Elem>(
             let mut decay = [0.0f32; UNROLL];
             let mut u = [0.0f32; UNROLL];
             for_each_step!(k, _K => {
-                decay[k] = exp(dtv[k] * a_dn);
+                decay[k] = exp_fast(dtv[k] * a_dn);
                 u[k] = (dtv[k] * xv[k]) * bv[k];
             });
             // 3. The recurrence: one fma per step.
@@ -221,7 +222,7 @@ pub unsafe fn mamba1_scan<T: Elem>(
             let xk = x_c.add(t * dm).read().to_f32();
             let bk = b_c.add(t * n).read().to_f32();
             let ck = c_c.add(t * n).read().to_f32();
-            let decay = exp(dtk * a_dn);
+            let decay = exp_fast(dtk * a_dn);
             let u = (dtk * xk) * bk;
             s = mul_add(decay, s, u);
             let p = if active { s * ck } else { 0.0 };
