@@ -49,13 +49,12 @@
 //! equals, bit for bit, a scan over L1 steps followed by one over L2 steps from its
 //! state. There is one schedule for every L (no chunking over L).
 //!
-//! Measured on an H200 with one channel per wave (CUDA backend, bf16, B = 1,
-//! Dm = 8192, N = 16, L = 512): 642 ns per step, against 712 ns with 8 separate
-//! uniform loads of dt and x per chunk and 692 ns with a 16-step unroll (more
-//! registers, fewer resident waves); `docs/performance.md` has the two-channel
-//! numbers.
-//! The kernel is bound by instruction issue there: about 90 instructions per step
-//! and lane, of which `crate::num::exp` (with its branches) is about a third.
+//! Measured on an H200 (CUDA backend, bf16, B = 1, Dm = 8192, N = 16, L = 512),
+//! per step: 642 ns with one channel per wave and `num::exp` (against 712 ns with
+//! 8 separate uniform loads of dt and x per chunk and 692 ns with a 16-step
+//! unroll: more registers, fewer resident waves); 514 ns with two channels per
+//! wave; 244 ns with the hardware exp2 as well. The kernel is bound by
+//! instruction issue; `docs/performance.md` has the numbers and the peers.
 //!
 //! **In place.** Each lane reads its state column before the time loop and writes
 //! it after it, at the same address, and no other lane or wave touches that
