@@ -118,14 +118,7 @@ fn guarded(f: impl FnOnce() -> Result<()>) -> MlxcelAmdgpuStatus {
 /// The device of the C ABI when none was selected: `MLXCEL_AMDGPU_BACKEND` if
 /// set, else HIP device 0, with no fallback.
 fn open_default() -> Result<Device> {
-    match std::env::var(crate::runtime::BACKEND_ENV) {
-        Ok(name) => {
-            let kind = BackendKind::parse(name.trim())
-                .ok_or_else(|| Error::invalid(crate::runtime::BACKEND_ENV, format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
-            Device::open(kind)
-        }
-        Err(_) => Device::hip(0),
-    }
+    Device::from_env().unwrap_or_else(|| Device::hip(0))
 }
 
 /// The process-wide device, opened on first use (see the module documentation).

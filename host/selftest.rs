@@ -36,6 +36,11 @@ impl Outcome {
     }
 }
 
+/// Why kernel `base` for `dtype` cannot run on `device` (the lookup's own message).
+fn unavailable_reason(device: &Device, base: &str, dtype: Dtype) -> String {
+    device.kernel(&crate::kernels::symbol(base, dtype)).err().map(|e| e.to_string()).unwrap_or_default()
+}
+
 /// Whether the shapes are the consumer's (GPU) or reduced (CPU emulator).
 fn reduced(device: &Device) -> bool {
     device.backend() == BackendKind::Cpu
@@ -80,7 +85,7 @@ fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let n = 21504; // one Apertus-8B decode token
     let shape = format!("n={n}");
     if !xielu::available(device, dtype) {
-        let why = device.kernel(&crate::kernels::symbol(xielu::KERNEL, dtype)).err().map(|e| e.to_string()).unwrap_or_default();
+        let why = unavailable_reason(device, xielu::KERNEL, dtype);
         return Ok(Outcome::skipped("xielu", dtype, shape, why));
     }
     let p = XieluParams::APERTUS;
@@ -99,7 +104,7 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let (rows, d) = if reduced(device) { (2, 4096) } else { (1, 4096) };
     let shape = format!("rows={rows} D={d} bias");
     if !add3_layer_norm::available(device, dtype) {
-        let why = device.kernel(&crate::kernels::symbol(add3_layer_norm::KERNEL, dtype)).err().map(|e| e.to_string()).unwrap_or_default();
+        let why = unavailable_reason(device, add3_layer_norm::KERNEL, dtype);
         return Ok(Outcome::skipped("add3_layer_norm", dtype, shape, why));
     }
     let inp = data::add3_inputs(dtype, rows, d, true, 2024);
@@ -129,7 +134,7 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let (len, dm, n) = if reduced(device) { (16, 64, 16) } else { (1, 8192, 16) };
     let shape = format!("B=1 L={len} Dm={dm} N={n}");
     if !mamba1_scan::available(device, dtype) {
-        let why = device.kernel(&crate::kernels::symbol(mamba1_scan::KERNEL, dtype)).err().map(|e| e.to_string()).unwrap_or_default();
+        let why = unavailable_reason(device, mamba1_scan::KERNEL, dtype);
         return Ok(Outcome::skipped("mamba1_scan", dtype, shape, why));
     }
     let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);

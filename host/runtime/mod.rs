@@ -169,15 +169,18 @@ impl Device {
     /// backend is absent), else the first HIP device, else the first CUDA device
     /// (feature `cuda`), else the CPU emulator.
     pub fn default_device() -> Result<Device> {
-        match std::env::var(BACKEND_ENV) {
-            Ok(name) => {
-                let kind = BackendKind::parse(name.trim()).ok_or_else(|| {
-                    Error::invalid(BACKEND_ENV, format!("{name:?} is not a backend; use hip, cuda or cpu"))
-                })?;
-                Device::open(kind)
-            }
-            Err(_) => Device::hip(0).or_else(|_| Device::cuda(0)).or_else(|_| Ok(Device::cpu())),
-        }
+        Device::from_env().unwrap_or_else(|| Device::hip(0).or_else(|_| Device::cuda(0)).or_else(|_| Ok(Device::cpu())))
+    }
+
+    /// The device `MLXCEL_AMDGPU_BACKEND` names (an error if that backend is
+    /// absent or the name is not one), or `None` when it is not set.
+    pub fn from_env() -> Option<Result<Device>> {
+        let name = std::env::var(BACKEND_ENV).ok()?;
+        Some(
+            BackendKind::parse(name.trim())
+                .ok_or_else(|| Error::invalid(BACKEND_ENV, format!("{name:?} is not a backend; use hip, cuda or cpu")))
+                .and_then(Device::open),
+        )
     }
 
     /// The device of `kind` with ordinal 0.
