@@ -63,6 +63,21 @@ fn copy_bandwidth(dev: &Device) -> f64 {
     2.0 * bytes as f64 / (ms * 1e-3)
 }
 
+/// Copy bandwidth (read + write) of copies of `bytes` each, as the MoE kernels
+/// see memory: short transfers, each from a source not in L2 (8 sources in turn,
+/// 8 x 17-32 MB against H200's 50 MB L2). A yardstick for what one short launch
+/// can reach; the targets stay relative to [`copy_bandwidth`].
+fn short_copy_bandwidth(dev: &Device, bytes: usize) -> f64 {
+    let srcs: Vec<DeviceBuffer<u8>> = (0..8).map(|_| dev.alloc::<u8>(bytes).unwrap()).collect();
+    let mut dst = dev.alloc::<u8>(bytes).unwrap();
+    let mut turn = 0usize;
+    let ms = median_ms(dev, 30, 10, || {
+        turn += 1;
+        dev.copy(&mut dst, &srcs[turn % srcs.len()], Stream::DEFAULT)
+    });
+    2.0 * bytes as f64 / (ms * 1e-3)
+}
+
 fn empty_launch_us(dev: &Device) -> f64 {
     let k = dev.kernel("empty").unwrap();
     let dims = LaunchDims { grid: [1, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
@@ -168,6 +183,9 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype) {
     let bytes = matrix_bytes(shape.dff, shape.din) + matrix_bytes(shape.din, shape.dff);
     rows.push(Row { kernel: format!("moe routed forward {dtype}"), shape: format!("Nemotron bits={bits}"), micros: routed * 1e3, bytes, note: String::new() });
     assert_eq!(status.download().unwrap()[0], 0, "no expert id was out of range");
+    let fc1_bytes = matrix_bytes(shape.dff, shape.din) as usize;
+    let short = short_copy_bandwidth(dev, fc1_bytes);
+    println!("yardstick: copies of {fc1_bytes} bytes (the {bits}-bit fc1's weights), L2-cold, 10 back to back: {:.1} GB/s (read + write)", short / 1e9);
 }
 
 fn main() {
@@ -183,23 +201,38 @@ fn main() {
     println!("device: {} ({}, {}), kernels: {:?}", info.name, info.backend, info.arch, info.kernels);
     println!("copy bandwidth (device to device, read + write): {:.1} GB/s; empty kernel launch: {:.2} us\n", copy / 1e9, empty);
 
+    // MLXCEL_AMDGPU_BENCH=xielu,add3,mamba,moe picks groups (default: all).
+    let groups = std::env::var("MLXCEL_AMDGPU_BENCH").unwrap_or_default();
+    let known = ["xielu", "add3", "mamba", "moe"];
+    for g in groups.split(',').filter(|g| !g.is_empty()) {
+        assert!(known.contains(&g), "MLXCEL_AMDGPU_BENCH: unknown group {g:?}; known: {known:?}");
+    }
+    let wanted = |g: &str| groups.is_empty() || groups.split(',').any(|x| x == g);
     let mut rows = Vec::new();
-    for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
-        bench_xielu(&dev, &mut rows, 1 << 26, dtype);
+    if wanted("xielu") {
+        for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
+            bench_xielu(&dev, &mut rows, 1 << 26, dtype);
+        }
+        bench_xielu(&dev, &mut rows, 21504, Dtype::Bf16);
     }
-    bench_xielu(&dev, &mut rows, 21504, Dtype::Bf16);
-    for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
-        bench_add3(&dev, &mut rows, 8192, 4096, dtype);
+    if wanted("add3") {
+        for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
+            bench_add3(&dev, &mut rows, 8192, 4096, dtype);
+        }
+        bench_add3(&dev, &mut rows, 1, 4096, Dtype::Bf16);
     }
-    bench_add3(&dev, &mut rows, 1, 4096, Dtype::Bf16);
-    for len in [1, 512, 2048] {
-        bench_mamba(&dev, &mut rows, len, 5120, Dtype::Bf16);
+    if wanted("mamba") {
+        for len in [1, 512, 2048] {
+            bench_mamba(&dev, &mut rows, len, 5120, Dtype::Bf16);
+        }
+        for len in [1, 512] {
+            bench_mamba(&dev, &mut rows, len, 8192, Dtype::Bf16);
+        }
     }
-    for len in [1, 512] {
-        bench_mamba(&dev, &mut rows, len, 8192, Dtype::Bf16);
-    }
-    for bits in [4, 8] {
-        bench_moe(&dev, &mut rows, bits, Dtype::Bf16);
+    if wanted("moe") {
+        for bits in [4, 8] {
+            bench_moe(&dev, &mut rows, bits, Dtype::Bf16);
+        }
     }
 
     for r in &mut rows {

@@ -84,7 +84,7 @@ const _: () = assert!(2 * UNROLL as u32 <= wave::WAVE_SIZE);
 
 /// The sum of `p` over the lanes of a channel, as a xor butterfly: over all 32
 /// lanes (m = 16, 8, 4, 2, 1) when a wave carries one channel, over each half
-/// (m = 8, 4, 2, 1) when it carries two.
+/// (m = 8, 4, 2, 1) when it carries two. Used by the one-step remainder loop.
 #[inline(always)]
 fn channel_sum(p: f32, half: bool) -> f32 {
     let p = if half { p } else { p + wave::shfl_xor_f32::<16>(p) };
@@ -94,10 +94,52 @@ fn channel_sum(p: f32, half: bool) -> f32 {
     p + wave::shfl_xor_f32::<1>(p)
 }
 
-/// `channel_sum(p) + x * dskip`: the step's output before its one rounding to `T`.
+/// One level of a transposed butterfly: this lane and lane `lane ^ M` each hold
+/// two halves `lo` and `hi` of their per-step values; the lane with bit `M` set
+/// (`upper`) keeps `hi` and receives its partner's `hi`, the other keeps `lo`
+/// and receives `lo`. One exchange sums two values' worth of pairs, and each
+/// sum is `own + partner's`, exactly as in [`channel_sum`].
 #[inline(always)]
-fn output(p: f32, x: f32, dskip: f32, half: bool) -> f32 {
-    channel_sum(p, half) + x * dskip
+fn exchange_half<const M: u32>(lo: f32, hi: f32, upper: bool) -> f32 {
+    let send = if upper { lo } else { hi };
+    let keep = if upper { hi } else { lo };
+    keep + wave::shfl_xor_f32::<M>(send)
+}
+
+/// The sums over a channel's lanes of the 8 steps' `p`, with 8 exchanges
+/// instead of 8 butterflies of 4 or 5: three transposed levels halve the values
+/// each lane holds (8, 4, 2, 1), then plain butterfly levels finish. Lane `l`
+/// of the channel ends with the sum of step [`step_of_lane`]`(l)`. Each step's
+/// sum is added in the same tree as [`channel_sum`] builds (pairs at distance
+/// 16 first, then 8, 4, 2, 1), so the bits are the same.
+#[inline(always)]
+fn channel_sums_8(p: [f32; UNROLL], col_lane: u32, half: bool) -> f32 {
+    const _: () = assert!(UNROLL == 8, "channel_sums_8 folds 8 steps");
+    // The first transposed level is m = 8 over a half, m = 16 over a whole wave.
+    let top = if half { 8 } else { 16 };
+    let u1 = col_lane & top != 0;
+    let u2 = col_lane & (top >> 1) != 0;
+    let u3 = col_lane & (top >> 2) != 0;
+    let v: [f32; 4] = if half {
+        core::array::from_fn(|i| exchange_half::<8>(p[i], p[i + 4], u1))
+    } else {
+        core::array::from_fn(|i| exchange_half::<16>(p[i], p[i + 4], u1))
+    };
+    let v: [f32; 2] = if half {
+        core::array::from_fn(|i| exchange_half::<4>(v[i], v[i + 2], u2))
+    } else {
+        core::array::from_fn(|i| exchange_half::<8>(v[i], v[i + 2], u2))
+    };
+    let v = if half { exchange_half::<2>(v[0], v[1], u3) } else { exchange_half::<4>(v[0], v[1], u3) };
+    let v = if half { v } else { v + wave::shfl_xor_f32::<2>(v) };
+    v + wave::shfl_xor_f32::<1>(v)
+}
+
+/// The step whose sum [`channel_sums_8`] leaves on lane `col_lane` of a
+/// channel of `lanes` lanes (16 or 32): the three bits below the top one.
+#[inline(always)]
+fn step_of_lane(col_lane: u32, lanes: u32) -> u32 {
+    (col_lane / (lanes / UNROLL as u32)) % UNROLL as u32
 }
 
 /// Lane `base + src`'s value, where `base` is 0 or 16 and `src` is constant:
@@ -106,6 +148,39 @@ fn output(p: f32, x: f32, dskip: f32, half: bool) -> f32 {
 #[inline(always)]
 fn from_lane<const SRC: u32>(v: f32, half: bool, base: u32) -> f32 {
     if half { f32::from_bits(wave::shfl_idx_u32(v.to_bits(), base + SRC)) } else { wave::broadcast_f32::<SRC>(v) }
+}
+
+/// The inputs of [`UNROLL`] steps as one lane loads them: `coop` is dt of step
+/// `t + j` on lane `j < 8` of a channel and x of step `t + j` on lane `8 + j`;
+/// `b` and `c` are this lane's column of B and C for each step.
+#[derive(Clone, Copy)]
+struct StepInputs {
+    coop: f32,
+    b: [f32; UNROLL],
+    c: [f32; UNROLL],
+}
+
+impl StepInputs {
+    /// Loads steps `t .. t + UNROLL` (all in bounds).
+    #[inline(always)]
+    unsafe fn load<T: Elem>(t: usize, col_lane: u32, dt_c: *const T, x_c: *const T, b_c: *const T, c_c: *const T, dm: usize, n: usize) -> Self {
+        unsafe {
+            let j = (col_lane % UNROLL as u32) as usize;
+            let coop = if col_lane < UNROLL as u32 {
+                dt_c.add((t + j) * dm).read().to_f32()
+            } else if col_lane < 2 * UNROLL as u32 {
+                x_c.add((t + j) * dm).read().to_f32()
+            } else {
+                0.0
+            };
+            let (mut b, mut c) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+            for_each_step!(k, _K => {
+                b[k] = b_c.add((t + k) * n).read().to_f32();
+                c[k] = c_c.add((t + k) * n).read().to_f32();
+            });
+            StepInputs { coop, b, c }
+        }
+    }
 }
 
 /// # Safety
@@ -132,9 +207,37 @@ pub unsafe fn mamba1_scan<T: Elem>(
     dm: u32,
     n: u32,
 ) {
-    let b = wave::workgroup_id_y();
     // One channel per wave for N > 16; two (one per 16-lane half) for N <= 16.
-    let half = n <= crate::geometry::mamba1_scan::HALF_WAVE_MAX_N;
+    // Two instances, so that every choice that depends on it is made at compile time.
+    unsafe {
+        if n <= crate::geometry::mamba1_scan::HALF_WAVE_MAX_N {
+            scan::<T, true>(x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n)
+        } else {
+            scan::<T, false>(x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n)
+        }
+    }
+}
+
+/// [`mamba1_scan`] with two channels per wave (`HALF`, N <= 16) or one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn scan<T: Elem, const HALF: bool>(
+    x: *const T,
+    dt: *const T,
+    bm: *const T,
+    cm: *const T,
+    a: *const f32,
+    dskip: *const T,
+    state_in: *const f32,
+    y: *mut T,
+    state_out: *mut f32,
+    batch: u32,
+    len: u32,
+    dm: u32,
+    n: u32,
+) {
+    let b = wave::workgroup_id_y();
+    let half = HALF;
     let per_wave = wave::WAVE_SIZE / lanes_per_channel(n);
     let wave_first = wave::workgroup_id_x() as u64 * channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
     // Uniform over the wave: the whole wave leaves.
@@ -168,50 +271,48 @@ pub unsafe fn mamba1_scan<T: Elem>(
         let first_bc = b * len * n + col;
         let (b_c, c_c) = (bm.add(first_bc), cm.add(first_bc));
 
+        let lanes = lanes_per_channel(n as u32);
+        let my_step = step_of_lane(col_lane, lanes);
+        // The lane that stores step `my_step`'s output: the first of the lanes holding it.
+        let stores = channel_ok && col_lane % (lanes / UNROLL as u32) == 0;
+        let load = |t: usize| StepInputs::load::<T>(t, col_lane, dt_c, x_c, b_c, c_c, dm, n);
+        let chunks = len / UNROLL;
         let mut t = 0usize;
-        while t + UNROLL <= len {
-            // 1. Every input of the 8 steps.
-            // dt and x of the 8 steps in one load: lane j < 8 reads dt of step
-            // t + j, lane 8 + j reads x of step t + j; each is then broadcast
-            // from its lane (readlane on amdgpu, a register of the scalar unit).
-            let j = (col_lane % UNROLL as u32) as usize;
-            let coop = if col_lane < UNROLL as u32 {
-                dt_c.add((t + j) * dm).read().to_f32()
-            } else if col_lane < 2 * UNROLL as u32 {
-                x_c.add((t + j) * dm).read().to_f32()
-            } else {
-                0.0
-            };
-            let (mut dtv, mut xv, mut bv, mut cv) = ([0.0f32; UNROLL], [0.0f32; UNROLL], [0.0f32; UNROLL], [0.0f32; UNROLL]);
+        // Software pipelined: the next chunk's loads are issued before this
+        // chunk's arithmetic, so their latency hides behind it.
+        let mut next = if chunks > 0 { load(0) } else { StepInputs { coop: 0.0, b: [0.0; UNROLL], c: [0.0; UNROLL] } };
+        for chunk in 0..chunks {
+            let cur = next;
+            if chunk + 1 < chunks {
+                next = load(t + UNROLL);
+            }
+            wave::schedule_fence();
+            // 1. dt and x of each step, broadcast from the lane that loaded it
+            // (readlane on amdgpu, a register of the scalar unit).
+            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
             for_each_step!(k, K => {
-                dtv[k] = from_lane::<K>(coop, half, base);
-                xv[k] = from_lane::<{ K + UNROLL as u32 }>(coop, half, base);
-                bv[k] = b_c.add((t + k) * n).read().to_f32();
-                cv[k] = c_c.add((t + k) * n).read().to_f32();
+                dtv[k] = from_lane::<K>(cur.coop, half, base);
+                xv[k] = from_lane::<{ K + UNROLL as u32 }>(cur.coop, half, base);
             });
             // 2. What does not depend on the state.
             let mut decay = [0.0f32; UNROLL];
             let mut u = [0.0f32; UNROLL];
             for_each_step!(k, _K => {
                 decay[k] = exp_fast(dtv[k] * a_dn);
-                u[k] = (dtv[k] * xv[k]) * bv[k];
+                u[k] = (dtv[k] * xv[k]) * cur.b[k];
             });
             // 3. The recurrence: one fma per step.
             let mut p = [0.0f32; UNROLL];
             for_each_step!(k, _K => {
                 s = mul_add(decay[k], s, u[k]);
-                p[k] = if active { s * cv[k] } else { 0.0 };
+                p[k] = if active { s * cur.c[k] } else { 0.0 };
             });
-            // 4. The 8 sums (every lane gets each); lane k keeps step k's output and stores it.
-            let mut mine = 0.0f32;
-            for_each_step!(k, _K => {
-                let yk = output(p[k], xv[k], dsk, half);
-                if col_lane == k as u32 {
-                    mine = yk;
-                }
-            });
-            if channel_ok && col_lane < UNROLL as u32 {
-                y_c.add((t + col_lane as usize) * dm).write(T::from_f32(mine));
+            // 4. The 8 sums, transposed: lane `l` ends with step `my_step`'s
+            // sum, and one lane per step adds x * Dskip and stores it.
+            let sum = channel_sums_8(p, col_lane, half);
+            let x_mine = f32::from_bits(wave::shfl_idx_u32(cur.coop.to_bits(), base + UNROLL as u32 + my_step));
+            if stores {
+                y_c.add((t + my_step as usize) * dm).write(T::from_f32(sum + x_mine * dsk));
             }
             t += UNROLL;
         }
@@ -225,7 +326,7 @@ pub unsafe fn mamba1_scan<T: Elem>(
             let u = (dtk * xk) * bk;
             s = mul_add(decay, s, u);
             let p = if active { s * ck } else { 0.0 };
-            let yk = output(p, xk, dsk, half);
+            let yk = channel_sum(p, half) + xk * dsk;
             if channel_ok && col_lane == 0 {
                 y_c.add(t * dm).write(T::from_f32(yk));
             }

@@ -155,28 +155,6 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     }
 }
 
-/// Keeps the next batch's loads ahead of the current batch's arithmetic. On
-/// amdgpu the scheduler would otherwise interleave them with arithmetic that
-/// waits on earlier loads. On nvptx LLVM would sink them to the end of the loop
-/// body (their only use is the next iteration); a side-effecting instruction
-/// after them stops that: `bar.warp.sync` of the full, converged warp, which
-/// costs an issue slot and waits for no memory. All lanes of the wave call this.
-#[inline(always)]
-fn schedule_fence() {
-    #[cfg(target_arch = "amdgpu")]
-    unsafe {
-        core::arch::amdgpu::sched_barrier::<0>()
-    }
-    #[cfg(target_arch = "nvptx64")]
-    unsafe {
-        unsafe extern "C" {
-            #[link_name = "llvm.nvvm.bar.warp.sync"]
-            fn bar_warp_sync(mask: u32);
-        }
-        bar_warp_sync(0xFFFF_FFFF)
-    }
-}
-
 /// Values per word and per quad at `BITS` bits.
 const fn vpw(bits: u32) -> u32 {
     32 / bits
@@ -383,7 +361,7 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
         let more = ni < n_rows;
         let next_rp = if nj == 0 && more { unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(ni), l) } } else { rp };
         let next = if more { unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.gs_shift) } } else { Batch::EMPTY };
-        schedule_fence();
+        wave::schedule_fence();
         acc = unsafe { batch_dot::<T, BITS, PAIRED>(&cur, lds, rp.first_g, j, lane, n_quads, l.gs_shift, acc) };
         if nj == 0 {
             let total = wave::wave_sum_f32(acc);

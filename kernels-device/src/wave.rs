@@ -143,3 +143,27 @@ pub fn barrier() {
 pub fn workgroup_mem<T>() -> *mut T {
     arch::workgroup_mem::<T>()
 }
+
+/// Keeps loads issued before it ahead of the arithmetic after it (software
+/// pipelining: the next block's loads before this block's work). On amdgpu the
+/// scheduler would otherwise interleave them with arithmetic that waits on
+/// earlier loads. On nvptx LLVM would sink them to the end of the loop body
+/// (their only use is the next iteration); a side-effecting instruction after
+/// them stops that: `bar.warp.sync` of the full, converged warp, which costs an
+/// issue slot and waits for no memory. On the host it does nothing. All lanes
+/// of the wave call it.
+#[inline(always)]
+pub fn schedule_fence() {
+    #[cfg(target_arch = "amdgpu")]
+    unsafe {
+        core::arch::amdgpu::sched_barrier::<0>()
+    }
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        unsafe extern "C" {
+            #[link_name = "llvm.nvvm.bar.warp.sync"]
+            fn bar_warp_sync(mask: u32);
+        }
+        bar_warp_sync(0xFFFF_FFFF)
+    }
+}
