@@ -222,8 +222,41 @@ impl Toolchain {
                 return Err(format!("the PTX has no entry point {k}"));
             }
         }
+        // Every kernel body inlined into its entry: a call would pass arguments
+        // through the ABI and may need a stack (local memory).
+        if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("call")) {
+            return Err(format!("the PTX calls a function ({}): mark the kernel body #[inline(always)]", line.trim()));
+        }
+        fs::write(&ptx, with_launch_bounds(&text)?).map_err(|e| e.to_string())?;
         Ok(ptx)
     }
+}
+
+/// The PTX with `.maxntid` and `.minnctapersm` after the parameter list of every
+/// entry named in `geometry::NVIDIA_LAUNCH_BOUNDS` (PTX's performance-tuning
+/// directives sit between an entry's parameters and its body).
+fn with_launch_bounds(ptx: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(ptx.len() + 1024);
+    let mut pending: Option<(u32, u32)> = None;
+    let mut applied = 0;
+    for line in ptx.lines() {
+        if let Some(name) = line.strip_prefix(".visible .entry ") {
+            let symbol = name.split('(').next().unwrap_or("");
+            pending = kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS.iter().find(|(k, _, _)| *k == symbol).map(|&(_, size, per_sm)| (size, per_sm));
+        }
+        if line == "{" {
+            if let Some((size, per_sm)) = pending.take() {
+                out.push_str(&format!(".maxntid {size}, 1, 1\n.minnctapersm {per_sm}\n"));
+                applied += 1;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if applied != kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS.len() {
+        return Err(format!("launch bounds applied to {applied} PTX entries, expected {:?}", kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS));
+    }
+    Ok(out)
 }
 
 /// Runs cargo with JSON messages; returns the files of the device crate's artifact.

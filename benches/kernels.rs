@@ -15,7 +15,8 @@ use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers};
 use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::reference::{self, Dtype, data};
-use mlxcel_amdgpu::runtime::LaunchDims;
+use mlxcel_amdgpu::kernels_device;
+use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Result, Stream};
 
 /// gfx1151's (Radeon 8060S) memory bandwidth, for the on-paper decode estimates.
@@ -76,6 +77,27 @@ fn short_copy_bandwidth(dev: &Device, bytes: usize) -> f64 {
         dev.copy(&mut dst, &srcs[turn % srcs.len()], Stream::DEFAULT)
     });
     2.0 * bytes as f64 / (ms * 1e-3)
+}
+
+/// Read bandwidth of the `read_stream` yardstick kernel over `bytes` (a multiple
+/// of 16), each launch reading a buffer not in L2 (8 in turn), 10 back to back:
+/// what one launch that only streams those bytes in reaches.
+fn read_stream_bandwidth(dev: &Device, bytes: usize) -> f64 {
+    let srcs: Vec<DeviceBuffer<u8>> = (0..8).map(|_| dev.alloc::<u8>(bytes).unwrap()).collect();
+    let k = dev.kernel("read_stream").unwrap();
+    let quads = (bytes / 16) as u64;
+    let workgroup_size = 256u32;
+    let per_workgroup = workgroup_size as u64 * kernels_device::probe::READ_STREAM_UNROLL;
+    let workgroups = quads.div_ceil(per_workgroup).clamp(1, 65535) as u32;
+    let out = dev.alloc::<u32>(workgroups as usize * workgroup_size as usize).unwrap();
+    let dims = LaunchDims { grid: [workgroups, 1, 1], workgroup_size, workgroup_mem_bytes: 0 };
+    let mut turn = 0usize;
+    let ms = median_ms(dev, 30, 10, || {
+        turn += 1;
+        let args = [ArgValue::Ptr(srcs[turn % srcs.len()].ptr()), ArgValue::U64(quads), ArgValue::Ptr(out.ptr())];
+        unsafe { dev.launch(&k, dims, &args, Stream::DEFAULT) }
+    });
+    bytes as f64 / (ms * 1e-3)
 }
 
 fn empty_launch_us(dev: &Device) -> f64 {
@@ -151,7 +173,7 @@ fn random_stack(dev: &Device, dtype: Dtype, shape: &MoeShape, rows: u32, cols: u
     (w, upload(dev, dtype, &scales), upload(dev, dtype, &biases))
 }
 
-fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype) {
+fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f64) {
     let shape = MoeShape { bits, ..MoeShape::NEMOTRON };
     let (w1, s1, b1) = random_stack(dev, dtype, &shape, shape.dff, shape.din, 11);
     let (w2, s2, b2) = random_stack(dev, dtype, &shape, shape.din, shape.dff, 22);
@@ -186,6 +208,8 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype) {
     let fc1_bytes = matrix_bytes(shape.dff, shape.din) as usize;
     let short = short_copy_bandwidth(dev, fc1_bytes);
     println!("yardstick: copies of {fc1_bytes} bytes (the {bits}-bit fc1's weights), L2-cold, 10 back to back: {:.1} GB/s (read + write)", short / 1e9);
+    let read = read_stream_bandwidth(dev, fc1_bytes / 16 * 16);
+    println!("yardstick: read_stream kernel over the same bytes, L2-cold, 10 back to back: {:.1} GB/s ({:.1}% of copy)", read / 1e9, 100.0 * read / copy);
 }
 
 fn main() {
@@ -231,7 +255,7 @@ fn main() {
     }
     if wanted("moe") {
         for bits in [4, 8] {
-            bench_moe(&dev, &mut rows, bits, Dtype::Bf16);
+            bench_moe(&dev, &mut rows, bits, Dtype::Bf16, copy);
         }
     }
 

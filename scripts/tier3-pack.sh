@@ -25,4 +25,6 @@ while read -r kind name exe; do
     esac
 done
 strip .device/* 2>/dev/null || true
+# The PTX the binaries embed, for `ptxas -v` (registers, spills) on the GPU machine.
+cp "$(ls -t target/release/build/mlxcel-amdgpu-*/out/kernels_sm_80.ptx | head -n 1)" .device/kernels_sm_80.ptx
 ls -la .device

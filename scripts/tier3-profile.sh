@@ -21,3 +21,7 @@ profile add3_layer_norm_bf16 add3 3       # rows 8192, D 4096
 profile mamba1_scan_bf16 mamba 216        # L = 1: 3 + 20 x 10 launches; L = 512: 3 + 10; then L = 2048
 profile moe_fc1_relu2_bf16 moe 3          # 4-bit
 profile moe_down_bf16 moe 3               # 4-bit
+# Registers and spills per kernel, as ptxas allocates them for this GPU.
+ARCH=${ARCH:-sm_90}
+ptxas -arch=$ARCH -v .device/kernels_sm_80.ptx -o /dev/null > "$OUT/ptxas.txt" 2>&1
+echo "ptxas: rc=$?"

@@ -313,6 +313,13 @@ impl CudaBackend {
         let mut static_smem: c_int = 0;
         cu!(cuFuncGetAttribute(&mut static_smem, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function))
             .map_err(|e| format!("{name}: {e}"))?;
+        // No local memory (register spills or a stack), as no scratch on AMD: a
+        // kernel that needs it is slower than its design and is refused.
+        let mut local: c_int = 0;
+        cu!(cuFuncGetAttribute(&mut local, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function)).map_err(|e| format!("{name}: {e}"))?;
+        if local > 0 {
+            return Err(format!("{name} uses {local} bytes of local memory per thread (register spills or a stack); refused, as scratch is on AMD"));
+        }
         let dynamic_max = (smem_optin - static_smem).max(0);
         cu!(cuFuncSetAttribute(function, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_max))
             .map_err(|e| format!("{name}: allowing {dynamic_max} bytes of dynamic shared memory failed: {e}"))?;

@@ -61,6 +61,7 @@ use crate::num::Bf16;
 kernels! {
     probe(out: *mut u32) => crate::probe::probe;
     empty() => crate::probe::empty;
+    read_stream(src: *const u32, quads: u64, out: *mut u32) => crate::probe::read_stream;
 
     xielu_f32(x: *const f32, out: *mut f32, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<f32>;
     xielu_f16(x: *const f16, out: *mut f16, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<f16>;

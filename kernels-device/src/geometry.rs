@@ -50,7 +50,23 @@ pub mod add3_layer_norm {
     /// The most rows one launch takes: HIP refuses a grid of more than 2^32 - 1
     /// work-items along x, and there is one workgroup per row.
     pub const MAX_ROWS: u32 = u32::MAX / WORKGROUP_SIZE;
+    /// NVIDIA only (the PTX's `.minnctapersm`), 16-bit types: workgroups each SM
+    /// must be able to hold, which caps registers at 65536 / (4 * 256) = 64 per
+    /// thread. The row and its loads in flight would otherwise take 90
+    /// registers, two workgroups per SM, and the kernel waits on memory with 16
+    /// warps per SM (measured on an H200: 25% occupancy, half the issue slots
+    /// idle). f32, whose row takes twice the registers, spills under this cap
+    /// (8 bytes, which the CUDA backend refuses) and has no bound.
+    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 4;
 }
+
+/// Launch bounds written into the PTX (`.maxntid`, `.minnctapersm`) for the
+/// named kernels: (symbol, workgroup size, workgroups per SM). They bound the
+/// registers ptxas may give each thread; AMD code objects are not affected.
+pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    ("add3_layer_norm_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
+    ("add3_layer_norm_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
+];
 
 /// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.
 pub mod mamba1_scan {

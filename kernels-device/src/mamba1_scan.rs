@@ -192,6 +192,7 @@ impl StepInputs {
 /// out of range (`n` outside 1..=32, `len = 0`) make every wave leave at once;
 /// the host launcher refuses them before that.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub unsafe fn mamba1_scan<T: Elem>(
     x: *const T,
     dt: *const T,

@@ -36,6 +36,24 @@ pub trait Elem: Copy + Send + Sync + 'static {
     fn round_f32(v: f32) -> f32 {
         Self::from_f32(v).to_f32()
     }
+    /// A value `v` that is already one of this type's (as [`Elem::round_f32`]
+    /// returns them) in storage form, without rounding again: for bf16 the top
+    /// half of the bits. Any other `v` gives an unspecified value of the type.
+    #[inline(always)]
+    fn from_rounded(v: f32) -> Self {
+        Self::from_f32(v)
+    }
+    /// True when [`Elem::round_normal`] is exact only on part of the f32 range:
+    /// `+0.0` and normal values with `2^-126 <= |v| < 2^111`.
+    const ROUND_NORMAL_IS_PARTIAL: bool = false;
+    /// [`Elem::round_f32`] by a shorter sequence where one exists, equal to it
+    /// bit for bit on the whole f32 range unless [`Elem::ROUND_NORMAL_IS_PARTIAL`]
+    /// says otherwise (then only on the part it names; outside it, the result is
+    /// wrong). Callers that use it on a partial type check their values' range.
+    #[inline(always)]
+    fn round_normal(v: f32) -> f32 {
+        Self::round_f32(v)
+    }
 }
 
 impl Elem for f32 {
@@ -132,6 +150,24 @@ impl Elem for Bf16 {
     #[inline(always)]
     fn round_f32(v: f32) -> f32 {
         f32::from_bits(Bf16::round_bits(v.to_bits()) & 0xFFFF_0000)
+    }
+    #[inline(always)]
+    fn from_rounded(v: f32) -> Self {
+        Bf16((v.to_bits() >> 16) as u16)
+    }
+    const ROUND_NORMAL_IS_PARTIAL: bool = true;
+    /// Veltkamp's split with `C = 2^16 + 1`: `g = C v; hi = g + (v - g)` keeps the
+    /// top 8 significant bits of `v`, rounded to nearest, ties to even: three
+    /// floating-point operations instead of five or six integer ones (on NVIDIA
+    /// the integer unit issues at half the rate of the floating-point one, and
+    /// it is what bounds xielu in bf16). Checked against [`Elem::round_f32`] on
+    /// every f32 (`tests/num.rs`): equal for `+0.0` and for every normal value
+    /// with `|v| < 2^111`; wrong for `-0.0` (gives `+0.0`), subnormals, `C v`
+    /// overflowing (from just below 2^112), infinities and NaN.
+    #[inline(always)]
+    fn round_normal(v: f32) -> f32 {
+        let g = 65537.0 * v;
+        g + (v - g)
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -256,6 +292,35 @@ pub fn expm1(x: f32) -> f32 {
         z = -1.0;
     }
     z
+}
+
+/// [`expm1`] for `x <= 0` (either zero), `-inf` and NaN, bit for bit, in fewer
+/// operations: `rint(x log2 e)` by adding and removing `1.5 * 2^23` (exact, ties
+/// to even, while `|x log2 e| < 2^22`), and `2^n` from the bits of that sum
+/// instead of a float-to-int conversion and [`ldexp1`]'s range checks. For
+/// `x` in [-17, 0], `n` is in [-25, 0]; below -17 the result is -1 whatever
+/// `n` was. Checked against [`expm1`] on every f32 `x <= 0` (`tests/num.rs`).
+/// For `x > 0` the result is wrong: call [`expm1`].
+#[inline(always)]
+pub fn expm1_nonpos(x: f32) -> f32 {
+    use consts::*;
+    /// `1.5 * 2^23`: adding it rounds to an integer (ties to even) and keeps
+    /// that integer, as two's complement, in the low mantissa bits.
+    const SHIFTER: f32 = 12_582_912.0;
+    let k = x * LOG2E + SHIFTER;
+    let n = k - SHIFTER;
+    let t = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
+    let p = mul_add(t, EXPM1_P5, EXPM1_P4);
+    let p = mul_add(t, p, EXPM1_P3);
+    let p = mul_add(t, p, EXPM1_P2);
+    let p = mul_add(t, p, EXPM1_P1);
+    let p = mul_add(t, p, EXPM1_P0);
+    let p = mul_add(t, t * p, t);
+    // (bits(k) << 23) keeps exactly n << 23 (the shifter's own bits shift out);
+    // adding the exponent bias gives 2^n for n in [-25, 0].
+    let s = f32::from_bits((k.to_bits() << 23).wrapping_add(0x3F80_0000));
+    let z = mul_add(s, p, s - 1.0);
+    if x < -17.0 { -1.0 } else { z }
 }
 
 // ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ pub const fn probe_value(workgroup: u32, thread: u32) -> u32 {
 /// # Safety
 /// `out` holds `WORDS_PER_LANE` words for every thread of the launch; the
 /// workgroup memory holds one `u32` per thread.
+#[inline(always)]
 pub unsafe fn probe(out: *mut u32) {
     let t = wave::thread_id();
     let lane = wave::lane_id();
@@ -73,3 +74,47 @@ pub unsafe fn probe(out: *mut u32) {
 
 /// A kernel that does nothing: the launch-overhead yardstick of the benchmarks.
 pub fn empty() {}
+
+/// 16 bytes, one vector load.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Quad([u32; 4]);
+
+/// Quads each thread reads per pass of [`read_stream`], all loads issued first.
+pub const READ_STREAM_UNROLL: u64 = 4;
+
+/// The read-bandwidth yardstick of the benchmarks: reads `quads` 16-byte words
+/// of `src` (thread `g` of `G` takes quads `g + G (4 p + u)`, four loads in
+/// flight per pass), folds them with xor, and writes the fold to `out[g]` so
+/// that no load can be dropped. What a launch that only streams bytes in
+/// reaches, against which a kernel reading the same bytes can be judged.
+///
+/// # Safety
+/// `src` is 16-byte aligned and holds `quads` quads; `out` holds one word per
+/// thread of the launch.
+#[inline(always)]
+pub unsafe fn read_stream(src: *const u32, quads: u64, out: *mut u32) {
+    let g = wave::global_id_x();
+    let threads = wave::num_workgroups_x() as u64 * wave::workgroup_size() as u64;
+    let src = src as *const Quad;
+    let mut fold = 0u32;
+    let mut q = g;
+    unsafe {
+        while q + (READ_STREAM_UNROLL - 1) * threads < quads {
+            let mut v = [Quad([0; 4]); READ_STREAM_UNROLL as usize];
+            crate::unroll4!(u => {
+                v[u] = src.add((q + u as u64 * threads) as usize).read();
+            });
+            crate::unroll4!(u => {
+                fold ^= v[u].0[0] ^ v[u].0[1] ^ v[u].0[2] ^ v[u].0[3];
+            });
+            q += READ_STREAM_UNROLL * threads;
+        }
+        while q < quads {
+            let v = src.add(q as usize).read();
+            fold ^= v.0[0] ^ v.0[1] ^ v.0[2] ^ v.0[3];
+            q += threads;
+        }
+        out.add(g as usize).write(fold);
+    }
+}

@@ -514,3 +514,72 @@ fn exp_special_values() {
         prev = y;
     }
 }
+
+// ---------------------------------------------------------------------------
+// The shortcuts xielu takes: bf16's round_normal and expm1_nonpos
+// ---------------------------------------------------------------------------
+
+/// `Bf16::round_normal` (Veltkamp's split) equals `round_f32` at `x`, where it
+/// claims to: `+0.0` and normal values below 2^111 in magnitude.
+fn check_round_normal(x: f32) -> bool {
+    let a = x.abs();
+    let claimed = x.to_bits() == 0 || (a >= f32::MIN_POSITIVE && a < 2f32.powi(111));
+    !claimed || <Bf16 as Elem>::round_normal(x).to_bits() == <Bf16 as Elem>::round_f32(x).to_bits()
+}
+
+#[test]
+fn bf16_round_normal_is_exact_on_its_range() {
+    // Around every rounding boundary: for each upper half, the low halves just
+    // below, at and above the tie, and the ends of the interval.
+    for hi in 0u32..=0xFFFF {
+        for lo in [0x0000u32, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF] {
+            let x = f32::from_bits(hi << 16 | lo);
+            assert!(check_round_normal(x), "round_normal({x:e} = {:#010x})", x.to_bits());
+        }
+    }
+    // And every 257th pattern of all 2^32.
+    let w = sweep(0, u32::MAX, 257, |x| if check_round_normal(x) { 0.0 } else { 1.0 });
+    assert_eq!(w.err, 0.0, "round_normal differs at {:e} ({:#010x})", w.x, w.x.to_bits());
+    // Outside the range it does differ (the callers' range checks matter).
+    assert_ne!(<Bf16 as Elem>::round_normal(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert!(<Bf16 as Elem>::round_normal(2f32.powi(120)).is_nan());
+}
+
+#[test]
+#[ignore = "exhaustive, about 10 s of CPU time in release; run with --release -- --ignored"]
+fn bf16_round_normal_is_exact_on_its_range_exhaustive() {
+    let w = sweep(0, u32::MAX, 1, |x| if check_round_normal(x) { 0.0 } else { 1.0 });
+    assert_eq!(w.count, 1u64 << 32);
+    assert_eq!(w.err, 0.0, "round_normal differs at {:e} ({:#010x})", w.x, w.x.to_bits());
+}
+
+fn expm1_nonpos_mismatch(x: f32) -> f64 {
+    if same_bits_or_both_nan(num::expm1_nonpos(x), num::expm1(x)) { 0.0 } else { 1.0 }
+}
+
+#[test]
+fn expm1_nonpos_equals_expm1_for_x_at_most_0() {
+    // Every bf16 and f16 value <= 0 (what the kernels feed it), the specials,
+    // and every 61st f32 pattern <= 0 (the negative half is 0x8000_0000..).
+    for bits in 0x8000u32..=0xFFFF {
+        let b = f32::from_bits(bits << 16);
+        let h = f16::from_bits(bits as u16) as f32;
+        for x in [b, h] {
+            assert_eq!(expm1_nonpos_mismatch(x), 0.0, "expm1_nonpos({x:e})");
+        }
+    }
+    for x in [0.0, -0.0, f32::NEG_INFINITY, f32::NAN, -f32::NAN, -17.0, -17.000002, -16.999998, f32::MIN, -f32::MIN_POSITIVE] {
+        assert_eq!(expm1_nonpos_mismatch(x), 0.0, "expm1_nonpos({x:e})");
+    }
+    let w = sweep(0x8000_0000, u32::MAX, 61, expm1_nonpos_mismatch);
+    assert_eq!(w.err, 0.0, "expm1_nonpos differs at {:e} ({:#010x})", w.x, w.x.to_bits());
+    assert_eq!(expm1_nonpos_mismatch(0.0), 0.0);
+}
+
+#[test]
+#[ignore = "exhaustive, about 20 s of CPU time in release; run with --release -- --ignored"]
+fn expm1_nonpos_equals_expm1_for_x_at_most_0_exhaustive() {
+    let w = sweep(0x8000_0000, u32::MAX, 1, expm1_nonpos_mismatch);
+    assert_eq!(w.count, 1u64 << 31);
+    assert_eq!(w.err, 0.0, "expm1_nonpos differs at {:e} ({:#010x})", w.x, w.x.to_bits());
+}

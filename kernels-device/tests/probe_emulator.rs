@@ -122,3 +122,29 @@ fn a_workgroup_size_that_is_not_whole_waves_is_refused() {
     let err = unsafe { emulator::launch(&cfg, &|| {}) }.unwrap_err();
     assert!(err.to_string().contains("multiple of 32"), "{err}");
 }
+
+struct SyncConstPtr(*const u32);
+unsafe impl Sync for SyncConstPtr {}
+
+#[test]
+fn read_stream_folds_every_quad_once() {
+    // 1000 quads over 2 x 64 threads: full passes of 4, then a tail of single quads.
+    let quads = 1000usize;
+    let mut src = vec![0u32; quads * 4 + 4];
+    // 16-byte alignment: start at the first aligned word.
+    let skip = src.as_ptr().align_offset(16 / 4);
+    for (i, w) in src[skip..skip + quads * 4].iter_mut().enumerate() {
+        *w = (i as u32).wrapping_mul(2654435761) ^ 0x5A5A_0000;
+    }
+    let want = src[skip..skip + quads * 4].iter().fold(0, |a, w| a ^ w);
+    let (groups, size) = (2u32, 64u32);
+    let mut out = vec![0u32; (groups * size) as usize];
+    let (sp, op) = (SyncConstPtr(src[skip..].as_ptr()), SyncPtr(out.as_mut_ptr()));
+    let cfg = LaunchConfig { grid: [groups, 1, 1], workgroup_size: size, workgroup_mem_bytes: 0 };
+    unsafe { emulator::launch(&cfg, &|| kernels_device::probe::read_stream({ let p = &sp; p.0 }, quads as u64, { let p = &op; p.0 })) }.unwrap();
+    assert_eq!(out.iter().fold(0, |a, w| a ^ w), want);
+    // Dropping the last quad changes the fold: every quad is read.
+    out.fill(0);
+    unsafe { emulator::launch(&cfg, &|| kernels_device::probe::read_stream({ let p = &sp; p.0 }, quads as u64 - 1, { let p = &op; p.0 })) }.unwrap();
+    assert_ne!(out.iter().fold(0, |a, w| a ^ w), want);
+}
