@@ -34,27 +34,31 @@
 //!                                   # multiply and one add; rounded once
 //! ```
 //!
-//! **Schedule.** The time loop is unrolled by [`UNROLL`] = 8 steps. First every
-//! input of the 8 steps is loaded: dt and x of all 8 steps in one load instruction
-//! (lane `j < 8` of a channel reads dt of step `t + j`, lane `8 + j` reads x of
-//! step `t + j`; each value is then broadcast from its lane: a `readlane` into a
-//! scalar register on amdgpu for one channel per wave, a lane exchange for two),
-//! then B and C of each step (16 independent loads in flight). Then the
-//! 8 exponentials and `u` values (they do not depend on the state), then the 8
-//! fused multiply-adds of the recurrence back to back, then the 8 wave sums (40
-//! independent lane exchanges); lane `k` of a channel keeps step `k`'s output, so
-//! 8 lanes store the 8 `y` values with one store instruction. A remainder loop does the
-//! last `L % 8` steps one at a time with the same operations in the same order, so
-//! the result does not depend on where a step falls: a scan over L1 + L2 steps
-//! equals, bit for bit, a scan over L1 steps followed by one over L2 steps from its
-//! state. There is one schedule for every L (no chunking over L).
+//! **Schedule.** The time loop is unrolled by [`UNROLL`] = 8 steps and software
+//! pipelined: the loads of the next 8 steps are issued before the arithmetic of
+//! the current 8 (a [`wave::schedule_fence`] keeps them there). dt and x of all 8
+//! steps arrive in one load instruction (lane `j < 8` of a channel reads dt of step
+//! `t + j`, lane `8 + j` reads x of step `t + j`; each value is then broadcast from
+//! its lane: a `readlane` into a scalar register on amdgpu for one channel per wave,
+//! a lane exchange for two), then B and C of each step (16 independent loads).
+//! Then the 8 exponentials and `u` values (they do not depend on the state), then
+//! the 8 fused multiply-adds of the recurrence back to back, then the 8 sums over
+//! the channel's lanes as one transposed butterfly (`channel_sums_8`): three
+//! levels where each lane sends half of its remaining per-step values and keeps
+//! the other half, then plain levels, so 8 exchanges instead of 32 (40 with one
+//! channel per wave) and each lane ends with one step's total, added in the same
+//! tree as the plain butterfly, so the bits are the same. The first lane holding
+//! step `k`'s total stores its output. A remainder loop does the last `L % 8`
+//! steps one at a time with the same operations in the same order, so the result
+//! does not depend on where a step falls: a scan over L1 + L2 steps equals, bit
+//! for bit, a scan over L1 steps followed by one over L2 steps from its state.
+//! There is one schedule for every L (no chunking over L).
 //!
-//! Measured on an H200 (CUDA backend, bf16, B = 1, Dm = 8192, N = 16, L = 512),
-//! per step: 642 ns with one channel per wave and `num::exp` (against 712 ns with
-//! 8 separate uniform loads of dt and x per chunk and 692 ns with a 16-step
-//! unroll: more registers, fewer resident waves); 514 ns with two channels per
-//! wave; 244 ns with the hardware exp2 as well. The kernel is bound by
-//! instruction issue; `docs/performance.md` has the numbers and the peers.
+//! Measured on an H200 (CUDA backend, bf16, B = 1, Dm = 5120, N = 16, L = 2048):
+//! 948 us with one channel per wave and `num::exp`, 663 us with two channels per
+//! wave, 474 us with the hardware exp2 as well, 347 us with the loads pipelined
+//! and the transposed sums (3.34x the CUDA C++ reference mapping's 1160 us).
+//! `docs/performance.md` has the numbers and the peers.
 //!
 //! **In place.** Each lane reads its state column before the time loop and writes
 //! it after it, at the same address, and no other lane or wave touches that

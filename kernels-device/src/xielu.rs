@@ -7,8 +7,8 @@
 //! element alone (the two evaluations below give the same bits), so the result
 //! depends neither on the vector width nor on the grid.
 //!
-//! **Two evaluations, the same bits.** [`xielu_one`] is the model, step for step.
-//! [`xielu_fast`] is what the 8-element chunks run when the parameters allow it
+//! **Two evaluations, the same bits.** `xielu_one` is the model, step for step.
+//! `xielu_fast` is what the 8-element chunks run when the parameters allow it
 //! (checked once per launch) and, in bf16, when all 8 values lie in a range
 //! (checked per chunk; otherwise that chunk runs the model). It differs in three
 //! ways, each exact where it is used:
