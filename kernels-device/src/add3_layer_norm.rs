@@ -7,7 +7,7 @@
 
 use core::f32::math::{mul_add, sqrt};
 
-use crate::geometry::add3_layer_norm::{CHUNKS, CHUNK_STRIDE, MAX_D, SLOT_MEAN, SLOT_SUM, SLOT_VAR, SLOT_VAR_TOTAL, WAVES};
+use crate::geometry::add3_layer_norm::{CHUNKS, CHUNK_STRIDE, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};
 use crate::num::Elem;
 use crate::wave;
 
@@ -131,11 +131,14 @@ impl<T: Elem> Kept<T> {
 }
 
 /// Sums `partial` over the 256 threads in the contract's order (steps 4-5):
-/// a butterfly in each wave, lane 0 of wave `w` stores to `slots[w]`, then wave 0
-/// reduces the 8 slots with the same butterfly (lanes 8..31 add +0.0) and
-/// publishes the total in `slots[total]`. Every thread returns the total.
+/// a butterfly in each wave, lane 0 of wave `w` stores to `slots[first + w]`,
+/// then the 8 slots are reduced with the same butterfly (lanes 8..31 add +0.0).
+/// The contract has wave 0 do that and broadcast the total through workgroup
+/// memory; here every wave does it on the same 8 values, which gives every
+/// thread the same bits with one barrier instead of two (four barriers per row
+/// become two). Every thread returns the total.
 #[inline(always)]
-unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize, total: usize) -> f32 {
+unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize) -> f32 {
     let lane = wave::lane_id();
     let w = wave::wave_id();
     let wave_total = wave::wave_sum_f32(partial);
@@ -144,15 +147,8 @@ unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize, total: usiz
             slots.add(first + w as usize).write_volatile(wave_total);
         }
         wave::barrier();
-        if w == 0 {
-            let v = if lane < WAVES { slots.add(first + lane as usize).read_volatile() } else { 0.0 };
-            let sum = wave::wave_sum_f32(v);
-            if lane == 0 {
-                slots.add(total).write_volatile(sum);
-            }
-        }
-        wave::barrier();
-        slots.add(total).read_volatile()
+        let v = if lane < WAVES { slots.add(first + lane as usize).read_volatile() } else { 0.0 };
+        wave::wave_sum_f32(v)
     }
 }
 
@@ -239,7 +235,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
         }
     });
     // Steps 4-6.
-    let total = unsafe { workgroup_sum(s, slots, SLOT_SUM, SLOT_MEAN) };
+    let total = unsafe { workgroup_sum(s, slots, SLOT_SUM) };
     let mean = total / d as f32;
 
     // Step 7: q = fma(d, d, q) in ownership order, reduced into separate slots.
@@ -252,7 +248,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
             }
         }
     });
-    let q_total = unsafe { workgroup_sum(q, slots, SLOT_VAR, SLOT_VAR_TOTAL) };
+    let q_total = unsafe { workgroup_sum(q, slots, SLOT_VAR) };
 
     // Step 8: correctly rounded division and square root; no rsqrt.
     let var = q_total / d as f32;

@@ -38,15 +38,13 @@ pub mod add3_layer_norm {
     pub const MAX_D: u32 = 6656;
     /// Chunks of 4 a thread owns at most: `ceil(MAX_D / 1024)` = 7, so 28 elements.
     pub const CHUNKS: usize = (MAX_D as usize).div_ceil(CHUNK_STRIDE);
-    /// Workgroup-memory slots (f32): the 8 wave sums, the mean, then the
-    /// 8 variance sums and their total, in separate slots so that no value is
-    /// overwritten while another wave may still read it.
+    /// Workgroup-memory slots (f32): the 8 wave sums of the mean's pass, then
+    /// the 8 of the variance's, in separate slots: a wave that has gone on to
+    /// the variance never overwrites a wave sum another wave may still read.
     pub const SLOT_SUM: usize = 0;
-    pub const SLOT_MEAN: usize = 8;
-    pub const SLOT_VAR: usize = 16;
-    pub const SLOT_VAR_TOTAL: usize = 24;
+    pub const SLOT_VAR: usize = WAVES as usize;
     /// Dynamic workgroup memory of one launch, in bytes.
-    pub const WORKGROUP_MEM_BYTES: u32 = 32 * 4;
+    pub const WORKGROUP_MEM_BYTES: u32 = 2 * WAVES * 4;
     /// The most rows one launch takes: HIP refuses a grid of more than 2^32 - 1
     /// work-items along x, and there is one workgroup per row.
     pub const MAX_ROWS: u32 = u32::MAX / WORKGROUP_SIZE;
