@@ -261,6 +261,21 @@ pub mod consts {
     pub const EXP_UNDERFLOW_X: f32 = -104.0;
 }
 
+/// `e^t - 1` for `t = x - n ln 2` (the Cody-Waite reduction of [`expm1`], in
+/// its order), by the spec's degree-7 polynomial: the part of `expm1` both of
+/// its forms share.
+#[inline(always)]
+fn expm1_reduced(x: f32, n: f32) -> f32 {
+    use consts::*;
+    let t = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
+    let p = mul_add(t, EXPM1_P5, EXPM1_P4);
+    let p = mul_add(t, p, EXPM1_P3);
+    let p = mul_add(t, p, EXPM1_P2);
+    let p = mul_add(t, p, EXPM1_P1);
+    let p = mul_add(t, p, EXPM1_P0);
+    mul_add(t, t * p, t)
+}
+
 /// `expm1(x)` exactly as the AMD device library's `expm1f` computes it
 /// (`numerics.md`, "expm1 (xIELU)"): the steps, not the best expm1.
 ///
@@ -271,13 +286,7 @@ pub mod consts {
 pub fn expm1(x: f32) -> f32 {
     use consts::*;
     let n = round_ties_even(x * LOG2E);
-    let t = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
-    let p = mul_add(t, EXPM1_P5, EXPM1_P4);
-    let p = mul_add(t, p, EXPM1_P3);
-    let p = mul_add(t, p, EXPM1_P2);
-    let p = mul_add(t, p, EXPM1_P1);
-    let p = mul_add(t, p, EXPM1_P0);
-    let p = mul_add(t, t * p, t);
+    let p = expm1_reduced(x, n);
     // `as` saturates and maps NaN to 0, as the spec asks.
     let e = if n == 128.0 { 127 } else { n as i32 };
     let s = ldexp1(e);
@@ -309,13 +318,7 @@ pub fn expm1_nonpos(x: f32) -> f32 {
     const SHIFTER: f32 = 12_582_912.0;
     let k = x * LOG2E + SHIFTER;
     let n = k - SHIFTER;
-    let t = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
-    let p = mul_add(t, EXPM1_P5, EXPM1_P4);
-    let p = mul_add(t, p, EXPM1_P3);
-    let p = mul_add(t, p, EXPM1_P2);
-    let p = mul_add(t, p, EXPM1_P1);
-    let p = mul_add(t, p, EXPM1_P0);
-    let p = mul_add(t, t * p, t);
+    let p = expm1_reduced(x, n);
     // (bits(k) << 23) keeps exactly n << 23 (the shifter's own bits shift out);
     // adding the exponent bias gives 2^n for n in [-25, 0].
     let s = f32::from_bits((k.to_bits() << 23).wrapping_add(0x3F80_0000));
