@@ -224,12 +224,18 @@ impl Toolchain {
         }
         // Every kernel body inlined into its entry: a call would pass arguments
         // through the ABI and may need a stack (local memory).
-        if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("call")) {
-            return Err(format!("the PTX calls a function ({}): mark the kernel body #[inline(always)]", line.trim()));
+        if let Some(line) = text.lines().find(|l| ptx_instruction(l).starts_with("call") || l.starts_with(".func") || l.contains("__local_depot")) {
+            return Err(format!("the PTX calls a function or uses a local stack ({}): mark the kernel body #[inline(always)]", line.trim()));
         }
         fs::write(&ptx, with_launch_bounds(&text)?).map_err(|e| e.to_string())?;
         Ok(ptx)
     }
+}
+
+/// A PTX line without its indentation and predicate guard (`@%p1 call ...`).
+fn ptx_instruction(line: &str) -> &str {
+    let l = line.trim_start();
+    if l.starts_with('@') { l.split_once(char::is_whitespace).map_or("", |(_, rest)| rest.trim_start()) } else { l }
 }
 
 /// The PTX with `.maxntid` and `.minnctapersm` after the parameter list of every
@@ -244,11 +250,14 @@ fn with_launch_bounds(ptx: &str) -> Result<String, String> {
             let symbol = name.split('(').next().unwrap_or("");
             pending = kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS.iter().find(|(k, _, _)| *k == symbol).map(|&(_, size, per_sm)| (size, per_sm));
         }
-        if line == "{" {
-            if let Some((size, per_sm)) = pending.take() {
-                out.push_str(&format!(".maxntid {size}, 1, 1\n.minnctapersm {per_sm}\n"));
-                applied += 1;
-            }
+        if pending.is_some() && (line.starts_with(".maxntid") || line.starts_with(".minnctapersm") || line.starts_with(".reqntid") || line.starts_with(".maxnreg")) {
+            return Err(format!("the PTX already has a performance directive ({line}) on an entry that geometry::NVIDIA_LAUNCH_BOUNDS names"));
+        }
+        if line == "{"
+            && let Some((size, per_sm)) = pending.take()
+        {
+            out.push_str(&format!(".maxntid {size}, 1, 1\n.minnctapersm {per_sm}\n"));
+            applied += 1;
         }
         out.push_str(line);
         out.push('\n');

@@ -3,7 +3,9 @@
 //! pair. The launch geometry and every reduction order are part of the contract:
 //! one workgroup of 256 threads per row; thread `t` owns the elements
 //! `1024*k + 4*t + j`; sums in ownership order, a xor butterfly per wave, the
-//! eight wave totals combined by the same butterfly in wave 0.
+//! eight wave totals combined by the same butterfly (the contract has wave 0 do
+//! it and broadcast the total; here every wave does it, which gives the same
+//! bits: see `workgroup_sum`).
 
 use core::f32::math::{mul_add, sqrt};
 
@@ -61,8 +63,10 @@ struct Words4([u32; 4]);
 /// [`Elem::round_normal`], for the types where that is exact only on a range
 /// (bf16: `+0.0` and normal values below 2^111). If any value falls outside
 /// (zeros included, to keep the test to two min/max per value; infinities;
-/// NaN is not tracked: an arithmetic NaN is quiet, Veltkamp's split keeps it
-/// so, and the quiet bit lies in the half that is stored), the quad is
+/// NaN is not tracked: a NaN here comes from a bf16 input, whose payload lies
+/// in the top half, or from an invalid operation, which gives a quiet NaN;
+/// Veltkamp's split keeps it a NaN of either kind, and [`Elem::from_rounded`]
+/// keeps the top half, which is then a NaN), the quad is
 /// recomputed with the exact rounding. Both ways give the same bits; the fast
 /// one is 3 float operations per rounding instead of 5 or 6 integer ones, and
 /// on an H200 this kernel is bound by the integer pipeline once it has the

@@ -167,6 +167,7 @@ struct StepInputs {
 impl StepInputs {
     /// Loads steps `t .. t + UNROLL` (all in bounds).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn load<T: Elem>(t: usize, col_lane: u32, dt_c: *const T, x_c: *const T, b_c: *const T, c_c: *const T, dm: usize, n: usize) -> Self {
         unsafe {
             let j = (col_lane % UNROLL as u32) as usize;
@@ -279,7 +280,7 @@ unsafe fn scan<T: Elem, const HALF: bool>(
         let lanes = lanes_per_channel(n as u32);
         let my_step = step_of_lane(col_lane, lanes);
         // The lane that stores step `my_step`'s output: the first of the lanes holding it.
-        let stores = channel_ok && col_lane % (lanes / UNROLL as u32) == 0;
+        let stores = channel_ok && col_lane.is_multiple_of(lanes / UNROLL as u32);
         let load = |t: usize| StepInputs::load::<T>(t, col_lane, dt_c, x_c, b_c, c_c, dm, n);
         let chunks = len / UNROLL;
         let mut t = 0usize;

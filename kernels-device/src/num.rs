@@ -38,7 +38,9 @@ pub trait Elem: Copy + Send + Sync + 'static {
     }
     /// A value `v` that is already one of this type's (as [`Elem::round_f32`]
     /// returns them) in storage form, without rounding again: for bf16 the top
-    /// half of the bits. Any other `v` gives an unspecified value of the type.
+    /// half of the bits. Any other `v` gives an unspecified value of the type,
+    /// except that a NaN whose top 16 bits are a bf16 NaN (every quiet NaN, and
+    /// every NaN widened from bf16) stays a NaN.
     #[inline(always)]
     fn from_rounded(v: f32) -> Self {
         Self::from_f32(v)
