@@ -31,8 +31,9 @@ macro_rules! for_each_chunk {
 unsafe fn load4<T: Elem>(p: *const T) -> [T; 4] {
     unsafe {
         if T::BYTES == 2 {
-            let v = (p as *const u64).read();
-            [0, 16, 32, 48].map(|shift| T::from_bits_u32((v >> shift) as u32 & 0xFFFF))
+            // Two 32-bit words, not a u64: 64-bit shifts cost two instructions on NVIDIA.
+            let w = (p as *const Words2).read().0;
+            [w[0], w[0] >> 16, w[1], w[1] >> 16].map(|bits| T::from_bits_u32(bits & 0xFFFF))
         } else {
             (p as *const Words4).read().0.map(T::from_bits_u32)
         }
@@ -47,8 +48,7 @@ unsafe fn load4<T: Elem>(p: *const T) -> [T; 4] {
 unsafe fn store4<T: Elem>(p: *mut T, v: [T; 4]) {
     unsafe {
         if T::BYTES == 2 {
-            let bits = v.map(|e| e.to_bits_u32() as u64 & 0xFFFF);
-            (p as *mut u64).write(bits[0] | bits[1] << 16 | bits[2] << 32 | bits[3] << 48);
+            (p as *mut Words2).write(Words2(pack2x2(v)));
         } else {
             (p as *mut Words4).write(Words4(v.map(|e| e.to_bits_u32())));
         }
@@ -58,6 +58,18 @@ unsafe fn store4<T: Elem>(p: *mut T, v: [T; 4]) {
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
 struct Words4([u32; 4]);
+
+/// Four 16-bit elements in two words: one 8-byte access.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct Words2([u32; 2]);
+
+/// Four 16-bit elements' bits, two per word, element 0 in the low half.
+#[inline(always)]
+fn pack2x2<T: Elem>(v: [T; 4]) -> [u32; 2] {
+    let b = v.map(|e| e.to_bits_u32() & 0xFFFF);
+    [b[0] | b[1] << 16, b[2] | b[3] << 16]
+}
 
 /// The smallest and largest magnitude of the values a quad rounds with
 /// [`Elem::round_normal`], for the types where that is exact only on a range
@@ -104,8 +116,8 @@ const ROUND_NORMAL_MAX: f32 = (1u128 << 111) as f32;
 /// values are most of the kernel's registers, and registers decide how many
 /// rows each SM has in flight.
 struct Kept<T: Elem> {
-    /// 16-bit types: the 4 values of chunk k, as stored.
-    packed: [u64; CHUNKS],
+    /// 16-bit types: the 4 values of chunk k, as stored (two per word).
+    packed: [[u32; 2]; CHUNKS],
     /// f32: value `4 k + j`.
     wide: [f32; CHUNKS * 4],
     _t: core::marker::PhantomData<T>,
@@ -114,23 +126,27 @@ struct Kept<T: Elem> {
 impl<T: Elem> Kept<T> {
     #[inline(always)]
     fn new() -> Self {
-        Kept { packed: [0; CHUNKS], wide: [0.0; CHUNKS * 4], _t: core::marker::PhantomData }
+        Kept { packed: [[0; 2]; CHUNKS], wide: [0.0; CHUNKS * 4], _t: core::marker::PhantomData }
     }
     #[inline(always)]
     fn set(&mut self, k: usize, j: usize, v: T) {
         if T::BYTES == 2 {
-            self.packed[k] |= (v.to_bits_u32() as u64 & 0xFFFF) << (16 * j);
+            self.packed[k][j / 2] |= (v.to_bits_u32() & 0xFFFF) << (16 * (j % 2));
         } else {
             self.wide[4 * k + j] = v.to_f32();
         }
     }
     #[inline(always)]
     fn set_quad(&mut self, k: usize, v: [T; 4]) {
-        crate::unroll4!(j => { self.set(k, j, v[j]); });
+        if T::BYTES == 2 {
+            self.packed[k] = pack2x2(v);
+        } else {
+            crate::unroll4!(j => { self.set(k, j, v[j]); });
+        }
     }
     #[inline(always)]
     fn get(&self, k: usize, j: usize) -> f32 {
-        if T::BYTES == 2 { T::from_bits_u32((self.packed[k] >> (16 * j)) as u32 & 0xFFFF).to_f32() } else { self.wide[4 * k + j] }
+        if T::BYTES == 2 { T::from_bits_u32((self.packed[k][j / 2] >> (16 * (j % 2))) & 0xFFFF).to_f32() } else { self.wide[4 * k + j] }
     }
 }
 
@@ -229,12 +245,16 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     });
     let vals = |k: usize, j: usize| kept.get(k, j);
 
-    // Step 3: per-thread sum in ownership order (k ascending, then j).
+    // Step 3: per-thread sum in ownership order (k ascending, then j). The test
+    // on the chunk's start is the same for every thread: chunks past the row
+    // are skipped by a uniform branch instead of being computed and discarded.
     let mut s = 0.0f32;
     for_each_chunk!(k => {
-        for j in 0..4 {
-            if k * CHUNK_STRIDE + 4 * t + j < d {
-                s = s + vals(k, j);
+        if k * CHUNK_STRIDE < d {
+            for j in 0..4 {
+                if k * CHUNK_STRIDE + 4 * t + j < d {
+                    s = s + vals(k, j);
+                }
             }
         }
     });
@@ -245,10 +265,12 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     // Step 7: q = fma(d, d, q) in ownership order, reduced into separate slots.
     let mut q = 0.0f32;
     for_each_chunk!(k => {
-        for j in 0..4 {
-            if k * CHUNK_STRIDE + 4 * t + j < d {
-                let diff = vals(k, j) - mean;
-                q = mul_add(diff, diff, q);
+        if k * CHUNK_STRIDE < d {
+            for j in 0..4 {
+                if k * CHUNK_STRIDE + 4 * t + j < d {
+                    let diff = vals(k, j) - mean;
+                    q = mul_add(diff, diff, q);
+                }
             }
         }
     });
