@@ -173,14 +173,17 @@ unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize) -> f32 {
 }
 
 /// Chunks per group of the vector paths: a group's loads are all issued before
-/// any of its arithmetic, so a row up to `GROUP * 1024` elements (4096) takes
-/// one trip to memory per pass instead of one per chunk (the branches of the
-/// range check would otherwise keep each chunk's loads behind the previous
-/// chunk's arithmetic). Two groups cover the 7 chunks of D = 6656.
-const GROUP: usize = 4;
-const _: () = assert!(2 * GROUP >= CHUNKS);
+/// any of its arithmetic, so a pass over a row takes one trip to memory per
+/// group instead of one per chunk (the branches of the range check would
+/// otherwise keep each chunk's loads behind the previous chunk's arithmetic).
+/// 2, not 4: with 4 chunks of loads in flight the 16-bit kernels need more
+/// than the 64 registers of their NVIDIA launch bound and spill (run 14 in
+/// docs/verification.md). Four groups cover the 7 chunks of D = 6656.
+const GROUP: usize = 2;
+const _: () = assert!(4 * GROUP >= CHUNKS);
 
-/// Steps 1-2 on the vector path for chunks `FIRST .. FIRST + GROUP`: x_new of
+/// Steps 1-2 on the vector path for chunks `FIRST .. FIRST + GROUP` (the
+/// loops run over 4 slots, those past `GROUP` doing nothing): x_new of
 /// each owned quad, stored and kept.
 ///
 /// # Safety
@@ -192,9 +195,9 @@ unsafe fn x_new_quads<T: Elem, const FIRST: usize>(a: *const T, b: *const T, x: 
     if FIRST * CHUNK_STRIDE >= d {
         return;
     }
-    let owned = |i: usize| FIRST + i < CHUNKS && (FIRST + i) * CHUNK_STRIDE + 4 * t < d;
+    let owned = |i: usize| i < GROUP && FIRST + i < CHUNKS && (FIRST + i) * CHUNK_STRIDE + 4 * t < d;
     let zero = [T::from_f32(0.0); 4];
-    let (mut qa, mut qb, mut qx) = ([zero; GROUP], [zero; GROUP], [zero; GROUP]);
+    let (mut qa, mut qb, mut qx) = ([zero; 4], [zero; 4], [zero; 4]);
     crate::unroll4!(i => {
         if owned(i) { unsafe {
             let at = base + (FIRST + i) * CHUNK_STRIDE + 4 * t;
@@ -237,9 +240,9 @@ unsafe fn h_quads<T: Elem, const FIRST: usize>(w: *const T, bias: *const T, h: *
     if FIRST * CHUNK_STRIDE >= d {
         return;
     }
-    let owned = |i: usize| FIRST + i < CHUNKS && (FIRST + i) * CHUNK_STRIDE + 4 * t < d;
+    let owned = |i: usize| i < GROUP && FIRST + i < CHUNKS && (FIRST + i) * CHUNK_STRIDE + 4 * t < d;
     let zero = [T::from_f32(0.0); 4];
-    let (mut qw, mut qb) = ([zero; GROUP], [zero; GROUP]);
+    let (mut qw, mut qb) = ([zero; 4], [zero; 4]);
     crate::unroll4!(i => {
         if owned(i) { unsafe {
             let at = (FIRST + i) * CHUNK_STRIDE + 4 * t;
@@ -310,6 +313,8 @@ pub unsafe fn add3_layer_norm<T: Elem>(
         unsafe {
             x_new_quads::<T, 0>(a, b, x, x_new, base, t, d, &mut kept);
             x_new_quads::<T, GROUP>(a, b, x, x_new, base, t, d, &mut kept);
+            x_new_quads::<T, { 2 * GROUP }>(a, b, x, x_new, base, t, d, &mut kept);
+            x_new_quads::<T, { 3 * GROUP }>(a, b, x, x_new, base, t, d, &mut kept);
         }
     } else {
         for_each_chunk!(k => {
@@ -367,6 +372,8 @@ pub unsafe fn add3_layer_norm<T: Elem>(
         unsafe {
             h_quads::<T, 0>(w, bias, h, base, t, d, mean, r, &kept);
             h_quads::<T, GROUP>(w, bias, h, base, t, d, mean, r, &kept);
+            h_quads::<T, { 2 * GROUP }>(w, bias, h, base, t, d, mean, r, &kept);
+            h_quads::<T, { 3 * GROUP }>(w, bias, h, base, t, d, mean, r, &kept);
         }
     } else {
         for_each_chunk!(k => {
