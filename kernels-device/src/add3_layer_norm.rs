@@ -172,109 +172,6 @@ unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize) -> f32 {
     }
 }
 
-/// Chunks per group of the vector paths: a group's loads are all issued before
-/// any of its arithmetic, so a pass over a row takes one trip to memory per
-/// group instead of one per chunk (the branches of the range check would
-/// otherwise keep each chunk's loads behind the previous chunk's arithmetic).
-/// 2, not 4: with 4 chunks of loads in flight the 16-bit kernels need more
-/// than the 64 registers of their NVIDIA launch bound and spill (run 14 in
-/// docs/verification.md). Four groups cover the 7 chunks of D = 6656.
-const GROUP: usize = 2;
-const _: () = assert!(4 * GROUP >= CHUNKS);
-
-/// Steps 1-2 on the vector path for chunks `FIRST .. FIRST + GROUP` (the
-/// loops run over 4 slots, those past `GROUP` doing nothing): x_new of
-/// each owned quad, stored and kept.
-///
-/// # Safety
-/// As for [`add3_layer_norm`], with every buffer 4-element aligned and `d % 4 == 0`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn x_new_quads<T: Elem, const FIRST: usize>(a: *const T, b: *const T, x: *const T, x_new: *mut T, base: usize, t: usize, d: usize, kept: &mut Kept<T>) {
-    // Uniform over the workgroup.
-    if FIRST * CHUNK_STRIDE >= d {
-        return;
-    }
-    let owned = |i: usize| i < GROUP && FIRST + i < CHUNKS && (FIRST + i) * CHUNK_STRIDE + 4 * t < d;
-    let zero = [T::from_f32(0.0); 4];
-    let (mut qa, mut qb, mut qx) = ([zero; 4], [zero; 4], [zero; 4]);
-    crate::unroll4!(i => {
-        if owned(i) { unsafe {
-            let at = base + (FIRST + i) * CHUNK_STRIDE + 4 * t;
-            qa[i] = load4(a.add(at));
-            qb[i] = load4(b.add(at));
-            qx[i] = load4(x.add(at));
-        } }
-    });
-    crate::unroll4!(i => {
-        if owned(i) {
-            let (qa, qb, qx) = (qa[i], qb[i], qx[i]);
-            let mut out = qx;
-            let mut range = Range::new();
-            crate::unroll4!(j => {
-                let s1 = qa[j].to_f32() + qb[j].to_f32();
-                let s2 = T::round_normal(s1) + qx[j].to_f32();
-                out[j] = T::from_rounded(T::round_normal(s2));
-                range.track::<T>(s1);
-                range.track::<T>(s2);
-            });
-            if !range.ok::<T>() {
-                crate::unroll4!(j => {
-                    let ab = T::from_f32(qa[j].to_f32() + qb[j].to_f32());
-                    out[j] = T::from_f32(ab.to_f32() + qx[j].to_f32());
-                });
-            }
-            unsafe { store4(x_new.add(base + (FIRST + i) * CHUNK_STRIDE + 4 * t), out) };
-            kept.set_quad(FIRST + i, out);
-        }
-    });
-}
-
-/// Step 9 on the vector path for chunks `FIRST .. FIRST + GROUP`.
-///
-/// # Safety
-/// As for [`x_new_quads`].
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn h_quads<T: Elem, const FIRST: usize>(w: *const T, bias: *const T, h: *mut T, base: usize, t: usize, d: usize, mean: f32, r: f32, kept: &Kept<T>) {
-    if FIRST * CHUNK_STRIDE >= d {
-        return;
-    }
-    let owned = |i: usize| i < GROUP && FIRST + i < CHUNKS && (FIRST + i) * CHUNK_STRIDE + 4 * t < d;
-    let zero = [T::from_f32(0.0); 4];
-    let (mut qw, mut qb) = ([zero; 4], [zero; 4]);
-    crate::unroll4!(i => {
-        if owned(i) { unsafe {
-            let at = (FIRST + i) * CHUNK_STRIDE + 4 * t;
-            qw[i] = load4(w.add(at));
-            if !bias.is_null() {
-                qb[i] = load4(bias.add(at));
-            }
-        } }
-    });
-    crate::unroll4!(i => {
-        if owned(i) {
-            let k = FIRST + i;
-            let (qw, qb) = (qw[i], qb[i]);
-            let mut out = qw;
-            let mut range = Range::new();
-            crate::unroll4!(j => {
-                let nrm = (kept.get(k, j) - mean) * r;
-                let hj = mul_add(nrm, qw[j].to_f32(), qb[j].to_f32());
-                out[j] = T::from_rounded(T::round_normal(hj));
-                range.track::<T>(hj);
-            });
-            if !range.ok::<T>() {
-                crate::unroll4!(j => {
-                    let nrm = (kept.get(k, j) - mean) * r;
-                    out[j] = T::from_f32(mul_add(nrm, qw[j].to_f32(), qb[j].to_f32()));
-                });
-            }
-            unsafe { store4(h.add(base + k * CHUNK_STRIDE + 4 * t), out) };
-        }
-    });
-}
-
 /// # Safety
 /// `a, b, x, x_new, h` hold `rows * d` elements, `w` and `bias` (unless null)
 /// `d` elements; `1 <= d <= MAX_D`; launched with `WORKGROUP_SIZE` threads per
@@ -309,27 +206,43 @@ pub unsafe fn add3_layer_norm<T: Elem>(
 
     // x_new = T(f(T(f(a) + f(b))) + f(x)), kept in registers.
     let mut kept = Kept::<T>::new();
-    if quads {
-        unsafe {
-            x_new_quads::<T, 0>(a, b, x, x_new, base, t, d, &mut kept);
-            x_new_quads::<T, GROUP>(a, b, x, x_new, base, t, d, &mut kept);
-            x_new_quads::<T, { 2 * GROUP }>(a, b, x, x_new, base, t, d, &mut kept);
-            x_new_quads::<T, { 3 * GROUP }>(a, b, x, x_new, base, t, d, &mut kept);
-        }
-    } else {
-        for_each_chunk!(k => {
-            let first = k * CHUNK_STRIDE + 4 * t;
-            for j in 0..4 {
-                let i = first + j;
-                if i < d { unsafe {
-                    let ab = T::from_f32(a.add(base + i).read().to_f32() + b.add(base + i).read().to_f32());
-                    let xn = T::from_f32(ab.to_f32() + x.add(base + i).read().to_f32());
-                    x_new.add(base + i).write(xn);
-                    kept.set(k, j, xn);
-                } }
+    for_each_chunk!(k => {
+        let first = k * CHUNK_STRIDE + 4 * t;
+        if first < d { unsafe {
+            if quads {
+                let qa = load4(a.add(base + first));
+                let qb = load4(b.add(base + first));
+                let qx = load4(x.add(base + first));
+                let mut out = qx;
+                let mut range = Range::new();
+                crate::unroll4!(j => {
+                    let s1 = qa[j].to_f32() + qb[j].to_f32();
+                    let s2 = T::round_normal(s1) + qx[j].to_f32();
+                    out[j] = T::from_rounded(T::round_normal(s2));
+                    range.track::<T>(s1);
+                    range.track::<T>(s2);
+                });
+                if !range.ok::<T>() {
+                    crate::unroll4!(j => {
+                        let ab = T::from_f32(qa[j].to_f32() + qb[j].to_f32());
+                        out[j] = T::from_f32(ab.to_f32() + qx[j].to_f32());
+                    });
+                }
+                store4(x_new.add(base + first), out);
+                kept.set_quad(k, out);
+            } else {
+                for j in 0..4 {
+                    let i = first + j;
+                    if i < d {
+                        let ab = T::from_f32(a.add(base + i).read().to_f32() + b.add(base + i).read().to_f32());
+                        let xn = T::from_f32(ab.to_f32() + x.add(base + i).read().to_f32());
+                        x_new.add(base + i).write(xn);
+                        kept.set(k, j, xn);
+                    }
+                }
             }
-        });
-    }
+        } }
+    });
     let vals = |k: usize, j: usize| kept.get(k, j);
 
     // Step 3: per-thread sum in ownership order (k ascending, then j). The test
@@ -368,24 +281,37 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     let r = 1.0 / sqrt(var + eps);
 
     // Step 9: y = fma((x - mean) * r, w, bias or +0.0), stored as T.
-    if quads {
-        unsafe {
-            h_quads::<T, 0>(w, bias, h, base, t, d, mean, r, &kept);
-            h_quads::<T, GROUP>(w, bias, h, base, t, d, mean, r, &kept);
-            h_quads::<T, { 2 * GROUP }>(w, bias, h, base, t, d, mean, r, &kept);
-            h_quads::<T, { 3 * GROUP }>(w, bias, h, base, t, d, mean, r, &kept);
-        }
-    } else {
-        for_each_chunk!(k => {
-            let first = k * CHUNK_STRIDE + 4 * t;
-            for j in 0..4 {
-                let i = first + j;
-                if i < d { unsafe {
-                    let bb = if bias.is_null() { 0.0 } else { bias.add(i).read().to_f32() };
+    for_each_chunk!(k => {
+        let first = k * CHUNK_STRIDE + 4 * t;
+        if first < d { unsafe {
+            if quads {
+                let qw = load4(w.add(first));
+                let qb = if bias.is_null() { [T::from_f32(0.0); 4] } else { load4(bias.add(first)) };
+                let mut out = qw;
+                let mut range = Range::new();
+                crate::unroll4!(j => {
                     let nrm = (vals(k, j) - mean) * r;
-                    h.add(base + i).write(T::from_f32(mul_add(nrm, w.add(i).read().to_f32(), bb)));
-                } }
+                    let hj = mul_add(nrm, qw[j].to_f32(), qb[j].to_f32());
+                    out[j] = T::from_rounded(T::round_normal(hj));
+                    range.track::<T>(hj);
+                });
+                if !range.ok::<T>() {
+                    crate::unroll4!(j => {
+                        let nrm = (vals(k, j) - mean) * r;
+                        out[j] = T::from_f32(mul_add(nrm, qw[j].to_f32(), qb[j].to_f32()));
+                    });
+                }
+                store4(h.add(base + first), out);
+            } else {
+                for j in 0..4 {
+                    let i = first + j;
+                    if i < d {
+                        let bb = if bias.is_null() { 0.0 } else { bias.add(i).read().to_f32() };
+                        let nrm = (vals(k, j) - mean) * r;
+                        h.add(base + i).write(T::from_f32(mul_add(nrm, w.add(i).read().to_f32(), bb)));
+                    }
+                }
             }
-        });
-    }
+        } }
+    });
 }
