@@ -510,57 +510,6 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
     }
 }
 
-/// The start both matrix kernels share: this workgroup's slot (grid z) and its
-/// expert, with the layout of rows of `cols` values. `None` when the workgroup
-/// has nothing to do: the format is invalid, the slot is past `k`, or the
-/// expert id is out of range (then its rows of `out [k, rows]` get NaN and
-/// `*status` the slot, see [`bad_expert`]).
-///
-/// # Safety
-/// As for the kernels: `idx` holds `k` ids, `out` `k * rows` floats.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn slot_expert(idx: *const u32, n_experts: u32, k: u32, cols: u32, bits: u32, group_size: u32, out: *mut f32, rows: u32, status: *mut u32) -> Option<(u32, u32, Layout)> {
-    let slot = wave::workgroup_id_z();
-    let l = layout(cols, bits, group_size)?;
-    if slot >= k {
-        return None;
-    }
-    let e = unsafe { idx.add(slot as usize).read() };
-    if e >= n_experts {
-        unsafe { bad_expert(idx, n_experts, slot, out, rows, status) };
-        return None;
-    }
-    Some((slot, e, l))
-}
-
-/// The rows of expert `e`'s matrix (`rows` rows of layout `l`, in the stacks
-/// `w_all, s_all, b_all`) that this workgroup owns, against the activation row
-/// `src` (`cols` values, staged in workgroup memory): each row's total goes to
-/// `finish(row, total)`. 16-byte loads when the weights allow them.
-///
-/// # Safety
-/// As for the kernels, with `e < n_experts`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn expert_rows<T: Elem, A: Elem>(e: u32, w_all: *const u32, s_all: *const T, b_all: *const T, rows: u32, l: Layout, bits: u32, src: *const A, cols: u32, finish: impl FnMut(u32, f32)) {
-    unsafe {
-        let lds = wave::workgroup_mem::<F4>() as *mut f32;
-        let expert_rows = e as usize * rows as usize;
-        let w = w_all.add(expert_rows * l.words as usize);
-        let s = s_all.add(expert_rows * l.groups as usize);
-        let b = b_all.add(expert_rows * l.groups as usize);
-        let wide = (w_all as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
-        if bits == 4 {
-            let st = || stage::<A, 4>(src, cols, lds);
-            if wide { compute_rows::<T, 4, true>(w, s, b, lds, rows, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, rows, l, st, finish) }
-        } else {
-            let st = || stage::<A, 8>(src, cols, lds);
-            if wide { compute_rows::<T, 8, true>(w, s, b, lds, rows, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, rows, l, st, finish) }
-        }
-    }
-}
-
 /// `act[k, f] = square(max(sum_i f(x[i]) * (q1[idx[k], f, i] * f(s1) + f(b1)), 0))`.
 ///
 /// # Safety
@@ -585,14 +534,35 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
     group_size: u32,
     status: *mut u32,
 ) {
+    let slot = wave::workgroup_id_z();
+    let Some(l) = layout(din, bits, group_size) else { return };
+    if slot >= k {
+        return;
+    }
     unsafe {
-        let Some((slot, e, l)) = slot_expert(idx, n_experts, k, din, bits, group_size, act, dff, status) else { return };
+        let e = idx.add(slot as usize).read();
+        if e >= n_experts {
+            bad_expert(idx, n_experts, slot, act, dff, status);
+            return;
+        }
+        let lds = wave::workgroup_mem::<F4>() as *mut f32;
+        let expert_rows = e as usize * dff as usize;
+        let w = w1.add(expert_rows * l.words as usize);
+        let s = s1.add(expert_rows * l.groups as usize);
+        let b = b1.add(expert_rows * l.groups as usize);
         let out = act.add(slot as usize * dff as usize);
         let finish = |row: u32, total: f32| {
             let r = if total < 0.0 { 0.0 } else { total };
             out.add(row as usize).write(r * r);
         };
-        expert_rows::<T, T>(e, w1, s1, b1, dff, l, bits, x, din, finish);
+        let wide = (w1 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
+        if bits == 4 {
+            let st = || stage::<T, 4>(x, din, lds);
+            if wide { compute_rows::<T, 4, true>(w, s, b, lds, dff, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, dff, l, st, finish) }
+        } else {
+            let st = || stage::<T, 8>(x, din, lds);
+            if wide { compute_rows::<T, 8, true>(w, s, b, lds, dff, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, dff, l, st, finish) }
+        }
     }
 }
 
@@ -621,13 +591,34 @@ pub unsafe fn moe_down<T: Elem>(
     group_size: u32,
     status: *mut u32,
 ) {
+    let slot = wave::workgroup_id_z();
+    let Some(l) = layout(dff, bits, group_size) else { return };
+    if slot >= k {
+        return;
+    }
     unsafe {
-        let Some((slot, e, l)) = slot_expert(idx, n_experts, k, dff, bits, group_size, part, din, status) else { return };
+        let e = idx.add(slot as usize).read();
+        if e >= n_experts {
+            bad_expert(idx, n_experts, slot, part, din, status);
+            return;
+        }
+        let lds = wave::workgroup_mem::<F4>() as *mut f32;
+        let expert_rows = e as usize * din as usize;
+        let w = w2.add(expert_rows * l.words as usize);
+        let s = s2.add(expert_rows * l.groups as usize);
+        let b = b2.add(expert_rows * l.groups as usize);
         let a = act.add(slot as usize * dff as usize);
         let score = scores.add(slot as usize).read();
         let out = part.add(slot as usize * din as usize);
         let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
-        expert_rows::<T, f32>(e, w2, s2, b2, din, l, bits, a, dff, finish);
+        let wide = (w2 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
+        if bits == 4 {
+            let st = || stage::<f32, 4>(a, dff, lds);
+            if wide { compute_rows::<T, 4, true>(w, s, b, lds, din, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, din, l, st, finish) }
+        } else {
+            let st = || stage::<f32, 8>(a, dff, lds);
+            if wide { compute_rows::<T, 8, true>(w, s, b, lds, din, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, din, l, st, finish) }
+        }
     }
 }
 
