@@ -195,7 +195,10 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     if row >= rows || d == 0 || d > MAX_D {
         return;
     }
-    let t = wave::thread_id() as usize;
+    let t = wave::thread_id();
+    // Indices within a row fit in 32 bits (d <= MAX_D); 64-bit compares cost
+    // two instructions on NVIDIA. `d32` for tests, `d` for offsets.
+    let d32 = d;
     let d = d as usize;
     let base = row as usize * d;
     // Quad accesses need every row to start 4-element aligned.
@@ -207,8 +210,9 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     // x_new = T(f(T(f(a) + f(b))) + f(x)), kept in registers.
     let mut kept = Kept::<T>::new();
     for_each_chunk!(k => {
-        let first = k * CHUNK_STRIDE + 4 * t;
-        if first < d { unsafe {
+        let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
+        let first = first32 as usize;
+        if first32 < d32 { unsafe {
             if quads {
                 let qa = load4(a.add(base + first));
                 let qb = load4(b.add(base + first));
@@ -233,7 +237,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
             } else {
                 for j in 0..4 {
                     let i = first + j;
-                    if i < d {
+                    if first32 + (j as u32) < d32 {
                         let ab = T::from_f32(a.add(base + i).read().to_f32() + b.add(base + i).read().to_f32());
                         let xn = T::from_f32(ab.to_f32() + x.add(base + i).read().to_f32());
                         x_new.add(base + i).write(xn);
@@ -245,17 +249,16 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     });
     let vals = |k: usize, j: usize| kept.get(k, j);
 
-    // Step 3: per-thread sum in ownership order (k ascending, then j). The test
-    // on the chunk's start is the same for every thread: chunks past the row
-    // are skipped by a uniform branch instead of being computed and discarded.
+    // Step 3: per-thread sum in ownership order (k ascending, then j), over
+    // whole chunks: an element the thread does not own is +0.0 in `kept` (never
+    // set), and adding +0.0 changes nothing. `s` starts at +0.0, and an IEEE sum
+    // is -0.0 only when both addends are -0.0, so `s` is never -0.0, and
+    // `s + (+0.0)` is `s` for every other value (a NaN stays a NaN). Chunks past
+    // the row for every thread are skipped by a uniform branch.
     let mut s = 0.0f32;
     for_each_chunk!(k => {
         if k * CHUNK_STRIDE < d {
-            for j in 0..4 {
-                if k * CHUNK_STRIDE + 4 * t + j < d {
-                    s = s + vals(k, j);
-                }
-            }
+            crate::unroll4!(j => { s = s + vals(k, j); });
         }
     });
     // Steps 4-6.
@@ -263,15 +266,24 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     let mean = total / d as f32;
 
     // Step 7: q = fma(d, d, q) in ownership order, reduced into separate slots.
+    // A chunk that lies inside the row for every thread (a uniform test) needs
+    // no test per element; in the last, partial chunk the elements the thread
+    // does not own are skipped (their `kept` value is +0.0, not the mean).
     let mut q = 0.0f32;
     for_each_chunk!(k => {
-        if k * CHUNK_STRIDE < d {
-            for j in 0..4 {
-                if k * CHUNK_STRIDE + 4 * t + j < d {
+        if (k + 1) * CHUNK_STRIDE <= d {
+            crate::unroll4!(j => {
+                let diff = vals(k, j) - mean;
+                q = mul_add(diff, diff, q);
+            });
+        } else if k * CHUNK_STRIDE < d {
+            let first = (k * CHUNK_STRIDE) as u32 + 4 * t;
+            crate::unroll4!(j => {
+                if first + (j as u32) < d32 {
                     let diff = vals(k, j) - mean;
                     q = mul_add(diff, diff, q);
                 }
-            }
+            });
         }
     });
     let q_total = unsafe { workgroup_sum(q, slots, SLOT_VAR) };
@@ -282,8 +294,9 @@ pub unsafe fn add3_layer_norm<T: Elem>(
 
     // Step 9: y = fma((x - mean) * r, w, bias or +0.0), stored as T.
     for_each_chunk!(k => {
-        let first = k * CHUNK_STRIDE + 4 * t;
-        if first < d { unsafe {
+        let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
+        let first = first32 as usize;
+        if first32 < d32 { unsafe {
             if quads {
                 let qw = load4(w.add(first));
                 let qb = if bias.is_null() { [T::from_f32(0.0); 4] } else { load4(bias.add(first)) };
@@ -305,7 +318,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
             } else {
                 for j in 0..4 {
                     let i = first + j;
-                    if i < d {
+                    if first32 + (j as u32) < d32 {
                         let bb = if bias.is_null() { 0.0 } else { bias.add(i).read().to_f32() };
                         let nrm = (vals(k, j) - mean) * r;
                         h.add(base + i).write(T::from_f32(mul_add(nrm, w.add(i).read().to_f32(), bb)));
