@@ -7,7 +7,8 @@ use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
-use mlxcel_amdgpu::{Error, Stream};
+use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
+use mlxcel_amdgpu::{Device, Error, Stream};
 
 const P: XieluParams = XieluParams::APERTUS;
 
@@ -102,6 +103,79 @@ fn the_result_does_not_depend_on_the_grid() {
             unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
             metrics::assert_bits_equal(dtype, &download_bits(dtype, &out), &want, &format!("xielu grid {groups} on {}", dev.backend()));
         }
+    }
+}
+
+/// bf16 inputs for the table path: every value of the table's range (each
+/// chunk wholly inside it), then every bf16 pattern in order (chunks that mix
+/// in zeros, subnormals, huge values, infinities and NaN, which must take the
+/// arithmetic), then the LCG values, up to `n`.
+fn table_path_inputs(n: usize) -> Vec<u16> {
+    let mut bits: Vec<u16> = Vec::with_capacity(n);
+    let lo = TABLE_LO_BITS as u16;
+    for sign in [0u16, 0x8000] {
+        bits.extend((lo..lo + TABLE_SPAN as u16).map(|m| sign | m));
+    }
+    bits.extend(0..=u16::MAX);
+    let fill = data::lcg_uniform(0x7AB1E, n - bits.len());
+    bits.extend(reference::store_all(Dtype::Bf16, &reference::round_all(Dtype::Bf16, &fill)).iter().map(|&b| b as u16));
+    bits
+}
+
+fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, what: &str) {
+    let dtype = Dtype::Bf16;
+    let bits = table_path_inputs(n);
+    let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let input = dev.upload(&bytes).unwrap();
+    let out = sentinel(dev, dtype, n);
+    let kernel = dev.kernel("xielu_bf16").unwrap();
+    let args = [
+        ArgValue::Ptr(input.ptr()),
+        ArgValue::Ptr(out.ptr()),
+        ArgValue::U64(n as u64),
+        ArgValue::F32(p.alpha_p),
+        ArgValue::F32(p.alpha_n),
+        ArgValue::F32(p.beta),
+        ArgValue::F32(p.eps),
+    ];
+    unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
+    let x: Vec<f32> = bits.iter().map(|&b| reference::widen(dtype, b as u32)).collect();
+    metrics::assert_bits_equal(dtype, &download_bits(dtype, &out), &reference_bits(dtype, &x, p), &format!("{what} on {}", dev.backend()));
+}
+
+#[test]
+fn the_bf16_table_path_is_bit_exact() {
+    // Two workgroups with enough elements each for the kernel to build and use
+    // its table; with eps = 0 the same grid must take the model instead.
+    let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize;
+    let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
+    for dev in devices() {
+        check_table_path(&dev, n, dims, P, "xielu bf16 table, 2 workgroups");
+        check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, "xielu bf16 table grid, eps = 0");
+        // Through the launcher, which picks the table grid for this device
+        // (GPUs only: on the emulator it would take minutes).
+        if dev.backend() != mlxcel_amdgpu::runtime::BackendKind::Cpu {
+            let table_groups = dev.info().compute_units * TABLE_WORKGROUPS_PER_CU;
+            let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize * table_groups as usize;
+            let launcher = xielu::dims(n as u64, Dtype::Bf16, dev.info().compute_units);
+            assert_eq!(launcher.grid[0], table_groups);
+            check_table_path(&dev, n, launcher, P, "xielu bf16 table, the launcher's grid");
+        }
+    }
+}
+
+#[test]
+fn the_launcher_picks_the_table_grid_only_for_large_bf16() {
+    let big = TABLE_MIN_ELEMS_PER_WORKGROUP * 2 * TABLE_WORKGROUPS_PER_CU as u64;
+    let d = xielu::dims(big, Dtype::Bf16, 2);
+    assert_eq!((d.grid[0], d.workgroup_mem_bytes), (2 * TABLE_WORKGROUPS_PER_CU, BF16_WORKGROUP_MEM_BYTES));
+    // One element fewer: one chunk per thread, but the table's memory all the same.
+    let d = xielu::dims(big - 1, Dtype::Bf16, 2);
+    assert_eq!(d.grid[0] as u64, (big - 1).div_ceil(WORKGROUP_SIZE as u64 * 8));
+    assert_eq!(d.workgroup_mem_bytes, BF16_WORKGROUP_MEM_BYTES);
+    for dtype in [Dtype::F32, Dtype::F16] {
+        let d = xielu::dims(big, dtype, 2);
+        assert_eq!((d.grid[0] as u64, d.workgroup_mem_bytes), (big.div_ceil(WORKGROUP_SIZE as u64 * 8), 0));
     }
 }
 

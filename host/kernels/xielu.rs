@@ -1,6 +1,6 @@
 //! Launcher of `xielu` (spec/kernels.md section 1).
 
-use kernels_device::geometry::xielu::{ELEMS_PER_THREAD, MAX_WORKGROUPS, WORKGROUP_SIZE};
+use kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -29,11 +29,22 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
     device.is_available(&symbol(KERNEL, dtype))
 }
 
-/// The launch geometry for `n` elements.
-pub fn dims(n: u64) -> LaunchDims {
+/// The launch geometry for `n` elements of `dtype` on a device with
+/// `compute_units`: one chunk per thread, except for bf16 when `n` is large
+/// enough that the kernel's table pays off (few workgroups, each looping over
+/// many chunks; the kernel checks the same condition on the grid it is given).
+pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     let per_group = WORKGROUP_SIZE as u64 * ELEMS_PER_THREAD as u64;
-    let groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;
-    LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+    let mut groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;
+    let mut workgroup_mem_bytes = 0;
+    if dtype == Dtype::Bf16 {
+        workgroup_mem_bytes = BF16_WORKGROUP_MEM_BYTES;
+        let table_groups = compute_units.max(1).saturating_mul(TABLE_WORKGROUPS_PER_CU);
+        if n >= TABLE_MIN_ELEMS_PER_WORKGROUP * table_groups as u64 {
+            groups = groups.min(table_groups);
+        }
+    }
+    LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes }
 }
 
 /// `out[i] = xielu(x[i])` for `i < n`. `x` and `out` may be the same buffer.
@@ -62,7 +73,7 @@ pub unsafe fn launch(device: &Device, dtype: Dtype, x: u64, out: u64, n: u64, pa
         ArgValue::F32(params.beta),
         ArgValue::F32(params.eps),
     ];
-    unsafe { device.launch(&kernel, dims(n), &args, stream) }
+    unsafe { device.launch(&kernel, dims(n, dtype, device.info().compute_units), &args, stream) }
 }
 
 /// [`launch`] over byte buffers holding `n` elements of `dtype`.

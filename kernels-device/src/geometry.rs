@@ -24,6 +24,34 @@ pub mod xielu {
     pub const ELEMS_PER_THREAD: usize = 8;
     /// The launcher caps the grid here; a grid-stride loop covers larger `n`.
     pub const MAX_WORKGROUPS: u32 = 1 << 20;
+
+    /// bf16 at large `n`: each workgroup first writes xielu of every bf16 value
+    /// whose magnitude lies in [2^TABLE_MIN_EXP, 2^(TABLE_MIN_EXP + TABLE_BINADES))
+    /// into workgroup memory (both signs), then looks each element up there; a
+    /// chunk with any value outside runs the arithmetic instead. The table's
+    /// magnitudes start at these bf16 bits (2^-16: biased exponent 111).
+    pub const TABLE_LO_BITS: u32 = ((127 + TABLE_MIN_EXP) as u32) << 7;
+    /// Smallest exponent in the table.
+    pub const TABLE_MIN_EXP: i32 = -16;
+    /// Binades in the table, each of 128 bf16 values per sign.
+    pub const TABLE_BINADES: u32 = 32;
+    /// Entries per sign: a power of two, so the sign becomes one index bit.
+    pub const TABLE_SPAN: u32 = TABLE_BINADES * 128;
+    /// Entries (both signs), one bf16 each.
+    pub const TABLE_ENTRIES: u32 = 2 * TABLE_SPAN;
+    /// Workgroup memory of every bf16 launch, in bytes: the table.
+    pub const BF16_WORKGROUP_MEM_BYTES: u32 = TABLE_ENTRIES * 2;
+    /// The table pays for itself only when each workgroup then looks up many
+    /// elements: the kernel uses it when `n` is at least this many elements per
+    /// workgroup of the launch.
+    pub const TABLE_MIN_ELEMS_PER_WORKGROUP: u64 = 16 * TABLE_ENTRIES as u64;
+    /// For such `n` the launcher starts this many workgroups per compute unit
+    /// (each builds its own table, so few, each looping over many chunks).
+    pub const TABLE_WORKGROUPS_PER_CU: u32 = 2;
+    /// Chunks a thread loads before it looks any of them up (in flight at once,
+    /// since few workgroups means few threads per compute unit).
+    pub const TABLE_CHUNKS_IN_FLIGHT: usize = 4;
+    const _: () = assert!(TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80, "the table must be a power of two per sign, below infinity");
 }
 
 /// `add3_layer_norm`: the geometry is fixed by the bit-exact contract.

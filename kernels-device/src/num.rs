@@ -22,6 +22,8 @@ pub trait Elem: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// Storage size in bytes.
     const BYTES: usize;
+    /// Explicitly stored significand bits (f32 23, f16 10, bf16 7).
+    const MANTISSA_BITS: u32;
     /// Exact widening to f32.
     fn to_f32(self) -> f32;
     /// Round an f32 to this type: nearest, ties to even; NaN stays NaN.
@@ -61,6 +63,7 @@ pub trait Elem: Copy + Send + Sync + 'static {
 impl Elem for f32 {
     const NAME: &'static str = "f32";
     const BYTES: usize = 4;
+    const MANTISSA_BITS: u32 = 23;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -82,6 +85,7 @@ impl Elem for f32 {
 impl Elem for f16 {
     const NAME: &'static str = "f16";
     const BYTES: usize = 2;
+    const MANTISSA_BITS: u32 = 10;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self as f32
@@ -149,6 +153,7 @@ impl Bf16 {
 impl Elem for Bf16 {
     const NAME: &'static str = "bf16";
     const BYTES: usize = 2;
+    const MANTISSA_BITS: u32 = 7;
     #[inline(always)]
     fn round_f32(v: f32) -> f32 {
         f32::from_bits(Bf16::round_bits(v.to_bits()) & 0xFFFF_0000)

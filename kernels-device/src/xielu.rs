@@ -33,7 +33,7 @@
 //! the integer pipeline (Nsight Compute: 94% busy), seven roundings per element
 //! at five or six integer instructions each. `docs/performance.md` has the numbers.
 
-use crate::geometry::xielu::{ELEMS_PER_THREAD, WORKGROUP_SIZE};
+use crate::geometry::xielu::{ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN, WORKGROUP_SIZE};
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
 use crate::wave;
 
@@ -103,9 +103,94 @@ fn xielu_fast<T: Elem>(x: T, p: Params) -> T {
 #[derive(Clone, Copy)]
 struct Chunk<T>([T; ELEMS_PER_THREAD]);
 
+/// The bf16 table (geometry::xielu::TABLE_*): slot of the value with bits `b`
+/// (its low 16 bits; the upper half is ignored) and a word that is nonzero
+/// exactly when the value lies outside the table. With `u = b - TABLE_LO_BITS`,
+/// the magnitude is in the table when bits 12..15 of `u`'s low 15 bits are
+/// clear (for a magnitude below the table `u` wraps, which sets some of them);
+/// the slot is `u`'s low bits with the sign moved to bit log2(TABLE_SPAN).
+#[inline(always)]
+fn table_slot(b: u32) -> (u32, u32) {
+    let u = b.wrapping_sub(TABLE_LO_BITS);
+    let sign = (b >> (15 - TABLE_SPAN.trailing_zeros())) & TABLE_SPAN;
+    ((u & (TABLE_SPAN - 1)) | sign, u & (0x7FFF & !(TABLE_SPAN - 1)))
+}
+
+/// The bf16 value of table entry `e`.
+#[inline(always)]
+fn table_value(e: u32) -> u32 {
+    let sign = (e & TABLE_SPAN) << (15 - TABLE_SPAN.trailing_zeros());
+    sign | (TABLE_LO_BITS + (e & (TABLE_SPAN - 1)))
+}
+
+/// Whether the kernel uses the table: bf16, [`fast_params`] (the entries are
+/// computed by [`xielu_fast`]), vector accesses, and enough elements per
+/// workgroup to repay building it. Uniform over the launch.
+#[inline(always)]
+fn uses_table<T: Elem>(fast: bool, vector: bool, n: u64, workgroups: u32) -> bool {
+    T::BYTES == 2 && T::MANTISSA_BITS == 7 && fast && vector && n >= TABLE_MIN_ELEMS_PER_WORKGROUP * workgroups as u64
+}
+
+// Every table value takes the fast path exactly (its range is inside BF16_FAST_V).
+const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i32 <= 40);
+
+/// Writes the table into `table` (all threads of the workgroup take part; the
+/// caller waits at a barrier before reading it).
+///
+/// # Safety
+/// `table` holds [`TABLE_ENTRIES`] `u16`; [`uses_table`] holds.
+#[inline(always)]
+unsafe fn build_table<T: Elem>(table: *mut u16, p: Params) {
+    let mut e = wave::thread_id();
+    while e < TABLE_ENTRIES {
+        let y = xielu_fast(T::from_bits_u32(table_value(e)), p);
+        unsafe { table.add(e as usize).write(y.to_bits_u32() as u16) };
+        e += WORKGROUP_SIZE;
+    }
+}
+
+/// One chunk by arithmetic: [`xielu_fast`] where it is exact, else the model.
+#[inline(always)]
+fn compute_chunk<T: Elem>(chunk: Chunk<T>, p: Params, fast: bool) -> Chunk<T> {
+    let mut result = chunk;
+    const { assert!(ELEMS_PER_THREAD == 8) };
+    let mut in_range = true;
+    crate::unroll8!(i => {
+        in_range &= fast_value::<T>(chunk.0[i].to_f32());
+    });
+    if fast && in_range {
+        crate::unroll8!(i => {
+            result.0[i] = xielu_fast(chunk.0[i], p);
+        });
+    } else {
+        crate::unroll8!(i => {
+            result.0[i] = xielu_one(chunk.0[i], p);
+        });
+    }
+    result
+}
+
+/// One chunk from the table, or by arithmetic if any value lies outside it.
+///
+/// # Safety
+/// As for [`build_table`], after the barrier.
+#[inline(always)]
+unsafe fn lookup_chunk<T: Elem>(chunk: Chunk<T>, table: *const u16, p: Params) -> Chunk<T> {
+    let mut result = chunk;
+    let mut outside = 0u32;
+    crate::unroll8!(i => {
+        let (slot, off) = table_slot(chunk.0[i].to_bits_u32());
+        outside |= off;
+        // Always a slot inside the table; an outside value's is not used.
+        result.0[i] = T::from_bits_u32(unsafe { table.add(slot as usize).read() } as u32);
+    });
+    if outside != 0 { compute_chunk(chunk, p, true) } else { result }
+}
+
 /// # Safety
 /// `x` and `out` hold `n` elements (they may be the same buffer); both are
-/// aligned to `T`.
+/// aligned to `T`. For bf16 the launch gives each workgroup
+/// `BF16_WORKGROUP_MEM_BYTES` of workgroup memory.
 #[inline(always)]
 pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) {
     let p = Params { ap: round_to::<T>(alpha_p), an: round_to::<T>(alpha_n), be: round_to::<T>(beta), ep: round_to::<T>(eps) };
@@ -115,26 +200,30 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
     // Uniform across the launch: vector accesses only when both buffers allow them.
     let vector = (x as usize | out as usize) % core::mem::align_of::<Chunk<T>>() == 0;
     let mut start = wave::global_id_x() * per_thread;
+    if uses_table::<T>(fast, vector, n, wave::num_workgroups_x()) {
+        let table = wave::workgroup_mem::<u16>();
+        unsafe { build_table::<T>(table, p) };
+        wave::barrier();
+        // Whole groups of chunks: all loaded, then all looked up.
+        const U: usize = TABLE_CHUNKS_IN_FLIGHT;
+        while start + (U as u64 - 1) * stride + per_thread <= n {
+            let mut chunks = [Chunk([T::from_bits_u32(0); ELEMS_PER_THREAD]); U];
+            crate::unroll4!(u => {
+                chunks[u] = unsafe { (x.add((start + u as u64 * stride) as usize) as *const Chunk<T>).read() };
+            });
+            crate::unroll4!(u => {
+                let result = unsafe { lookup_chunk(chunks[u], table, p) };
+                unsafe { (out.add((start + u as u64 * stride) as usize) as *mut Chunk<T>).write(result) };
+            });
+            start += U as u64 * stride;
+        }
+        const { assert!(U == 4, "the loops above unroll exactly 4 chunks") };
+    }
     while start < n {
         unsafe {
             if vector && start + per_thread <= n {
                 let chunk = (x.add(start as usize) as *const Chunk<T>).read();
-                let mut result = chunk;
-                const { assert!(ELEMS_PER_THREAD == 8) };
-                let mut in_range = true;
-                crate::unroll8!(i => {
-                    in_range &= fast_value::<T>(chunk.0[i].to_f32());
-                });
-                if fast && in_range {
-                    crate::unroll8!(i => {
-                        result.0[i] = xielu_fast(chunk.0[i], p);
-                    });
-                } else {
-                    crate::unroll8!(i => {
-                        result.0[i] = xielu_one(chunk.0[i], p);
-                    });
-                }
-                (out.add(start as usize) as *mut Chunk<T>).write(result);
+                (out.add(start as usize) as *mut Chunk<T>).write(compute_chunk(chunk, p, fast));
             } else {
                 let end = if start + per_thread < n { start + per_thread } else { n };
                 let mut i = start;
@@ -239,6 +328,29 @@ mod tests {
             }
         }
         assert!(checked > 20 * 20480, "only {checked} fast evaluations were checked");
+    }
+
+    /// Every bf16 pattern: the table holds exactly the magnitudes of its range,
+    /// each in its own slot, and a slot gives back the value it was looked up by.
+    #[test]
+    fn table_slots_cover_exactly_the_table_range_once() {
+        let mut seen = [false; TABLE_ENTRIES as usize];
+        let (lo, hi) = (2f32.powi(TABLE_MIN_EXP), 2f32.powi(TABLE_MIN_EXP + TABLE_BINADES as i32));
+        for b in 0u32..=0xFFFF {
+            let v = Bf16::from_bits_u32(b).to_f32();
+            let (slot, off) = table_slot(b);
+            // Garbage in the upper half changes nothing.
+            assert_eq!(table_slot(b | 0xABCD_0000), (slot, off));
+            assert!(slot < TABLE_ENTRIES, "{b:#06x}: slot {slot}");
+            let inside = v.abs() >= lo && v.abs() < hi;
+            assert_eq!(off == 0, inside, "{b:#06x} ({v:e})");
+            if inside {
+                assert_eq!(table_value(slot), b, "slot {slot}");
+                assert!(!seen[slot as usize], "slot {slot} twice");
+                seen[slot as usize] = true;
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 
     #[test]
