@@ -7,7 +7,7 @@ use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
-use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
+use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
 use mlxcel_amdgpu::{Device, Error, Stream};
 
 const P: XieluParams = XieluParams::APERTUS;
@@ -148,10 +148,12 @@ fn the_bf16_table_path_is_bit_exact() {
     // Two workgroups with enough elements each for the kernel to build and use
     // its table; with eps = 0 the same grid must take the model instead.
     let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize;
-    let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
     for dev in devices() {
-        check_table_path(&dev, n, dims, P, "xielu bf16 table, 2 workgroups");
-        check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, "xielu bf16 table grid, eps = 0");
+        for size in [WORKGROUP_SIZE, TABLE_WORKGROUP_SIZE] {
+            let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
+            check_table_path(&dev, n, dims, P, &format!("xielu bf16 table, 2 workgroups of {size}"));
+            check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, &format!("xielu bf16 table grid of {size}, eps = 0"));
+        }
         // Through the launcher, which picks the table grid for this device
         // (GPUs only: on the emulator it would take minutes).
         if dev.backend() != mlxcel_amdgpu::runtime::BackendKind::Cpu {
@@ -168,10 +170,10 @@ fn the_bf16_table_path_is_bit_exact() {
 fn the_launcher_picks_the_table_grid_only_for_large_bf16() {
     let big = TABLE_MIN_ELEMS_PER_WORKGROUP * 2 * TABLE_WORKGROUPS_PER_CU as u64;
     let d = xielu::dims(big, Dtype::Bf16, 2);
-    assert_eq!((d.grid[0], d.workgroup_mem_bytes), (2 * TABLE_WORKGROUPS_PER_CU, BF16_WORKGROUP_MEM_BYTES));
+    assert_eq!((d.grid[0], d.workgroup_size, d.workgroup_mem_bytes), (2 * TABLE_WORKGROUPS_PER_CU, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES));
     // One element fewer: one chunk per thread, but the table's memory all the same.
     let d = xielu::dims(big - 1, Dtype::Bf16, 2);
-    assert_eq!(d.grid[0] as u64, (big - 1).div_ceil(WORKGROUP_SIZE as u64 * 8));
+    assert_eq!((d.grid[0] as u64, d.workgroup_size), ((big - 1).div_ceil(WORKGROUP_SIZE as u64 * 8), WORKGROUP_SIZE));
     assert_eq!(d.workgroup_mem_bytes, BF16_WORKGROUP_MEM_BYTES);
     for dtype in [Dtype::F32, Dtype::F16] {
         let d = xielu::dims(big, dtype, 2);

@@ -1,6 +1,6 @@
 //! Launcher of `xielu` (spec/kernels.md section 1).
 
-use kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
+use kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -35,16 +35,16 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
 /// many chunks; the kernel checks the same condition on the grid it is given).
 pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     let per_group = WORKGROUP_SIZE as u64 * ELEMS_PER_THREAD as u64;
-    let mut groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;
-    let mut workgroup_mem_bytes = 0;
-    if dtype == Dtype::Bf16 {
-        workgroup_mem_bytes = BF16_WORKGROUP_MEM_BYTES;
-        let table_groups = compute_units.max(1).saturating_mul(TABLE_WORKGROUPS_PER_CU);
-        if n >= TABLE_MIN_ELEMS_PER_WORKGROUP * table_groups as u64 {
-            groups = groups.min(table_groups);
-        }
+    let groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;
+    if dtype != Dtype::Bf16 {
+        return LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 };
     }
-    LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes }
+    let table_groups = compute_units.max(1).saturating_mul(TABLE_WORKGROUPS_PER_CU);
+    if n >= TABLE_MIN_ELEMS_PER_WORKGROUP * table_groups as u64 {
+        LaunchDims { grid: [table_groups, 1, 1], workgroup_size: TABLE_WORKGROUP_SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES }
+    } else {
+        LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES }
+    }
 }
 
 /// `out[i] = xielu(x[i])` for `i < n`. `x` and `out` may be the same buffer.

@@ -18,7 +18,8 @@ pub mod probe {
 
 /// `xielu`: any grid gives the same bits; this is the one the launcher uses.
 pub mod xielu {
-    /// Threads per workgroup.
+    /// Threads per workgroup (except for the table, below; the kernel takes any
+    /// size that is whole waves).
     pub const WORKGROUP_SIZE: u32 = 256;
     /// Consecutive elements per thread (one 16-byte vector for 16-bit types, two for f32).
     pub const ELEMS_PER_THREAD: usize = 8;
@@ -45,11 +46,14 @@ pub mod xielu {
     /// elements: the kernel uses it when `n` is at least this many elements per
     /// workgroup of the launch.
     pub const TABLE_MIN_ELEMS_PER_WORKGROUP: u64 = 16 * TABLE_ENTRIES as u64;
-    /// For such `n` the launcher starts this many workgroups per compute unit
-    /// (each builds its own table, so few, each looping over many chunks).
+    /// For such `n` the launcher starts this many workgroups per compute unit,
+    /// each of [`TABLE_WORKGROUP_SIZE`] threads: every workgroup builds its own
+    /// table, so few and large ones, each looping over many chunks.
     pub const TABLE_WORKGROUPS_PER_CU: u32 = 2;
-    /// Chunks a thread loads before it looks any of them up (in flight at once,
-    /// since few workgroups means few threads per compute unit).
+    /// Threads per workgroup of such launches (the kernel takes any size).
+    pub const TABLE_WORKGROUP_SIZE: u32 = 256;
+    /// Chunks a thread loads before it looks any of them up: with few threads
+    /// per compute unit, each must keep many bytes in flight.
     pub const TABLE_CHUNKS_IN_FLIGHT: usize = 4;
     const _: () = assert!(TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80, "the table must be a power of two per sign, below infinity");
 }
@@ -76,23 +80,25 @@ pub mod add3_layer_norm {
     /// The most rows one launch takes: HIP refuses a grid of more than 2^32 - 1
     /// work-items along x, and there is one workgroup per row.
     pub const MAX_ROWS: u32 = u32::MAX / WORKGROUP_SIZE;
-    /// NVIDIA only (the PTX's `.minnctapersm`), 16-bit types: workgroups each SM
-    /// must be able to hold, which caps registers at 65536 / (4 * 256) = 64 per
-    /// thread. The row and its loads in flight would otherwise take 90
-    /// registers, two workgroups per SM, and the kernel waits on memory with 16
-    /// warps per SM (measured on an H200: 25% occupancy, half the issue slots
-    /// idle). f32, whose row takes twice the registers, spilled 8 bytes under
-    /// this cap (run 9 in docs/verification.md; the CUDA backend refuses that)
-    /// and has no bound; it now takes 64 registers without one.
-    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 4;
+    /// NVIDIA only (the PTX's `.minnctapersm`): workgroups each SM must be able
+    /// to hold, which caps the registers per thread at 65536 / (n * 256),
+    /// rounded down to a multiple of 8. Without a bound the row and its loads
+    /// in flight take about 90 registers, two workgroups per SM, and the
+    /// kernel waits on memory (an H200 at 25% occupancy, half the issue slots
+    /// idle). Each value is the largest that ptxas compiles without spilling
+    /// (the CUDA backend refuses local memory); on an H200 bf16 ran 116, 106
+    /// and 100 us at 4, 5 and 6 per SM (docs/verification.md, run 19). f32,
+    /// whose row takes twice the registers, has no bound (64 registers).
+    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_BF16: u32 = 6;
+    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_F16: u32 = 6;
 }
 
 /// Launch bounds written into the PTX (`.maxntid`, `.minnctapersm`) for the
 /// named kernels: (symbol, workgroup size, workgroups per SM). They bound the
 /// registers ptxas may give each thread; AMD code objects are not affected.
 pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
-    ("add3_layer_norm_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
-    ("add3_layer_norm_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
+    ("add3_layer_norm_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_F16),
+    ("add3_layer_norm_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_BF16),
 ];
 
 /// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.

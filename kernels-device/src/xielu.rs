@@ -33,7 +33,7 @@
 //! the integer pipeline (Nsight Compute: 94% busy), seven roundings per element
 //! at five or six integer instructions each. `docs/performance.md` has the numbers.
 
-use crate::geometry::xielu::{ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN, WORKGROUP_SIZE};
+use crate::geometry::xielu::{ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN};
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
 use crate::wave;
 
@@ -98,6 +98,16 @@ fn xielu_fast<T: Elem>(x: T, p: Params) -> T {
     T::from_rounded(T::round_normal(sel + bx))
 }
 
+/// [`xielu_fast`] for `x > 0` (the branch it selects there), without the
+/// other branch's expm1.
+#[inline(always)]
+fn xielu_fast_positive<T: Elem>(x: T, p: Params) -> T {
+    let v = x.to_f32();
+    let sel = T::round_normal(T::round_normal(v * v) * p.ap);
+    let bx = T::round_normal(v * p.be);
+    T::from_rounded(T::round_normal(sel + bx))
+}
+
 /// [`ELEMS_PER_THREAD`] elements, aligned for one vector access.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
@@ -141,11 +151,21 @@ const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i
 /// `table` holds [`TABLE_ENTRIES`] `u16`; [`uses_table`] holds.
 #[inline(always)]
 unsafe fn build_table<T: Elem>(table: *mut u16, p: Params) {
+    // The positive half first: those values need only the positive branch
+    // (what `xielu_fast` selects for them), without expm1. With a workgroup
+    // size that divides TABLE_SPAN (every power of two up to 1024), no wave
+    // straddles the two loops.
+    const { assert!(TABLE_SPAN % 1024 == 0) };
     let mut e = wave::thread_id();
+    while e < TABLE_SPAN {
+        let y = xielu_fast_positive(T::from_bits_u32(table_value(e)), p);
+        unsafe { table.add(e as usize).write(y.to_bits_u32() as u16) };
+        e += wave::workgroup_size();
+    }
     while e < TABLE_ENTRIES {
         let y = xielu_fast(T::from_bits_u32(table_value(e)), p);
         unsafe { table.add(e as usize).write(y.to_bits_u32() as u16) };
-        e += WORKGROUP_SIZE;
+        e += wave::workgroup_size();
     }
 }
 
@@ -170,12 +190,13 @@ fn compute_chunk<T: Elem>(chunk: Chunk<T>, p: Params, fast: bool) -> Chunk<T> {
     result
 }
 
-/// One chunk from the table, or by arithmetic if any value lies outside it.
+/// One chunk from the table, and whether any of its values lies outside it
+/// (then the result is not theirs, and the caller computes the chunk).
 ///
 /// # Safety
 /// As for [`build_table`], after the barrier.
 #[inline(always)]
-unsafe fn lookup_chunk<T: Elem>(chunk: Chunk<T>, table: *const u16, p: Params) -> Chunk<T> {
+unsafe fn lookup_chunk<T: Elem>(chunk: Chunk<T>, table: *const u16) -> (Chunk<T>, bool) {
     let mut result = chunk;
     let mut outside = 0u32;
     crate::unroll8!(i => {
@@ -184,7 +205,7 @@ unsafe fn lookup_chunk<T: Elem>(chunk: Chunk<T>, table: *const u16, p: Params) -
         // Always a slot inside the table; an outside value's is not used.
         result.0[i] = T::from_bits_u32(unsafe { table.add(slot as usize).read() } as u32);
     });
-    if outside != 0 { compute_chunk(chunk, p, true) } else { result }
+    (result, outside != 0)
 }
 
 /// # Safety
@@ -196,7 +217,7 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
     let p = Params { ap: round_to::<T>(alpha_p), an: round_to::<T>(alpha_n), be: round_to::<T>(beta), ep: round_to::<T>(eps) };
     let fast = fast_params::<T>(p);
     let per_thread = ELEMS_PER_THREAD as u64;
-    let stride = wave::num_workgroups_x() as u64 * WORKGROUP_SIZE as u64 * per_thread;
+    let stride = wave::num_workgroups_x() as u64 * wave::workgroup_size() as u64 * per_thread;
     // Uniform across the launch: vector accesses only when both buffers allow them.
     let vector = (x as usize | out as usize) % core::mem::align_of::<Chunk<T>>() == 0;
     let mut start = wave::global_id_x() * per_thread;
@@ -204,17 +225,34 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
         let table = wave::workgroup_mem::<u16>();
         unsafe { build_table::<T>(table, p) };
         wave::barrier();
-        // Whole groups of chunks: all loaded, then all looked up.
+        // Whole groups of chunks: all loaded, then all looked up. A chunk with
+        // a value outside the table is not stored there but computed after the
+        // group, from memory again (not yet overwritten when `out` is `x`):
+        // the arithmetic then runs with no other chunk held in registers.
         const U: usize = TABLE_CHUNKS_IN_FLIGHT;
         while start + (U as u64 - 1) * stride + per_thread <= n {
+            let at = |u: u64| (start + u * stride) as usize;
             let mut chunks = [Chunk([T::from_bits_u32(0); ELEMS_PER_THREAD]); U];
             crate::unroll4!(u => {
-                chunks[u] = unsafe { (x.add((start + u as u64 * stride) as usize) as *const Chunk<T>).read() };
+                chunks[u] = unsafe { (x.add(at(u as u64)) as *const Chunk<T>).read() };
             });
+            let mut outside = 0u32;
             crate::unroll4!(u => {
-                let result = unsafe { lookup_chunk(chunks[u], table, p) };
-                unsafe { (out.add((start + u as u64 * stride) as usize) as *mut Chunk<T>).write(result) };
+                let (result, off) = unsafe { lookup_chunk(chunks[u], table) };
+                if off {
+                    outside |= 1 << u;
+                } else {
+                    unsafe { (out.add(at(u as u64)) as *mut Chunk<T>).write(result) };
+                }
             });
+            while outside != 0 {
+                let u = outside.trailing_zeros() as u64;
+                outside &= outside - 1;
+                unsafe {
+                    let chunk = (x.add(at(u)) as *const Chunk<T>).read();
+                    (out.add(at(u)) as *mut Chunk<T>).write(compute_chunk(chunk, p, true));
+                }
+            }
             start += U as u64 * stride;
         }
         const { assert!(U == 4, "the loops above unroll exactly 4 chunks") };
@@ -351,6 +389,25 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    /// What `build_table` writes, entry by entry, is the model's value.
+    #[test]
+    fn table_entries_equal_the_model() {
+        let mut checked = 0;
+        for &(ap, an, be, ep) in &PARAM_SETS {
+            let p = params::<Bf16>(ap, an, be, ep);
+            if !fast_params::<Bf16>(p) {
+                continue;
+            }
+            for e in 0..TABLE_ENTRIES {
+                let x = Bf16::from_bits_u32(table_value(e));
+                let entry = if e < TABLE_SPAN { xielu_fast_positive(x, p) } else { xielu_fast(x, p) };
+                assert_eq!(entry.to_bits_u32(), xielu_one(x, p).to_bits_u32(), "entry {e}, x = {:e}, params {:?}", x.to_f32(), (ap, an, be, ep));
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 4 * TABLE_ENTRIES);
     }
 
     #[test]
