@@ -207,8 +207,12 @@ pub unsafe fn add3_layer_norm<T: Elem>(
         && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize].iter().all(|p| p % (4 * T::BYTES) == 0);
     let slots = wave::workgroup_mem::<f32>();
 
-    // x_new = T(f(T(f(a) + f(b))) + f(x)), kept in registers.
+    // x_new = T(f(T(f(a) + f(b))) + f(x)), kept in registers, and step 3 as
+    // the values come: `s = s + f(x_new[i])` in ownership order (k ascending,
+    // then j), which is the order they are computed in. Elements the thread
+    // does not own add nothing (the contract's +0.0 would not change `s`).
     let mut kept = Kept::<T>::new();
+    let mut s = 0.0f32;
     for_each_chunk!(k => {
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
@@ -217,21 +221,24 @@ pub unsafe fn add3_layer_norm<T: Elem>(
                 let qa = load4(a.add(base + first));
                 let qb = load4(b.add(base + first));
                 let qx = load4(x.add(base + first));
-                let mut out = qx;
+                // `xn`: x_new widened (the rounded value itself).
+                let mut xn = [0.0f32; 4];
                 let mut range = Range::new();
                 crate::unroll4!(j => {
                     let s1 = qa[j].to_f32() + qb[j].to_f32();
                     let s2 = T::round_normal(s1) + qx[j].to_f32();
-                    out[j] = T::from_rounded(T::round_normal(s2));
+                    xn[j] = T::round_normal(s2);
                     range.track::<T>(s1);
                     range.track::<T>(s2);
                 });
                 if !range.ok::<T>() {
                     crate::unroll4!(j => {
                         let ab = T::from_f32(qa[j].to_f32() + qb[j].to_f32());
-                        out[j] = T::from_f32(ab.to_f32() + qx[j].to_f32());
+                        xn[j] = T::round_f32(ab.to_f32() + qx[j].to_f32());
                     });
                 }
+                let out = xn.map(T::from_rounded);
+                crate::unroll4!(j => { s = s + xn[j]; });
                 store4(x_new.add(base + first), out);
                 kept.set_quad(k, out);
             } else {
@@ -242,6 +249,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
                         let xn = T::from_f32(ab.to_f32() + x.add(base + i).read().to_f32());
                         x_new.add(base + i).write(xn);
                         kept.set(k, j, xn);
+                        s = s + xn.to_f32();
                     }
                 }
             }
@@ -249,18 +257,6 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     });
     let vals = |k: usize, j: usize| kept.get(k, j);
 
-    // Step 3: per-thread sum in ownership order (k ascending, then j), over
-    // whole chunks: an element the thread does not own is +0.0 in `kept` (never
-    // set), and adding +0.0 changes nothing. `s` starts at +0.0, and an IEEE sum
-    // is -0.0 only when both addends are -0.0, so `s` is never -0.0, and
-    // `s + (+0.0)` is `s` for every other value (a NaN stays a NaN). Chunks past
-    // the row for every thread are skipped by a uniform branch.
-    let mut s = 0.0f32;
-    for_each_chunk!(k => {
-        if k * CHUNK_STRIDE < d {
-            crate::unroll4!(j => { s = s + vals(k, j); });
-        }
-    });
     // Steps 4-6.
     let total = unsafe { workgroup_sum(s, slots, SLOT_SUM) };
     let mean = total / d as f32;
@@ -292,14 +288,46 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     let var = q_total / d as f32;
     let r = 1.0 / sqrt(var + eps);
 
-    // Step 9: y = fma((x - mean) * r, w, bias or +0.0), stored as T.
+    // Step 9, in one of two copies chosen once: with a bias or without (the
+    // test for a null bias would otherwise run in every chunk).
+    let row = Row { kept, t, d32, base, quads, mean, r };
+    unsafe {
+        if bias.is_null() {
+            write_h::<T, false>(row, w, bias, h);
+        } else {
+            write_h::<T, true>(row, w, bias, h);
+        }
+    }
+}
+
+/// What step 9 needs of the row: the kept values, their mean and `r`, and
+/// where this thread's elements are.
+struct Row<T: Elem> {
+    kept: Kept<T>,
+    t: u32,
+    d32: u32,
+    base: usize,
+    quads: bool,
+    mean: f32,
+    r: f32,
+}
+
+/// Step 9: `y = fma((x - mean) * r, w, bias or +0.0)`, stored as T, for the
+/// row's elements this thread owns; `bias` is read only when `HAS_BIAS`.
+///
+/// # Safety
+/// As for [`add3_layer_norm`].
+#[inline(always)]
+unsafe fn write_h<T: Elem, const HAS_BIAS: bool>(row: Row<T>, w: *const T, bias: *const T, h: *mut T) {
+    let Row { kept, t, d32, base, quads, mean, r } = row;
+    let vals = |k: usize, j: usize| kept.get(k, j);
     for_each_chunk!(k => {
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
         if first32 < d32 { unsafe {
             if quads {
                 let qw = load4(w.add(first));
-                let qb = if bias.is_null() { [T::from_f32(0.0); 4] } else { load4(bias.add(first)) };
+                let qb = if HAS_BIAS { load4(bias.add(first)) } else { [T::from_f32(0.0); 4] };
                 let mut out = qw;
                 let mut range = Range::new();
                 crate::unroll4!(j => {
@@ -319,7 +347,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
                 for j in 0..4 {
                     let i = first + j;
                     if first32 + (j as u32) < d32 {
-                        let bb = if bias.is_null() { 0.0 } else { bias.add(i).read().to_f32() };
+                        let bb = if HAS_BIAS { bias.add(i).read().to_f32() } else { 0.0 };
                         let nrm = (vals(k, j) - mean) * r;
                         h.add(base + i).write(T::from_f32(mul_add(nrm, w.add(i).read().to_f32(), bb)));
                     }

@@ -127,7 +127,7 @@ impl Bf16 {
     const fn round_bits(bits: u32) -> u32 {
         let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
         let quieted = bits | 0x0040_0000;
-        let nan_mask = 0u32.wrapping_sub(((bits & 0x7FFF_FFFF) > 0x7F80_0000) as u32);
+        let nan_mask = 0u32.wrapping_sub(f32::from_bits(bits).is_nan() as u32);
         (quieted & nan_mask) | (rounded & !nan_mask)
     }
 
