@@ -71,44 +71,52 @@ fn pack2x2<T: Elem>(v: [T; 4]) -> [u32; 2] {
     [b[0] | b[1] << 16, b[2] | b[3] << 16]
 }
 
-/// The smallest and largest magnitude of the values a quad rounds with
-/// [`Elem::round_normal`], for the types where that is exact only on a range
-/// (bf16: `+0.0` and normal values below 2^111). If any value falls outside
-/// (zeros included, to keep the test to two min/max per value; infinities;
-/// NaN is not tracked: a NaN here comes from a bf16 input, whose payload lies
-/// in the top half, or from an invalid operation, which gives a quiet NaN;
-/// Veltkamp's split keeps it a NaN of either kind, and [`Elem::from_rounded`]
-/// keeps the top half, which is then a NaN), the quad is
-/// recomputed with the exact rounding. Both ways give the same bits; the fast
+/// Whether a quad's fast roundings were exact, for the types where
+/// [`Elem::round_normal`] is exact only on a range (bf16: `+0.0` and normal
+/// values below 2^111). Two checks, one operation per value each:
+/// - below: the smallest magnitude of the values rounded must be normal
+///   (zeros included, to keep it to one min per value; `-0.0` and subnormals
+///   would round wrong);
+/// - above: every result must be a number. From 2^111 up `round_normal` gives
+///   the exact result or NaN, never a wrong number (`tests/num.rs` checks every
+///   such f32), and an intermediate NaN carries into the quad's final results;
+///   `fma(r, 0, acc)` is NaN once any `r` is NaN or infinite.
+///
+/// A NaN input also fails the second check (its quad takes the exact rounding,
+/// which keeps NaN payloads as the model does). When a check fails the quad is
+/// recomputed with the exact rounding; both ways give the same bits. The fast
 /// one is 3 float operations per rounding instead of 5 or 6 integer ones, and
-/// on an H200 this kernel is bound by the integer pipeline once it has the
-/// occupancy (Nsight Compute: 82% after the register bound below).
+/// on an H200 this kernel is bound by instruction issue.
 struct Range {
     lo: f32,
-    hi: f32,
+    results: f32,
 }
 
 impl Range {
     #[inline(always)]
     fn new() -> Self {
-        Range { lo: f32::INFINITY, hi: 0.0 }
+        Range { lo: f32::INFINITY, results: 0.0 }
     }
+    /// A value that is rounded.
     #[inline(always)]
     fn track<T: Elem>(&mut self, v: f32) {
         if T::ROUND_NORMAL_IS_PARTIAL {
             self.lo = self.lo.min(v.abs());
-            self.hi = self.hi.max(v.abs());
         }
     }
-    /// Every tracked value was in the range where `round_normal` is exact.
+    /// A final result of the quad.
+    #[inline(always)]
+    fn result<T: Elem>(&mut self, r: f32) {
+        if T::ROUND_NORMAL_IS_PARTIAL {
+            self.results = mul_add(r, 0.0, self.results);
+        }
+    }
+    /// Both checks passed: the fast roundings were exact.
     #[inline(always)]
     fn ok<T: Elem>(&self) -> bool {
-        !T::ROUND_NORMAL_IS_PARTIAL || (self.lo >= f32::MIN_POSITIVE && self.hi < ROUND_NORMAL_MAX)
+        !T::ROUND_NORMAL_IS_PARTIAL || (self.lo >= f32::MIN_POSITIVE && !self.results.is_nan())
     }
 }
-
-/// 2^111: [`Elem::round_normal`] is exact below this magnitude.
-const ROUND_NORMAL_MAX: f32 = (1u128 << 111) as f32;
 
 /// The thread's x_new values between the passes: for 16-bit types in their
 /// storage bits, two per register (widened on each use: one shift or mask for
@@ -230,6 +238,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
                     xn[j] = T::round_normal(s2);
                     range.track::<T>(s1);
                     range.track::<T>(s2);
+                    range.result::<T>(xn[j]);
                 });
                 if !range.ok::<T>() {
                     crate::unroll4!(j => {
@@ -333,8 +342,10 @@ unsafe fn write_h<T: Elem, const HAS_BIAS: bool>(row: Row<T>, w: *const T, bias:
                 crate::unroll4!(j => {
                     let nrm = (vals(k, j) - mean) * r;
                     let hj = mul_add(nrm, qw[j].to_f32(), qb[j].to_f32());
-                    out[j] = T::from_rounded(T::round_normal(hj));
+                    let rounded = T::round_normal(hj);
+                    out[j] = T::from_rounded(rounded);
                     range.track::<T>(hj);
+                    range.result::<T>(rounded);
                 });
                 if !range.ok::<T>() {
                     crate::unroll4!(j => {

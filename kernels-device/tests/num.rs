@@ -545,6 +545,27 @@ fn bf16_round_normal_is_exact_on_its_range() {
     assert!(<Bf16 as Elem>::round_normal(2f32.powi(120)).is_nan());
 }
 
+/// Above its range, `round_normal` is either exact or NaN, never a wrong
+/// number: a NaN result is how add3_layer_norm detects large values. Every f32
+/// from 2^111 up, infinities included, both signs (2^25 values).
+#[test]
+fn bf16_round_normal_above_its_range_is_exact_or_nan() {
+    let (mut exact, mut nan) = (0u64, 0u64);
+    for bits in 2f32.powi(111).to_bits()..=f32::INFINITY.to_bits() {
+        for sign in [0, 0x8000_0000] {
+            let x = f32::from_bits(bits | sign);
+            let r = <Bf16 as Elem>::round_normal(x);
+            if r.is_nan() {
+                nan += 1;
+            } else {
+                assert_eq!(r.to_bits(), <Bf16 as Elem>::round_f32(x).to_bits(), "round_normal({x:e})");
+                exact += 1;
+            }
+        }
+    }
+    assert!(exact > 1 << 23 && nan > 1 << 27, "exact {exact}, NaN {nan}");
+}
+
 #[test]
 #[ignore = "exhaustive, about 10 s of CPU time in release; run with --release -- --ignored"]
 fn bf16_round_normal_is_exact_on_its_range_exhaustive() {
