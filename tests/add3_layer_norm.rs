@@ -5,6 +5,9 @@ mod common;
 
 use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers, Add3Pointers};
+use mlxcel_amdgpu::kernels::{self};
+use mlxcel_amdgpu::kernels_device::geometry::add3_layer_norm::{SHORT_KERNEL, SHORT_MAX_D};
+use mlxcel_amdgpu::runtime::ArgValue;
 use mlxcel_amdgpu::reference::{self, Dtype, data, layer_norm, metrics};
 use mlxcel_amdgpu::{Device, Error, Stream};
 
@@ -72,6 +75,55 @@ fn negative_control_an_approximate_rsqrt_is_caught() {
     // differ; in the others the error of r vanishes in the f16/bf16 rounding.)
     eprintln!("approximate rsqrt: {differing_cases} of 10 cases differ");
     assert!(differing_cases >= 1, "an approximate rsqrt must fail the ten cases");
+}
+
+/// Launches one instance (`add3_layer_norm` or `add3_layer_norm_d4096`)
+/// directly, bypassing the launcher's choice.
+fn run_instance(dev: &Device, base: &str, dtype: Dtype, inp: &data::Add3Inputs, rows: usize, d: usize) -> Outputs {
+    let up = |v: &[f32]| upload(dev, dtype, v);
+    let (a, b, x, w) = (up(&inp.a), up(&inp.b), up(&inp.x), up(&inp.w));
+    let bias = inp.bias.as_ref().map(|v| up(v));
+    let (x_new, h) = (sentinel(dev, dtype, rows * d), sentinel(dev, dtype, rows * d));
+    let args = [
+        ArgValue::Ptr(a.ptr()),
+        ArgValue::Ptr(b.ptr()),
+        ArgValue::Ptr(x.ptr()),
+        ArgValue::Ptr(w.ptr()),
+        ArgValue::Ptr(bias.as_ref().map_or(0, |b| b.ptr())),
+        ArgValue::Ptr(x_new.ptr()),
+        ArgValue::Ptr(h.ptr()),
+        ArgValue::U32(rows as u32),
+        ArgValue::U32(d as u32),
+        ArgValue::F32(EPS),
+    ];
+    let kernel = dev.kernel(&kernels::symbol(base, dtype)).unwrap();
+    unsafe { dev.launch(&kernel, add3_layer_norm::dims(rows as u32), &args, Stream::DEFAULT) }.unwrap();
+    Outputs { x_new: download_bits(dtype, &x_new), h: download_bits(dtype, &h) }
+}
+
+#[test]
+fn both_instances_give_the_models_bits_and_the_launcher_picks_by_length() {
+    assert_eq!(add3_layer_norm::kernel_base(SHORT_MAX_D), SHORT_KERNEL);
+    assert_eq!(add3_layer_norm::kernel_base(SHORT_MAX_D + 1), add3_layer_norm::KERNEL);
+    for dev in devices() {
+        for (i, &d) in [1usize, 5, 1023, 1025, 3000, 4095, 4096].iter().enumerate() {
+            let dtype = Dtype::ALL[i % 3];
+            let inp = data::add3_inputs(dtype, 2, d, i % 2 == 0, 9100 + i as u64);
+            let (x_new, h) = layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, 2, d);
+            for base in [add3_layer_norm::KERNEL, SHORT_KERNEL] {
+                let got = run_instance(&dev, base, dtype, &inp, 2, d);
+                let what = format!("{base} {} d={d}", label(&dev, dtype));
+                metrics::assert_bits_equal(dtype, &got.x_new, &reference::store_all(dtype, &x_new), &format!("x_new of {what}"));
+                metrics::assert_bits_equal(dtype, &got.h, &reference::store_all(dtype, &h), &format!("h of {what}"));
+            }
+        }
+        // A row longer than the short instance holds: it writes nothing.
+        let d = SHORT_MAX_D as usize + 1;
+        let inp = data::add3_inputs(Dtype::Bf16, 1, d, false, 9200);
+        let got = run_instance(&dev, SHORT_KERNEL, Dtype::Bf16, &inp, 1, d);
+        let untouched = download_bits(Dtype::Bf16, &sentinel(&dev, Dtype::Bf16, d));
+        assert!(got.x_new == untouched && got.h == untouched, "the short instance wrote a row of {d} on {}", dev.backend());
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use mlxcel_amdgpu::kernels_device::entry::KERNELS;
 use mlxcel_amdgpu::reference::Dtype;
 use mlxcel_amdgpu::{Device, Error, Stream};
 
-const BASES: [&str; 6] = ["xielu", "add3_layer_norm", "mamba1_scan", "moe_fc1_relu2", "moe_down", "moe_combine"];
+const BASES: [&str; 7] = ["xielu", "add3_layer_norm", "add3_layer_norm_d4096", "mamba1_scan", "moe_fc1_relu2", "moe_down", "moe_combine"];
 
 #[test]
 fn every_kernel_and_dtype_is_exported_and_available_on_every_backend() {

@@ -1,18 +1,26 @@
 //! Launcher of `add3_layer_norm` (spec/kernels.md section 2).
 
-use kernels_device::geometry::add3_layer_norm::{MAX_D, MAX_ROWS, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+use kernels_device::geometry::add3_layer_norm::{MAX_D, MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
 
-/// Kernel name without the dtype suffix.
+/// Kernel name without the dtype suffix: the instance for any `d` up to
+/// `MAX_D`. Rows of at most `SHORT_MAX_D` run [`SHORT_KERNEL`], the same code
+/// for shorter rows, which needs fewer registers (same bits).
 pub const KERNEL: &str = "add3_layer_norm";
 
-/// Whether `add3_layer_norm` for `dtype` can run on `device`.
+/// The kernel a row length runs.
+pub fn kernel_base(d: u32) -> &'static str {
+    if d <= SHORT_MAX_D { SHORT_KERNEL } else { KERNEL }
+}
+
+/// Whether `add3_layer_norm` for `dtype` can run on `device`: both instances,
+/// so that no row length can fail where this said yes.
 pub fn available(device: &Device, dtype: Dtype) -> bool {
-    device.is_available(&symbol(KERNEL, dtype))
+    device.is_available(&symbol(KERNEL, dtype)) && device.is_available(&symbol(SHORT_KERNEL, dtype))
 }
 
 /// The device pointers of one launch: inputs `a, b, x [rows, d]`, `w [d]`,
@@ -39,7 +47,10 @@ pub fn dims(rows: u32) -> LaunchDims {
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of the sizes above.
 pub unsafe fn launch(device: &Device, dtype: Dtype, p: Add3Pointers, rows: u32, d: u32, eps: f32, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, KERNEL, dtype)?;
+    // Both instances are looked up, as `available` does, whatever `d` is.
+    let full = kernel_for(device, KERNEL, dtype)?;
+    let short = kernel_for(device, SHORT_KERNEL, dtype)?;
+    let kernel = if kernel_base(d) == SHORT_KERNEL { short } else { full };
     if d == 0 || d > MAX_D {
         return Err(Error::invalid("d", format!("{d} is outside 1..={MAX_D}; rows longer than {MAX_D} need the unfused fallback")));
     }

@@ -13,12 +13,13 @@ use crate::geometry::add3_layer_norm::{CHUNKS, CHUNK_STRIDE, MAX_D, SLOT_SUM, SL
 use crate::num::Elem;
 use crate::wave;
 
-/// Runs `$body` once for each chunk index `$k` in 0..CHUNKS, unrolled (the 28
-/// owned values stay in registers only if every index into them is a constant).
+/// Runs `$body` once for each chunk index `$k` in 0..N (N <= 7), unrolled (the
+/// owned values stay in registers only if every index into them is a
+/// constant); indices from N up are pruned at compile time.
 macro_rules! for_each_chunk {
-    ($k:ident => $body:block) => {{
-        const _: () = assert!(CHUNKS == 7, "for_each_chunk! unrolls exactly 7 chunks");
-        crate::unroll7!($k => $body)
+    ($n:expr, $k:ident => $body:block) => {{
+        const _: () = assert!(CHUNKS == 7, "for_each_chunk! unrolls at most 7 chunks");
+        crate::unroll7!($k => { if $k < $n $body })
     }};
 }
 
@@ -123,25 +124,25 @@ impl Range {
 /// bf16, one conversion for f16), for f32 as they are. On NVIDIA the row's 28
 /// values are most of the kernel's registers, and registers decide how many
 /// rows each SM has in flight.
-struct Kept<T: Elem> {
+struct Kept<T: Elem, const N: usize> {
     /// 16-bit types: the 4 values of chunk k, as stored (two per word).
-    packed: [[u32; 2]; CHUNKS],
-    /// f32: value `4 k + j`.
-    wide: [f32; CHUNKS * 4],
+    packed: [[u32; 2]; N],
+    /// f32: value j of chunk k.
+    wide: [[f32; 4]; N],
     _t: core::marker::PhantomData<T>,
 }
 
-impl<T: Elem> Kept<T> {
+impl<T: Elem, const N: usize> Kept<T, N> {
     #[inline(always)]
     fn new() -> Self {
-        Kept { packed: [[0; 2]; CHUNKS], wide: [0.0; CHUNKS * 4], _t: core::marker::PhantomData }
+        Kept { packed: [[0; 2]; N], wide: [[0.0; 4]; N], _t: core::marker::PhantomData }
     }
     #[inline(always)]
     fn set(&mut self, k: usize, j: usize, v: T) {
         if T::BYTES == 2 {
             self.packed[k][j / 2] |= (v.to_bits_u32() & 0xFFFF) << (16 * (j % 2));
         } else {
-            self.wide[4 * k + j] = v.to_f32();
+            self.wide[k][j] = v.to_f32();
         }
     }
     #[inline(always)]
@@ -154,7 +155,7 @@ impl<T: Elem> Kept<T> {
     }
     #[inline(always)]
     fn get(&self, k: usize, j: usize) -> f32 {
-        if T::BYTES == 2 { T::from_bits_u32((self.packed[k][j / 2] >> (16 * (j % 2))) & 0xFFFF).to_f32() } else { self.wide[4 * k + j] }
+        if T::BYTES == 2 { T::from_bits_u32((self.packed[k][j / 2] >> (16 * (j % 2))) & 0xFFFF).to_f32() } else { self.wide[k][j] }
     }
 }
 
@@ -182,11 +183,11 @@ unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize) -> f32 {
 
 /// # Safety
 /// `a, b, x, x_new, h` hold `rows * d` elements, `w` and `bias` (unless null)
-/// `d` elements; `1 <= d <= MAX_D`; launched with `WORKGROUP_SIZE` threads per
+/// `d` elements; `1 <= d <= N * CHUNK_STRIDE` (and `MAX_D`); launched with `WORKGROUP_SIZE` threads per
 /// workgroup, `WORKGROUP_MEM_BYTES` of workgroup memory, one workgroup per row.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn add3_layer_norm<T: Elem>(
+pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     a: *const T,
     b: *const T,
     x: *const T,
@@ -200,7 +201,10 @@ pub unsafe fn add3_layer_norm<T: Elem>(
 ) {
     let row = wave::workgroup_id_x();
     // Uniform over the workgroup: every thread leaves together.
-    if row >= rows || d == 0 || d > MAX_D {
+    const { assert!(N >= 1 && N <= CHUNKS) };
+    // A longer row than this instance holds is the launcher's error; leave
+    // the outputs untouched rather than compute part of it.
+    if row >= rows || d == 0 || d > MAX_D || d as usize > N * CHUNK_STRIDE {
         return;
     }
     let t = wave::thread_id();
@@ -219,9 +223,9 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     // the values come: `s = s + f(x_new[i])` in ownership order (k ascending,
     // then j), which is the order they are computed in. Elements the thread
     // does not own add nothing (the contract's +0.0 would not change `s`).
-    let mut kept = Kept::<T>::new();
+    let mut kept = Kept::<T, N>::new();
     let mut s = 0.0f32;
-    for_each_chunk!(k => {
+    for_each_chunk!(N, k => {
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
         if first32 < d32 { unsafe {
@@ -275,7 +279,7 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     // no test per element; in the last, partial chunk the elements the thread
     // does not own are skipped (their `kept` value is +0.0, not the mean).
     let mut q = 0.0f32;
-    for_each_chunk!(k => {
+    for_each_chunk!(N, k => {
         if (k + 1) * CHUNK_STRIDE <= d {
             crate::unroll4!(j => {
                 let diff = vals(k, j) - mean;
@@ -302,17 +306,17 @@ pub unsafe fn add3_layer_norm<T: Elem>(
     let row = Row { kept, t, d32, base, quads, mean, r };
     unsafe {
         if bias.is_null() {
-            write_h::<T, false>(row, w, bias, h);
+            write_h::<T, N, false>(row, w, bias, h);
         } else {
-            write_h::<T, true>(row, w, bias, h);
+            write_h::<T, N, true>(row, w, bias, h);
         }
     }
 }
 
 /// What step 9 needs of the row: the kept values, their mean and `r`, and
 /// where this thread's elements are.
-struct Row<T: Elem> {
-    kept: Kept<T>,
+struct Row<T: Elem, const N: usize> {
+    kept: Kept<T, N>,
     t: u32,
     d32: u32,
     base: usize,
@@ -327,10 +331,10 @@ struct Row<T: Elem> {
 /// # Safety
 /// As for [`add3_layer_norm`].
 #[inline(always)]
-unsafe fn write_h<T: Elem, const HAS_BIAS: bool>(row: Row<T>, w: *const T, bias: *const T, h: *mut T) {
+unsafe fn write_h<T: Elem, const N: usize, const HAS_BIAS: bool>(row: Row<T, N>, w: *const T, bias: *const T, h: *mut T) {
     let Row { kept, t, d32, base, quads, mean, r } = row;
     let vals = |k: usize, j: usize| kept.get(k, j);
-    for_each_chunk!(k => {
+    for_each_chunk!(N, k => {
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
         if first32 < d32 { unsafe {

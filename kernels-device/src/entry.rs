@@ -9,6 +9,7 @@
 //!   packed argument buffer and runs the same body in the emulator.
 
 use crate::args::{KernelArg, KernelSpec, Param};
+use crate::geometry::add3_layer_norm as add3;
 
 macro_rules! kernels {
     ($( $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) => $body:path; )*) => {
@@ -68,11 +69,17 @@ kernels! {
     xielu_bf16(x: *const Bf16, out: *mut Bf16, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<Bf16>;
 
     add3_layer_norm_f32(a: *const f32, b: *const f32, x: *const f32, w: *const f32, bias: *const f32, x_new: *mut f32, h: *mut f32, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<f32>;
+        => crate::add3_layer_norm::add3_layer_norm::<f32, { add3::CHUNKS }>;
     add3_layer_norm_f16(a: *const f16, b: *const f16, x: *const f16, w: *const f16, bias: *const f16, x_new: *mut f16, h: *mut f16, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<f16>;
+        => crate::add3_layer_norm::add3_layer_norm::<f16, { add3::CHUNKS }>;
     add3_layer_norm_bf16(a: *const Bf16, b: *const Bf16, x: *const Bf16, w: *const Bf16, bias: *const Bf16, x_new: *mut Bf16, h: *mut Bf16, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<Bf16>;
+        => crate::add3_layer_norm::add3_layer_norm::<Bf16, { add3::CHUNKS }>;
+    add3_layer_norm_d4096_f32(a: *const f32, b: *const f32, x: *const f32, w: *const f32, bias: *const f32, x_new: *mut f32, h: *mut f32, rows: u32, d: u32, eps: f32)
+        => crate::add3_layer_norm::add3_layer_norm::<f32, { add3::SHORT_CHUNKS }>;
+    add3_layer_norm_d4096_f16(a: *const f16, b: *const f16, x: *const f16, w: *const f16, bias: *const f16, x_new: *mut f16, h: *mut f16, rows: u32, d: u32, eps: f32)
+        => crate::add3_layer_norm::add3_layer_norm::<f16, { add3::SHORT_CHUNKS }>;
+    add3_layer_norm_d4096_bf16(a: *const Bf16, b: *const Bf16, x: *const Bf16, w: *const Bf16, bias: *const Bf16, x_new: *mut Bf16, h: *mut Bf16, rows: u32, d: u32, eps: f32)
+        => crate::add3_layer_norm::add3_layer_norm::<Bf16, { add3::SHORT_CHUNKS }>;
 
     moe_fc1_relu2_f32(x: *const f32, idx: *const u32, w1: *const u32, s1: *const f32, b1: *const f32, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
         => crate::moe::moe_fc1_relu2::<f32>;

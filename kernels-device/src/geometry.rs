@@ -70,6 +70,16 @@ pub mod add3_layer_norm {
     pub const MAX_D: u32 = 6656;
     /// Chunks of 4 a thread owns at most: `ceil(MAX_D / 1024)` = 7, so 28 elements.
     pub const CHUNKS: usize = (MAX_D as usize).div_ceil(CHUNK_STRIDE);
+    /// Rows up to this length run a second instance of the kernel
+    /// (`add3_layer_norm_d4096_*`, the same code for at most [`SHORT_CHUNKS`]
+    /// chunks): Cohere2's 4096 wide rows need 4 chunks, and a kernel that holds
+    /// 4 in registers instead of 7 needs fewer of them, so more rows fit on
+    /// each compute unit. The launcher picks it; the bits are the same.
+    pub const SHORT_MAX_D: u32 = 4096;
+    /// Chunks a thread owns at most in the short instance.
+    pub const SHORT_CHUNKS: usize = (SHORT_MAX_D as usize).div_ceil(CHUNK_STRIDE);
+    /// Symbol base of the short instance.
+    pub const SHORT_KERNEL: &str = "add3_layer_norm_d4096";
     /// Workgroup-memory slots (f32): the 8 wave sums of the mean's pass, then
     /// the 8 of the variance's, in separate slots: a wave that has gone on to
     /// the variance never overwrites a wave sum another wave may still read.
@@ -80,25 +90,30 @@ pub mod add3_layer_norm {
     /// The most rows one launch takes: HIP refuses a grid of more than 2^32 - 1
     /// work-items along x, and there is one workgroup per row.
     pub const MAX_ROWS: u32 = u32::MAX / WORKGROUP_SIZE;
-    /// NVIDIA only (the PTX's `.minnctapersm`): workgroups each SM must be able
-    /// to hold, which caps the registers per thread at 65536 / (n * 256),
-    /// rounded down to a multiple of 8. Without a bound the row and its loads
-    /// in flight take about 90 registers, two workgroups per SM, and the
-    /// kernel waits on memory (an H200 at 25% occupancy, half the issue slots
-    /// idle). Each value is the largest that ptxas compiles without spilling
-    /// (the CUDA backend refuses local memory); on an H200 bf16 ran 116, 106
-    /// and 100 us at 4, 5 and 6 per SM (docs/verification.md, run 19). f32,
-    /// whose row takes twice the registers, has no bound (64 registers).
-    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_BF16: u32 = 6;
-    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_F16: u32 = 6;
+    /// NVIDIA only (the PTX's `.minnctapersm`), 16-bit types: workgroups each
+    /// SM must be able to hold, which caps the registers per thread at
+    /// 65536 / (n * 256), rounded down to a multiple of 8. Without a bound the
+    /// row and its loads in flight take about 90 registers, two workgroups per
+    /// SM, and the kernel waits on memory (an H200 at 25% occupancy, half the
+    /// issue slots idle). Each value is the largest that ptxas compiles without
+    /// spilling (the CUDA backend refuses local memory): 6 for the full kernel
+    /// (40 registers), 8 for the short one (32). On an H200 the full kernel ran
+    /// bf16 at 116, 106 and 100 us with 4, 5 and 6 per SM, and the short one at
+    /// 90 us with 8 (docs/verification.md, runs 19-25). f32, whose row takes
+    /// twice the registers, has no bound (64 registers).
+    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 6;
+    /// The same for the short instance.
+    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT: u32 = 8;
 }
 
 /// Launch bounds written into the PTX (`.maxntid`, `.minnctapersm`) for the
 /// named kernels: (symbol, workgroup size, workgroups per SM). They bound the
 /// registers ptxas may give each thread; AMD code objects are not affected.
 pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
-    ("add3_layer_norm_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_F16),
-    ("add3_layer_norm_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_BF16),
+    ("add3_layer_norm_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
+    ("add3_layer_norm_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
+    ("add3_layer_norm_d4096_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT),
+    ("add3_layer_norm_d4096_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT),
 ];
 
 /// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.
