@@ -48,12 +48,15 @@ pub mod xielu {
     pub const TABLE_MIN_ELEMS_PER_WORKGROUP: u64 = 16 * TABLE_ENTRIES as u64;
     /// For such `n` the launcher starts this many workgroups per compute unit,
     /// each of [`TABLE_WORKGROUP_SIZE`] threads: every workgroup builds its own
-    /// table, so few and large ones, each looping over many chunks.
-    pub const TABLE_WORKGROUPS_PER_CU: u32 = 2;
+    /// table (on an H200 about 2 us per build), so few and large ones, each
+    /// looping over many chunks. Measured on an H200 at n = 2^26
+    /// (docs/verification.md, runs 19-28): 512 x 1 per SM 73.0 us, 256 x 2
+    /// 73.6, 256 x 1 91.3, 512 x 2 79.7, 1024 x 1 79.3.
+    pub const TABLE_WORKGROUPS_PER_CU: u32 = 1;
     /// Threads per workgroup of such launches (the kernel takes any size).
-    pub const TABLE_WORKGROUP_SIZE: u32 = 256;
-    /// Chunks a thread loads before it looks any of them up: with few threads
-    /// per compute unit, each must keep many bytes in flight.
+    pub const TABLE_WORKGROUP_SIZE: u32 = 512;
+    /// Chunks a thread loads before it looks any of them up (8 measured 10%
+    /// slower, and so did loading the next group before looking up this one).
     pub const TABLE_CHUNKS_IN_FLIGHT: usize = 4;
     const _: () = assert!(TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80, "the table must be a power of two per sign, below infinity");
 }
