@@ -4,7 +4,7 @@
 //! Each thread handles [`ELEMS_PER_THREAD`] consecutive elements, with 16-byte
 //! vector loads and stores when both buffers are 16-byte aligned, and a grid-stride
 //! loop so any grid covers any `n`. Every element's result is a function of that
-//! element alone (the two evaluations below give the same bits), so the result
+//! element alone (the evaluations below give the same bits), so the result
 //! depends neither on the vector width nor on the grid.
 //!
 //! **Two evaluations, the same bits.** `xielu_one` is the model, step for step.
@@ -32,6 +32,14 @@
 //! Why: on an H200 the model runs at 19% of the copy bandwidth in bf16, bound by
 //! the integer pipeline (Nsight Compute: 94% busy), seven roundings per element
 //! at five or six integer instructions each. `docs/performance.md` has the numbers.
+//!
+//! **A third, for bf16 at large `n`: a table.** A bf16 input has 16 bits, so its
+//! output is a fixed function of them. When each workgroup has enough elements
+//! (`uses_table`), it first writes `xielu_fast`'s output for every bf16 value
+//! of magnitude in [2^-16, 2^16) into workgroup memory (geometry::xielu::TABLE_*),
+//! then looks elements up (about 9 instructions instead of 39); a chunk with a
+//! value outside the table is computed instead. Still bound on the H200 by the
+//! table's build and its lookups (87-88% of copy instead of 46%).
 
 use crate::geometry::xielu::{ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN};
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
