@@ -158,13 +158,37 @@ fn nan_inf_and_signed_zero_rows() {
             }
             // row 3: finite values so large (bf16) that the fast rounding
             // gives NaN or, just above 2^111, still the exact result.
-            inp.a[3 * d + 7] = 1.5 * 2f32.powi(111);
-            inp.b[3 * d + 20] = -1.7 * 2f32.powi(125);
-            inp.x[3 * d + 40] = 1.9 * 2f32.powi(126);
+            // (Rounded to the dtype, as every input is: in f16 they are infinities.)
+            inp.a[3 * d + 7] = reference::round(dtype, 1.5 * 2f32.powi(111));
+            inp.b[3 * d + 20] = reference::round(dtype, -1.7 * 2f32.powi(125));
+            inp.x[3 * d + 40] = reference::round(dtype, 1.9 * 2f32.powi(126));
             check(&dev, dtype, &inp, rows, d, "specials");
             let got = run_kernel(&dev, dtype, &inp, rows, d);
             assert!(got.h[..d].iter().all(|&b| reference::is_nan_bits(dtype, b)), "a NaN makes its row NaN");
             assert!(reference::is_nan_bits(dtype, got.h[d]), "an infinity makes its row NaN");
+        }
+    }
+}
+
+#[test]
+fn huge_weights_and_bias_round_exactly() {
+    // h itself near the top of the range: in bf16 the fast rounding of such a
+    // value gives NaN (or, just above 2^111, the exact result), and the quad must
+    // be recomputed; also infinities from overflow.
+    for dev in devices() {
+        for dtype in Dtype::ALL {
+            let (rows, d) = (2, 96);
+            let mut inp = data::add3_inputs(dtype, rows, d, true, 77);
+            // Rounded to the dtype, as every input is (in f16 they are infinities).
+            let r = |v: f32| reference::round(dtype, v);
+            inp.w[5] = r(1.5 * 2f32.powi(120));
+            inp.w[17] = r(-1.9 * 2f32.powi(125));
+            inp.w[40] = r(1.2 * 2f32.powi(111));
+            let bias = inp.bias.as_mut().unwrap();
+            bias[30] = r(1.7 * 2f32.powi(126));
+            bias[31] = r(-1.5 * 2f32.powi(127));
+            bias[17] = r(-1.9 * 2f32.powi(127));
+            check(&dev, dtype, &inp, rows, d, "huge w and bias");
         }
     }
 }

@@ -122,12 +122,15 @@ fn table_path_inputs(n: usize) -> Vec<u16> {
     bits
 }
 
-fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, what: &str) {
+/// Runs xielu_bf16 on [`table_path_inputs`] with `dims` and checks the bits;
+/// `in_place` writes the output over the input.
+fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in_place: bool, what: &str) {
     let dtype = Dtype::Bf16;
     let bits = table_path_inputs(n);
     let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
     let input = dev.upload(&bytes).unwrap();
-    let out = sentinel(dev, dtype, n);
+    let separate = sentinel(dev, dtype, n);
+    let out = if in_place { &input } else { &separate };
     let kernel = dev.kernel("xielu_bf16").unwrap();
     let args = [
         ArgValue::Ptr(input.ptr()),
@@ -140,20 +143,25 @@ fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, wh
     ];
     unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
     let x: Vec<f32> = bits.iter().map(|&b| reference::widen(dtype, b as u32)).collect();
-    metrics::assert_bits_equal(dtype, &download_bits(dtype, &out), &reference_bits(dtype, &x, p), &format!("{what} on {}", dev.backend()));
+    metrics::assert_bits_equal(dtype, &download_bits(dtype, out), &reference_bits(dtype, &x, p), &format!("{what} on {}", dev.backend()));
 }
 
 #[test]
 fn the_bf16_table_path_is_bit_exact() {
     // Two workgroups with enough elements each for the kernel to build and use
-    // its table; with eps = 0 the same grid must take the model instead.
-    // Not a whole number of tiles nor of chunks: the rest takes the loop after.
+    // its table (the device crate's `uses_table_holds_where_the_tests_expect_it`
+    // checks that for this n and grid, since the bits cannot show which path
+    // ran), also in place, where chunks outside the table are read again after
+    // their group's other chunks were stored; with eps = 0 the same grid takes
+    // the model. Not a whole number of groups nor of chunks: the rest takes the
+    // loop after.
     let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 300 + 5;
     for dev in devices() {
         for size in [WORKGROUP_SIZE, TABLE_WORKGROUP_SIZE] {
             let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
-            check_table_path(&dev, n, dims, P, &format!("xielu bf16 table, 2 workgroups of {size}"));
-            check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, &format!("xielu bf16 table grid of {size}, eps = 0"));
+            check_table_path(&dev, n, dims, P, false, &format!("xielu bf16 table, 2 workgroups of {size}"));
+            check_table_path(&dev, n, dims, P, true, &format!("xielu bf16 table in place, 2 workgroups of {size}"));
+            check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, false, &format!("xielu bf16 table grid of {size}, eps = 0"));
         }
         // Through the launcher, which picks the table grid for this device
         // (GPUs only: on the emulator it would take minutes).
@@ -162,7 +170,7 @@ fn the_bf16_table_path_is_bit_exact() {
             let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize * table_groups as usize + 8 * 1000 + 3;
             let launcher = xielu::dims(n as u64, Dtype::Bf16, dev.info().compute_units);
             assert_eq!(launcher.grid[0], table_groups);
-            check_table_path(&dev, n, launcher, P, "xielu bf16 table, the launcher's grid");
+            check_table_path(&dev, n, launcher, P, false, "xielu bf16 table, the launcher's grid");
         }
     }
 }

@@ -418,6 +418,21 @@ mod tests {
         assert_eq!(checked, 4 * TABLE_ENTRIES);
     }
 
+    /// The integration tests (tests/xielu.rs) launch bf16 with 2 workgroups and
+    /// n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405, expecting the table; with
+    /// eps = 0 (no fast parameters), misaligned buffers, other dtypes or one
+    /// element fewer per workgroup, the arithmetic.
+    #[test]
+    fn uses_table_holds_where_the_tests_expect_it() {
+        let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405;
+        let fast = fast_params::<Bf16>(params::<Bf16>(0.8731, 0.6042, 0.5, -1e-6));
+        assert!(fast && uses_table::<Bf16>(fast, true, n, 2));
+        assert!(!uses_table::<Bf16>(fast_params::<Bf16>(params::<Bf16>(0.8731, 0.6042, 0.5, 0.0)), true, n, 2));
+        assert!(!uses_table::<Bf16>(fast, false, n, 2));
+        assert!(!uses_table::<f16>(true, true, n, 2) && !uses_table::<f32>(true, true, n, 2));
+        assert!(!uses_table::<Bf16>(fast, true, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP - 1, 2));
+    }
+
     #[test]
     fn parameters_outside_the_bf16_ranges_take_the_model() {
         assert!(fast_params::<Bf16>(params::<Bf16>(0.8, 0.8, 0.5, -1e-6)));

@@ -547,7 +547,7 @@ fn bf16_round_normal_is_exact_on_its_range() {
 
 /// Above its range, `round_normal` is either exact or NaN, never a wrong
 /// number: a NaN result is how add3_layer_norm detects large values. Every f32
-/// from 2^111 up, infinities included, both signs (2^25 values).
+/// from 2^111 up, infinities included, both signs (about 2^28 values).
 #[test]
 fn bf16_round_normal_above_its_range_is_exact_or_nan() {
     let (mut exact, mut nan) = (0u64, 0u64);
