@@ -124,9 +124,10 @@ struct Chunk<T>([T; ELEMS_PER_THREAD]);
 /// The bf16 table (geometry::xielu::TABLE_*): slot of the value with bits `b`
 /// (its low 16 bits; the upper half is ignored) and a word that is nonzero
 /// exactly when the value lies outside the table. With `u = b - TABLE_LO_BITS`,
-/// the magnitude is in the table when bits 12..15 of `u`'s low 15 bits are
-/// clear (for a magnitude below the table `u` wraps, which sets some of them);
-/// the slot is `u`'s low bits with the sign moved to bit log2(TABLE_SPAN).
+/// the magnitude is in the table when bits log2(TABLE_SPAN)..=14 of `u` are
+/// clear (bits 12..=14; for a magnitude below the table `u` wraps, which sets
+/// some of them); the slot is `u`'s bits below log2(TABLE_SPAN) with the sign
+/// (bit 15 of `b`) moved to bit log2(TABLE_SPAN).
 #[inline(always)]
 fn table_slot(b: u32) -> (u32, u32) {
     let u = b.wrapping_sub(TABLE_LO_BITS);
