@@ -51,12 +51,18 @@ pub mod xielu {
     /// table (on an H200 about 2 us per build), so few and large ones, each
     /// looping over many chunks. Measured on an H200 at n = 2^26
     /// (docs/verification.md, runs 19-28): 512 x 1 per SM 73.0 us, 256 x 2
-    /// 73.6, 256 x 1 91.3, 512 x 2 79.7, 1024 x 1 79.3.
+    /// 73.6, 256 x 1 91.3, 512 x 2 79.7, 1024 x 1 79.3; and with each wave's
+    /// group contiguous and no slow tail (runs 32-39): 512 x 1 71.8-72.7,
+    /// 256 x 2 73.6-74.2, 512 x 2 77.3-77.9, 1024 x 1 77.2. More workgroups
+    /// per SM, each with its own table (run 33), or chunks handed out through
+    /// atomic counters (runs 36, 38): slower.
     pub const TABLE_WORKGROUPS_PER_CU: u32 = 1;
     /// Threads per workgroup of such launches (the kernel takes any size).
     pub const TABLE_WORKGROUP_SIZE: u32 = 512;
-    /// Chunks a thread loads before it looks any of them up (8 measured 10%
-    /// slower, and so did loading the next group before looking up this one).
+    /// Chunks a thread loads before it looks any of them up: each wave's group
+    /// is this many 512-byte pieces in a row. 8 measured 6-10% slower (runs
+    /// 20, 32, 34), and so did loading the next group before looking up this
+    /// one (run 20); 2 per thread with twice the threads, 2-4% slower (run 35).
     pub const TABLE_CHUNKS_IN_FLIGHT: usize = 4;
     const _: () = assert!(TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80, "the table must be a power of two per sign, below infinity");
 }

@@ -37,10 +37,12 @@
 //! output is a fixed function of them. When each workgroup has enough elements
 //! (`uses_table`), it first writes `xielu_fast`'s output for every bf16 value
 //! of magnitude in [2^-16, 2^16) into workgroup memory (geometry::xielu::TABLE_*),
-//! then looks elements up (about 9 instructions instead of 39); a chunk with a
-//! value outside the table is computed instead. Still bound on the H200 by the
-//! table's build and its lookups (87-88% of copy instead of 46%).
+//! then looks elements up (about 6 instructions instead of 39, two values per
+//! 32-bit word); a chunk with a value outside the table is computed instead.
+//! On the H200 this runs at 88-89% of copy (46% without the table), below the
+//! 92% that the same persistent loop reaches with neither build nor lookups.
 
+use crate::geometry::WAVE_SIZE;
 use crate::geometry::xielu::{ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN};
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
 use crate::wave;
@@ -98,6 +100,13 @@ fn xielu_fast<T: Elem>(x: T, p: Params) -> T {
     // `em - v` below is NaN as the model's result is; either zero of a tie
     // gives expm1 = +0.0.
     let em = T::round_normal(expm1_nonpos(v.min(p.ep)));
+    xielu_fast_with_em(v, em, p)
+}
+
+/// The rest of [`xielu_fast`] given `v` and its `em` (for the table's build,
+/// which knows `em` without expm1 for some values).
+#[inline(always)]
+fn xielu_fast_with_em<T: Elem>(v: f32, em: f32, p: Params) -> T {
     let positive = v > 0.0;
     let a = if positive { v * v } else { em - v };
     let m = if positive { p.ap } else { p.an };
@@ -121,19 +130,27 @@ fn xielu_fast_positive<T: Elem>(x: T, p: Params) -> T {
 #[derive(Clone, Copy)]
 struct Chunk<T>([T; ELEMS_PER_THREAD]);
 
-/// The bf16 table (geometry::xielu::TABLE_*): slot of the value with bits `b`
-/// (its low 16 bits; the upper half is ignored) and a word that is nonzero
-/// exactly when the value lies outside the table. With `u = b - TABLE_LO_BITS`,
-/// the magnitude is in the table when bits log2(TABLE_SPAN)..=14 of `u` are
-/// clear (bits 12..=14; for a magnitude below the table `u` wraps, which sets
-/// some of them); the slot is `u`'s bits below log2(TABLE_SPAN) with the sign
-/// (bit 15 of `b`) moved to bit log2(TABLE_SPAN).
+/// The bf16 table (geometry::xielu::TABLE_*), two values at a time: `w` holds
+/// two bf16 (element `2i` in the low half). Returns their slots, packed the same
+/// way, and a word that has a bit of [`TABLE_OUTSIDE_BITS`] set exactly when
+/// either value lies outside the table (callers may OR such words together).
+///
+/// Per half, with `m` the magnitude bits: `u = (m | 0x8000) - TABLE_LO_BITS`,
+/// which cannot borrow from the other half (`TABLE_LO_BITS < 0x8000`), so one
+/// 32-bit subtraction serves both. The magnitude is in the table when `u` lies
+/// in [0x8000, 0x8000 + TABLE_SPAN): `u ^ 0x8000` then has no bit at or above
+/// log2(TABLE_SPAN). The slot is `u`'s bits below log2(TABLE_SPAN) with the sign
+/// (bit 15 of the half) moved to bit log2(TABLE_SPAN).
 #[inline(always)]
-fn table_slot(b: u32) -> (u32, u32) {
-    let u = b.wrapping_sub(TABLE_LO_BITS);
-    let sign = (b >> (15 - TABLE_SPAN.trailing_zeros())) & TABLE_SPAN;
-    ((u & (TABLE_SPAN - 1)) | sign, u & (0x7FFF & !(TABLE_SPAN - 1)))
+fn table_slots(w: u32) -> (u32, u32) {
+    const PAIR: u32 = 0x0001_0001;
+    let u = (w | 0x8000 * PAIR).wrapping_sub(TABLE_LO_BITS * PAIR);
+    let sign = (w >> (15 - TABLE_SPAN.trailing_zeros())) & (TABLE_SPAN * PAIR);
+    ((u & ((TABLE_SPAN - 1) * PAIR)) | sign, u ^ 0x8000 * PAIR)
 }
+
+/// The bits of [`table_slots`]' second word that mark a value outside the table.
+const TABLE_OUTSIDE_BITS: u32 = (0x1_0000 - TABLE_SPAN) * 0x0001_0001;
 
 /// The bf16 value of table entry `e`.
 #[inline(always)]
@@ -141,6 +158,11 @@ fn table_value(e: u32) -> u32 {
     let sign = (e & TABLE_SPAN) << (15 - TABLE_SPAN.trailing_zeros());
     sign | (TABLE_LO_BITS + (e & (TABLE_SPAN - 1)))
 }
+
+/// In bf16, `R(expm1(x))` is -1 for every `x <= -BF16_EXPM1_SATURATES`:
+/// `expm1(-8) = -0.99966..` lies below -0.998046875, the midpoint between -1 and
+/// the bf16 value above it. A power of two, so that it starts a binade.
+const BF16_EXPM1_SATURATES: f32 = 8.0;
 
 /// Whether the kernel uses the table: bf16, [`fast_params`] (the entries are
 /// computed by [`xielu_fast`]), vector accesses, and enough elements per
@@ -153,6 +175,26 @@ fn uses_table<T: Elem>(fast: bool, vector: bool, n: u64, workgroups: u32) -> boo
 // Every table value takes the fast path exactly (its range is inside BF16_FAST_V).
 const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i32 <= 40);
 
+/// Table entry `e`: [`xielu_fast`] of its value, the bits of a bf16 (given
+/// [`uses_table`]). Two kinds of value need less: a positive one only the
+/// branch `xielu_fast` selects for it, without expm1; one at or below
+/// -[`BF16_EXPM1_SATURATES`] has `em = -1`, without expm1. Each kind is made of
+/// whole binades (128 consecutive entries), so a wave of 32 consecutive entries
+/// takes one way.
+#[inline(always)]
+fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
+    let x = T::from_bits_u32(table_value(e));
+    let v = x.to_f32();
+    let y: T = if e < TABLE_SPAN {
+        xielu_fast_positive(x, p)
+    } else if v <= -BF16_EXPM1_SATURATES {
+        xielu_fast_with_em(v, -1.0, p)
+    } else {
+        xielu_fast(x, p)
+    };
+    y.to_bits_u32()
+}
+
 /// Writes the table into `table` (all threads of the workgroup take part; the
 /// caller waits at a barrier before reading it).
 ///
@@ -160,20 +202,9 @@ const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i
 /// `table` holds [`TABLE_ENTRIES`] `u16`; [`uses_table`] holds.
 #[inline(always)]
 unsafe fn build_table<T: Elem>(table: *mut u16, p: Params) {
-    // The positive half first: those values need only the positive branch
-    // (what `xielu_fast` selects for them), without expm1. With a workgroup
-    // size that divides TABLE_SPAN (every power of two up to 1024), no wave
-    // straddles the two loops.
-    const { assert!(TABLE_SPAN % 1024 == 0) };
     let mut e = wave::thread_id();
-    while e < TABLE_SPAN {
-        let y = xielu_fast_positive(T::from_bits_u32(table_value(e)), p);
-        unsafe { table.add(e as usize).write(y.to_bits_u32() as u16) };
-        e += wave::workgroup_size();
-    }
     while e < TABLE_ENTRIES {
-        let y = xielu_fast(T::from_bits_u32(table_value(e)), p);
-        unsafe { table.add(e as usize).write(y.to_bits_u32() as u16) };
+        unsafe { table.add(e as usize).write(table_entry::<T>(e, p) as u16) };
         e += wave::workgroup_size();
     }
 }
@@ -199,22 +230,33 @@ fn compute_chunk<T: Elem>(chunk: Chunk<T>, p: Params, fast: bool) -> Chunk<T> {
     result
 }
 
+/// [`ELEMS_PER_THREAD`] bf16 as the 32-bit words the table path works on.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Words([u32; ELEMS_PER_THREAD / 2]);
+const _: () = assert!(core::mem::size_of::<Words>() == 2 * ELEMS_PER_THREAD && ELEMS_PER_THREAD == 8);
+
 /// One chunk from the table, and whether any of its values lies outside it
 /// (then the result is not theirs, and the caller computes the chunk).
 ///
 /// # Safety
 /// As for [`build_table`], after the barrier.
 #[inline(always)]
-unsafe fn lookup_chunk<T: Elem>(chunk: Chunk<T>, table: *const u16) -> (Chunk<T>, bool) {
+unsafe fn lookup_chunk(chunk: Words, table: *const u16) -> (Words, bool) {
     let mut result = chunk;
     let mut outside = 0u32;
-    crate::unroll8!(i => {
-        let (slot, off) = table_slot(chunk.0[i].to_bits_u32());
+    crate::unroll4!(i => {
+        let (slots, off) = table_slots(chunk.0[i]);
         outside |= off;
-        // Always a slot inside the table; an outside value's is not used.
-        result.0[i] = T::from_bits_u32(unsafe { table.add(slot as usize).read() } as u32);
+        // The byte offsets of both slots in one shift (a slot is below 2^13,
+        // so nothing crosses into the other half). Always inside the table;
+        // an outside value's entry is not used.
+        let bytes = slots << 1;
+        let lo = unsafe { ((table as *const u8).add((bytes & 0xFFFF) as usize) as *const u16).read() } as u32;
+        let hi = unsafe { ((table as *const u8).add((bytes >> 16) as usize) as *const u16).read() } as u32;
+        result.0[i] = lo | hi << 16;
     });
-    (result, outside != 0)
+    (result, outside & TABLE_OUTSIDE_BITS != 0)
 }
 
 /// # Safety
@@ -231,27 +273,51 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
     let vector = (x as usize | out as usize) % core::mem::align_of::<Chunk<T>>() == 0;
     let mut start = wave::global_id_x() * per_thread;
     if uses_table::<T>(fast, vector, n, wave::num_workgroups_x()) {
+        // Groups of U chunks per thread: all loaded, then all looked up. Each
+        // wave's group is U * 512 contiguous bytes (chunk `u` of lane `l` at
+        // `start + u * wave_span`, `start` the wave's base plus 8 `l`); the
+        // launch's groups tile the data in rounds of U * `stride` elements.
+        //
+        // A thread's last group may be partial (the whole chunks it has left;
+        // they are a prefix of the group): it is still loaded at once and
+        // looked up, and then `start` is at most the last partial chunk, which
+        // the loop at the end of the kernel takes.
+        //
+        // A chunk with a value outside the table is not stored from the group
+        // but computed after it, from memory again (not yet overwritten when
+        // `out` is `x`): the arithmetic then runs with no other chunk held.
+        const U: usize = TABLE_CHUNKS_IN_FLIGHT;
+        let wave_span = (WAVE_SIZE as usize * ELEMS_PER_THREAD) as u64;
+        let lane = (wave::thread_id() % WAVE_SIZE) as u64;
+        start = (wave::global_id_x() - lane) * per_thread * U as u64 + lane * per_thread;
+        let whole = |start: u64, u: u64| start + u * wave_span + per_thread <= n;
+        let load = |start: u64| {
+            let mut words = [Words([0; ELEMS_PER_THREAD / 2]); U];
+            crate::unroll4!(u => {
+                if whole(start, u as u64) {
+                    words[u] = unsafe { (x.add((start + u as u64 * wave_span) as usize) as *const Words).read() };
+                }
+            });
+            words
+        };
+        // The first group travels from memory while the table is built.
+        let mut words = load(start);
         let table = wave::workgroup_mem::<u16>();
         unsafe { build_table::<T>(table, p) };
         wave::barrier();
-        // Whole groups of chunks: all loaded, then all looked up. A chunk with
-        // a value outside the table is not stored there but computed after the
-        // group, from memory again (not yet overwritten when `out` is `x`):
-        // the arithmetic then runs with no other chunk held in registers.
-        const U: usize = TABLE_CHUNKS_IN_FLIGHT;
-        while start + (U as u64 - 1) * stride + per_thread <= n {
-            let at = |u: u64| (start + u * stride) as usize;
-            let mut chunks = [Chunk([T::from_bits_u32(0); ELEMS_PER_THREAD]); U];
-            crate::unroll4!(u => {
-                chunks[u] = unsafe { (x.add(at(u as u64)) as *const Chunk<T>).read() };
-            });
+        while whole(start, 0) {
+            let at = |u: u64| (start + u * wave_span) as usize;
             let mut outside = 0u32;
+            let mut count = 0u64;
             crate::unroll4!(u => {
-                let (result, off) = unsafe { lookup_chunk(chunks[u], table) };
-                if off {
-                    outside |= 1 << u;
-                } else {
-                    unsafe { (out.add(at(u as u64)) as *mut Chunk<T>).write(result) };
+                if whole(start, u as u64) {
+                    count += 1;
+                    let (result, off) = unsafe { lookup_chunk(words[u], table) };
+                    if off {
+                        outside |= 1 << u;
+                    } else {
+                        unsafe { (out.add(at(u as u64)) as *mut Words).write(result) };
+                    }
                 }
             });
             while outside != 0 {
@@ -262,7 +328,12 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
                     (out.add(at(u)) as *mut Chunk<T>).write(compute_chunk(chunk, p, true));
                 }
             }
+            if count < U as u64 {
+                start += count * wave_span;
+                break;
+            }
             start += U as u64 * stride;
+            words = load(start);
         }
         const { assert!(U == 4, "the loops above unroll exactly 4 chunks") };
     }
@@ -377,20 +448,38 @@ mod tests {
         assert!(checked > 20 * 20480, "only {checked} fast evaluations were checked");
     }
 
-    /// Every bf16 pattern: the table holds exactly the magnitudes of its range,
-    /// each in its own slot, and a slot gives back the value it was looked up by.
+    /// The slot of `b` and whether it lies outside, read from `table_slots`
+    /// with `b` in the low (`high = false`) or high half of a word beside `other`.
+    fn slot_in_word(b: u32, other: u32, high: bool) -> (u32, bool) {
+        let (w, shift) = if high { (other | b << 16, 16) } else { (b | other << 16, 0) };
+        let (slots, off) = table_slots(w);
+        ((slots >> shift) & 0xFFFF, (off >> shift) & TABLE_OUTSIDE_BITS & 0xFFFF != 0)
+    }
+
+    /// Every bf16 pattern, in either half of a word, beside neighbours at the
+    /// edges of the table and beyond: the table holds exactly the magnitudes
+    /// of its range, each in its own slot; a slot gives back the value it was
+    /// looked up by; and the neighbour changes nothing (no borrow between halves).
     #[test]
     fn table_slots_cover_exactly_the_table_range_once() {
         let mut seen = [false; TABLE_ENTRIES as usize];
         let (lo, hi) = (2f32.powi(TABLE_MIN_EXP), 2f32.powi(TABLE_MIN_EXP + TABLE_BINADES as i32));
+        let edges = [0, 1, TABLE_LO_BITS - 1, TABLE_LO_BITS, TABLE_LO_BITS + TABLE_SPAN - 1, TABLE_LO_BITS + TABLE_SPAN, 0x3F80, 0x7F80, 0x7FC0, 0x7FFF];
+        let mut others = [0u32; 2 * 10];
+        for (i, &m) in edges.iter().enumerate() {
+            others[2 * i] = m;
+            others[2 * i + 1] = m | 0x8000;
+        }
         for b in 0u32..=0xFFFF {
             let v = Bf16::from_bits_u32(b).to_f32();
-            let (slot, off) = table_slot(b);
-            // Garbage in the upper half changes nothing.
-            assert_eq!(table_slot(b | 0xABCD_0000), (slot, off));
+            let (slot, outside) = slot_in_word(b, 0, false);
+            for &other in &others {
+                assert_eq!(slot_in_word(b, other, false), (slot, outside), "{b:#06x} low, beside {other:#06x}");
+                assert_eq!(slot_in_word(b, other, true), (slot, outside), "{b:#06x} high, beside {other:#06x}");
+            }
             assert!(slot < TABLE_ENTRIES, "{b:#06x}: slot {slot}");
             let inside = v.abs() >= lo && v.abs() < hi;
-            assert_eq!(off == 0, inside, "{b:#06x} ({v:e})");
+            assert_eq!(!outside, inside, "{b:#06x} ({v:e})");
             if inside {
                 assert_eq!(table_value(slot), b, "slot {slot}");
                 assert!(!seen[slot as usize], "slot {slot} twice");
@@ -411,12 +500,29 @@ mod tests {
             }
             for e in 0..TABLE_ENTRIES {
                 let x = Bf16::from_bits_u32(table_value(e));
-                let entry = if e < TABLE_SPAN { xielu_fast_positive(x, p) } else { xielu_fast(x, p) };
-                assert_eq!(entry.to_bits_u32(), xielu_one(x, p).to_bits_u32(), "entry {e}, x = {:e}, params {:?}", x.to_f32(), (ap, an, be, ep));
+                assert_eq!(table_entry::<Bf16>(e, p), xielu_one(x, p).to_bits_u32(), "entry {e}, x = {:e}, params {:?}", x.to_f32(), (ap, an, be, ep));
                 checked += 1;
             }
         }
         assert_eq!(checked, 4 * TABLE_ENTRIES);
+    }
+
+    /// The shortcut of `table_entry`: `em` is -1 for every bf16 at or below
+    /// -BF16_EXPM1_SATURATES (what `min(v, eps)` is there), -infinity included,
+    /// and not just above it (so the constant is where the text says).
+    #[test]
+    fn bf16_expm1_saturates_where_the_table_says() {
+        let em = |v: f32| Bf16::round_normal(expm1_nonpos(v));
+        let mut checked = 0;
+        for b in 0x8000u32..=0xFF80 {
+            let v = Bf16::from_bits_u32(b).to_f32();
+            if v <= -BF16_EXPM1_SATURATES {
+                assert_eq!(em(v), -1.0, "{v:e}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, (0xFF80 - 0xC100 + 1) as usize);
+        assert!(em(-6.0) > -1.0);
     }
 
     /// The integration tests (tests/xielu.rs) launch bf16 with 2 workgroups and
