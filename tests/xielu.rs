@@ -7,7 +7,7 @@ use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
-use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
+use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
 use mlxcel_amdgpu::{Device, Error, Stream};
 
 const P: XieluParams = XieluParams::APERTUS;
@@ -146,24 +146,31 @@ fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in
     metrics::assert_bits_equal(dtype, &download_bits(dtype, out), &reference_bits(dtype, &x, p), &format!("{what} on {}", dev.backend()));
 }
 
+/// Lengths for the table path with 2 workgroups (also in the device crate's
+/// `uses_table_holds_where_the_tests_expect_it`).
+const TABLE_TEST_N: [usize; 2] = [2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 300 + 5, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 70 + 3];
+
 #[test]
 fn the_bf16_table_path_is_bit_exact() {
     // Two workgroups with enough elements each for the kernel to build and use
     // its table (the device crate's `uses_table_holds_where_the_tests_expect_it`
-    // checks that for this n and grid, since the bits cannot show which path
+    // checks that for these n and grid, since the bits cannot show which path
     // ran), also in place, where chunks outside the table are read again after
     // their group's other chunks were stored; with eps = 0 the same grid takes
-    // the model. Not a whole number of groups nor of chunks: threads end on a
-    // partial group (of 1 chunk at sizes 256 and 512; of 2 or 3 at 64, where
-    // each thread has 258 or 259 chunks), and the last partial chunk takes
-    // the loop after.
-    let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 300 + 5;
+    // the model. Neither a whole number of groups nor of chunks: in the last
+    // round some threads end on a partial group, of 3 or 4 chunks for the
+    // first n and of 1 or 2 for the second (at every size here: the chunks
+    // left over fill waves of TABLE_CHUNKS_IN_FLIGHT x 32 in order), and the
+    // last partial chunk takes the loop after.
+    const { assert!(TABLE_CHUNKS_IN_FLIGHT == 5, "recount the partial groups") };
     for dev in devices() {
-        for size in [64, WORKGROUP_SIZE, TABLE_WORKGROUP_SIZE] {
-            let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
-            check_table_path(&dev, n, dims, P, false, &format!("xielu bf16 table, 2 workgroups of {size}"));
-            check_table_path(&dev, n, dims, P, true, &format!("xielu bf16 table in place, 2 workgroups of {size}"));
-            check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, false, &format!("xielu bf16 table grid of {size}, eps = 0"));
+        for n in TABLE_TEST_N {
+            for size in [64, WORKGROUP_SIZE, TABLE_WORKGROUP_SIZE] {
+                let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
+                check_table_path(&dev, n, dims, P, false, &format!("xielu bf16 table, n = {n}, 2 workgroups of {size}"));
+                check_table_path(&dev, n, dims, P, true, &format!("xielu bf16 table in place, n = {n}, 2 workgroups of {size}"));
+                check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, false, &format!("xielu bf16 table grid of {size}, n = {n}, eps = 0"));
+            }
         }
         // Through the launcher, which picks the table grid for this device
         // (GPUs only: on the emulator it would take minutes).

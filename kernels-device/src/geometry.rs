@@ -60,10 +60,16 @@ pub mod xielu {
     /// Threads per workgroup of such launches (the kernel takes any size).
     pub const TABLE_WORKGROUP_SIZE: u32 = 512;
     /// Chunks a thread loads before it looks any of them up: each wave's group
-    /// is this many 512-byte pieces in a row. 8 measured 6-10% slower (runs
-    /// 20, 32, 34), and so did loading the next group before looking up this
-    /// one (run 20); 2 per thread with twice the threads, 2-4% slower (run 35).
-    pub const TABLE_CHUNKS_IN_FLIGHT: usize = 4;
+    /// is this many 512-byte pieces in a row. Measured on an H200 at n = 2^26
+    /// (runs 40-41, 512 x 1 per SM, us and share of copy): 3: 76.5 (83%),
+    /// 4: 71.3-71.5 (88.7-89.4%), 5: 69.9-70.1 (90.5-90.7%), 6: 73.9-74.5
+    /// (85-86%), 7: 75.2-75.5 (84-85%), 8: 77.6-78.7 (82%, runs 32-34). Why 5
+    /// streams best is not understood (bytes in flight per SM, and how groups
+    /// of 2.5 KiB per wave fall on the memory channels, both change with it);
+    /// it is a measurement of this GPU, not a property of the kernel. Also
+    /// slower: 2 per thread with twice the threads (run 35), the next group
+    /// loaded before this one is looked up (run 20).
+    pub const TABLE_CHUNKS_IN_FLIGHT: usize = 5;
     const _: () = assert!(TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80, "the table must be a power of two per sign, below infinity");
 }
 

@@ -14,12 +14,20 @@ macro_rules! unroll4 {
     }};
 }
 
+/// Runs `$body` with `$i` bound to 0 ..= 4.
+#[macro_export]
+macro_rules! unroll5 {
+    ($i:ident => $body:block) => {{
+        $crate::unroll4!($i => $body);
+        { let $i: usize = 4; $body }
+    }};
+}
+
 /// Runs `$body` with `$i` bound to 0 ..= 6.
 #[macro_export]
 macro_rules! unroll7 {
     ($i:ident => $body:block) => {{
-        $crate::unroll4!($i => $body);
-        { let $i: usize = 4; $body }
+        $crate::unroll5!($i => $body);
         { let $i: usize = 5; $body }
         { let $i: usize = 6; $body }
     }};
