@@ -109,7 +109,9 @@ fn the_result_does_not_depend_on_the_grid() {
 /// bf16 inputs for the table path: every value of the table's range (each
 /// chunk wholly inside it), then every bf16 pattern in order (chunks that mix
 /// in zeros, subnormals, huge values, infinities and NaN, which must take the
-/// arithmetic), then the LCG values, up to `n`.
+/// arithmetic), then the LCG values, up to `n`, with a value outside the table
+/// at every 97th element: at every position in a chunk and in either half of
+/// a 32-bit word, among inside values, and in the last, partial groups too.
 fn table_path_inputs(n: usize) -> Vec<u16> {
     let mut bits: Vec<u16> = Vec::with_capacity(n);
     let lo = TABLE_LO_BITS as u16;
@@ -117,8 +119,16 @@ fn table_path_inputs(n: usize) -> Vec<u16> {
         bits.extend((lo..lo + TABLE_SPAN as u16).map(|m| sign | m));
     }
     bits.extend(0..=u16::MAX);
-    let fill = data::lcg_uniform(0x7AB1E, n - bits.len());
+    let start = bits.len();
+    let fill = data::lcg_uniform(0x7AB1E, n - start);
     bits.extend(reference::store_all(Dtype::Bf16, &reference::round_all(Dtype::Bf16, &fill)).iter().map(|&b| b as u16));
+    // Zero, a subnormal, just below the table's bottom and at its top (both
+    // signs), infinity, NaN.
+    let hi = lo + TABLE_SPAN as u16;
+    let outside = [0x0000, 0x8001, lo - 1, hi, 0x8000 | hi, 0x7F80, 0xFFC1, 0x8000 | (lo - 1)];
+    for (k, i) in (start..n).step_by(97).enumerate() {
+        bits[i] = outside[k % outside.len()];
+    }
     bits
 }
 

@@ -57,7 +57,8 @@ pub mod xielu {
     /// per SM, each with its own table (run 33), or chunks handed out through
     /// atomic counters (runs 36, 38): slower.
     pub const TABLE_WORKGROUPS_PER_CU: u32 = 1;
-    /// Threads per workgroup of such launches (the kernel takes any size).
+    /// Threads per workgroup of such launches (the kernel takes any size that
+    /// is whole waves).
     pub const TABLE_WORKGROUP_SIZE: u32 = 512;
     /// Chunks a thread loads before it looks any of them up: each wave's group
     /// is this many 512-byte pieces in a row. Measured on an H200 at n = 2^26

@@ -365,10 +365,11 @@ mod tests {
         Params { ap: round_to::<T>(ap), an: round_to::<T>(an), be: round_to::<T>(be), ep: round_to::<T>(ep) }
     }
 
-    const PARAM_SETS: [(f32, f32, f32, f32); 6] = [
+    const PARAM_SETS: [(f32, f32, f32, f32); 7] = [
         (0.8, 0.8, 0.5, -1e-6), // Apertus
         (2.0, 0.1, -0.25, -0.01),
         (1e-3, 50.0, 3.0, -1.0),
+        (0.5, 2.0, 0.25, -10.0), // eps below -BF16_EXPM1_SATURATES: min(v, eps) = eps there
         (-0.5, 0.3, 1.0, -1e-4),
         (0.8, 0.8, 0.5, 0.0),  // eps = 0: fast in f32 and f16 only
         (0.8, -0.8, 0.5, -1e-6), // an < 0: fast in f32 and f16 only
@@ -396,10 +397,10 @@ mod tests {
     fn fast_path_equals_the_model_on_every_bf16_and_f16() {
         let bf16 = check((0u32..=0xFFFF).map(Bf16::from_bits_u32));
         let f16 = check((0u32..=0xFFFF).map(<f16 as Elem>::from_bits_u32));
-        // bf16: 4 parameter sets allow it, for the 80 binades of [2^-40, 2^40) x 128
-        // significands x 2 signs each; f16: all 6 sets, every value.
-        assert_eq!(bf16, 4 * 80 * 128 * 2);
-        assert_eq!(f16, 6 * 65536);
+        // bf16: 5 parameter sets allow it, for the 80 binades of [2^-40, 2^40) x 128
+        // significands x 2 signs each; f16: all 7 sets, every value.
+        assert_eq!(bf16, 5 * 80 * 128 * 2);
+        assert_eq!(f16, 7 * 65536);
     }
 
     #[test]
@@ -454,7 +455,7 @@ mod tests {
     fn slot_in_word(b: u32, other: u32, high: bool) -> (u32, bool) {
         let (w, shift) = if high { (other | b << 16, 16) } else { (b | other << 16, 0) };
         let (slots, off) = table_slots(w);
-        ((slots >> shift) & 0xFFFF, (off >> shift) & TABLE_OUTSIDE_BITS & 0xFFFF != 0)
+        ((slots >> shift) & 0xFFFF, off & TABLE_OUTSIDE_BITS & (0xFFFF << shift) != 0)
     }
 
     /// Every bf16 pattern, in either half of a word, beside neighbours at the
@@ -505,7 +506,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 4 * TABLE_ENTRIES);
+        assert_eq!(checked, 5 * TABLE_ENTRIES);
     }
 
     /// The shortcut of `table_entry`: `em` is -1 for every bf16 at or below
