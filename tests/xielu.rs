@@ -6,7 +6,7 @@ mod common;
 use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
-use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
+use mlxcel_amdgpu::runtime::LaunchDims;
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
 use mlxcel_amdgpu::{Device, Error, Stream};
 
@@ -90,15 +90,7 @@ fn the_result_does_not_depend_on_the_grid() {
         let want = reference_bits(dtype, &x, P);
         for groups in [1u32, 3, 64] {
             let out = sentinel(&dev, dtype, x.len());
-            let args = [
-                ArgValue::Ptr(input.ptr()),
-                ArgValue::Ptr(out.ptr()),
-                ArgValue::U64(x.len() as u64),
-                ArgValue::F32(P.alpha_p),
-                ArgValue::F32(P.alpha_n),
-                ArgValue::F32(P.beta),
-                ArgValue::F32(P.eps),
-            ];
+            let args = xielu::args(input.ptr(), out.ptr(), x.len() as u64, P);
             let dims = LaunchDims { grid: [groups, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
             unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
             metrics::assert_bits_equal(dtype, &download_bits(dtype, &out), &want, &format!("xielu grid {groups} on {}", dev.backend()));
@@ -142,15 +134,7 @@ fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in
     let separate = sentinel(dev, dtype, n);
     let out = if in_place { &input } else { &separate };
     let kernel = dev.kernel("xielu_bf16").unwrap();
-    let args = [
-        ArgValue::Ptr(input.ptr()),
-        ArgValue::Ptr(out.ptr()),
-        ArgValue::U64(n as u64),
-        ArgValue::F32(p.alpha_p),
-        ArgValue::F32(p.alpha_n),
-        ArgValue::F32(p.beta),
-        ArgValue::F32(p.eps),
-    ];
+    let args = xielu::args(input.ptr(), out.ptr(), n as u64, p);
     unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
     let x: Vec<f32> = bits.iter().map(|&b| reference::widen(dtype, b as u32)).collect();
     metrics::assert_bits_equal(dtype, &download_bits(dtype, out), &reference_bits(dtype, &x, p), &format!("{what} on {}", dev.backend()));

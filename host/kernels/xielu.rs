@@ -64,7 +64,13 @@ pub unsafe fn launch(device: &Device, dtype: Dtype, x: u64, out: u64, n: u64, pa
     }
     check_ptr("x", x, dtype.size())?;
     check_ptr("out", out, dtype.size())?;
-    let args = [
+    unsafe { device.launch(&kernel, dims(n, dtype, device.info().compute_units), &args(x, out, n, params), stream) }
+}
+
+/// The kernel's arguments, in the order of its signature (for [`launch`], and
+/// for tests that launch `xielu_*` on a grid of their own).
+pub fn args(x: u64, out: u64, n: u64, params: XieluParams) -> [ArgValue; 7] {
+    [
         ArgValue::Ptr(x),
         ArgValue::Ptr(out),
         ArgValue::U64(n),
@@ -72,8 +78,7 @@ pub unsafe fn launch(device: &Device, dtype: Dtype, x: u64, out: u64, n: u64, pa
         ArgValue::F32(params.alpha_n),
         ArgValue::F32(params.beta),
         ArgValue::F32(params.eps),
-    ];
-    unsafe { device.launch(&kernel, dims(n, dtype, device.info().compute_units), &args, stream) }
+    ]
 }
 
 /// [`launch`] over byte buffers holding `n` elements of `dtype`.
