@@ -116,16 +116,6 @@ fn xielu_fast_with_em<T: Elem>(v: f32, em: f32, p: Params) -> T {
     T::from_rounded(T::round_normal(sel + bx))
 }
 
-/// [`xielu_fast`] for `x > 0` (the branch it selects there), without the
-/// other branch's expm1.
-#[inline(always)]
-fn xielu_fast_positive<T: Elem>(x: T, p: Params) -> T {
-    let v = x.to_f32();
-    let sel = T::round_normal(T::round_normal(v * v) * p.ap);
-    let bx = T::round_normal(v * p.be);
-    T::from_rounded(T::round_normal(sel + bx))
-}
-
 /// [`ELEMS_PER_THREAD`] elements, aligned for one vector access.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
@@ -145,9 +135,9 @@ struct Chunk<T>([T; ELEMS_PER_THREAD]);
 #[inline(always)]
 fn table_slots(w: u32) -> (u32, u32) {
     const PAIR: u32 = 0x0001_0001;
-    let u = (w | 0x8000 * PAIR).wrapping_sub(TABLE_LO_BITS * PAIR);
+    let u = (w | (0x8000 * PAIR)).wrapping_sub(TABLE_LO_BITS * PAIR);
     let sign = (w >> (15 - TABLE_SPAN.trailing_zeros())) & (TABLE_SPAN * PAIR);
-    ((u & ((TABLE_SPAN - 1) * PAIR)) | sign, u ^ 0x8000 * PAIR)
+    ((u & ((TABLE_SPAN - 1) * PAIR)) | sign, u ^ (0x8000 * PAIR))
 }
 
 /// The bits of [`table_slots`]' second word that mark a value outside the table.
@@ -177,22 +167,16 @@ fn uses_table<T: Elem>(fast: bool, vector: bool, n: u64, workgroups: u32) -> boo
 const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i32 <= 40);
 
 /// Table entry `e`: [`xielu_fast`] of its value, the bits of a bf16 (given
-/// [`uses_table`]). Two kinds of value need less: a positive one only the
-/// branch `xielu_fast` selects for it, without expm1; one at or below
-/// -[`BF16_EXPM1_SATURATES`] has `em = -1`, without expm1. Each kind is made of
-/// whole binades (128 consecutive entries), so a wave of 32 consecutive entries
-/// takes one way.
+/// [`uses_table`]), without expm1 where its `em` is known: a positive value
+/// (the first TABLE_SPAN entries) selects the branch that does not use `em`,
+/// and one at or below -[`BF16_EXPM1_SATURATES`] has `em = -1`. Both kinds are
+/// made of whole binades (128 consecutive entries), so a wave of 32
+/// consecutive entries takes one way.
 #[inline(always)]
 fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
     let x = T::from_bits_u32(table_value(e));
     let v = x.to_f32();
-    let y: T = if e < TABLE_SPAN {
-        xielu_fast_positive(x, p)
-    } else if v <= -BF16_EXPM1_SATURATES {
-        xielu_fast_with_em(v, -1.0, p)
-    } else {
-        xielu_fast(x, p)
-    };
+    let y: T = if e < TABLE_SPAN || v <= -BF16_EXPM1_SATURATES { xielu_fast_with_em(v, -1.0, p) } else { xielu_fast(x, p) };
     y.to_bits_u32()
 }
 
