@@ -15,11 +15,11 @@
 //! shared by the debug and release builds of the host, so `core` is built once per
 //! GPU target and a rebuild with nothing changed does no work.
 
-#[path = "host/code_object.rs"]
-mod code_object;
 #[path = "host/audit.rs"]
 #[allow(dead_code)]
 mod audit;
+#[path = "host/code_object.rs"]
+mod code_object;
 
 use std::env;
 use std::fmt::Write as _;
@@ -32,7 +32,14 @@ const TARGETS_ENV: &str = "MLXCEL_AMDGPU_TARGETS";
 const PTX_ARCH: &str = "sm_80";
 
 fn main() {
-    for path in ["kernels-device/src", "kernels-device/Cargo.toml", "kernels-device/build.rs", "host/code_object.rs", "host/audit.rs", "rust-toolchain.toml"] {
+    for path in [
+        "kernels-device/src",
+        "kernels-device/Cargo.toml",
+        "kernels-device/build.rs",
+        "host/code_object.rs",
+        "host/audit.rs",
+        "rust-toolchain.toml",
+    ] {
         println!("cargo::rerun-if-changed={path}");
     }
     println!("cargo::rerun-if-env-changed={TARGETS_ENV}");
@@ -66,7 +73,12 @@ fn run() -> Result<(), String> {
             .map_err(|problems| format!("the {target} code object failed its audit:\n  {}", problems.join("\n  ")))?;
         let dest = out_dir.join(format!("{target}.hsaco"));
         fs::copy(&elf, &dest).map_err(|e| format!("cannot copy {}: {e}", elf.display()))?;
-        writeln!(embedded, "    EmbeddedCodeObject {{ processor: {target:?}, bytes: include_bytes!({:?}) }},", dest.display()).unwrap();
+        writeln!(
+            embedded,
+            "    EmbeddedCodeObject {{ processor: {target:?}, bytes: include_bytes!({:?}) }},",
+            dest.display()
+        )
+        .unwrap();
     }
     embedded += "];\n\n";
 
@@ -120,7 +132,8 @@ impl Toolchain {
                  rust-toolchain.toml selects nightly; run the build through rustup (`cargo build`)"
             ));
         }
-        let host = version.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("x86_64-unknown-linux-gnu").to_string();
+        let host =
+            version.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("x86_64-unknown-linux-gnu").to_string();
         let sysroot = PathBuf::from(capture(Command::new(&rustc).args(["--print", "sysroot"]))?.trim());
         if !sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml").exists() {
             return Err(format!(
@@ -138,8 +151,28 @@ impl Toolchain {
         let mut cmd = Command::new(&self.cargo);
         for (key, _) in env::vars_os() {
             let key = key.to_string_lossy();
-            let from_outer_build = key.starts_with("CARGO_") && !key.starts_with("CARGO_HOME") && !key.starts_with("CARGO_NET") && !key.starts_with("CARGO_REGISTR") && !key.starts_with("CARGO_HTTP");
-            if from_outer_build || matches!(&*key, "RUSTFLAGS" | "RUSTDOCFLAGS" | "TARGET" | "HOST" | "OUT_DIR" | "PROFILE" | "OPT_LEVEL" | "DEBUG" | "NUM_JOBS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "RUSTC_LINKER") {
+            let from_outer_build = key.starts_with("CARGO_")
+                && !key.starts_with("CARGO_HOME")
+                && !key.starts_with("CARGO_NET")
+                && !key.starts_with("CARGO_REGISTR")
+                && !key.starts_with("CARGO_HTTP");
+            if from_outer_build
+                || matches!(
+                    &*key,
+                    "RUSTFLAGS"
+                        | "RUSTDOCFLAGS"
+                        | "TARGET"
+                        | "HOST"
+                        | "OUT_DIR"
+                        | "PROFILE"
+                        | "OPT_LEVEL"
+                        | "DEBUG"
+                        | "NUM_JOBS"
+                        | "RUSTC_WRAPPER"
+                        | "RUSTC_WORKSPACE_WRAPPER"
+                        | "RUSTC_LINKER"
+                )
+            {
                 cmd.env_remove(&*key);
             }
         }
@@ -177,7 +210,10 @@ impl Toolchain {
         let cpu_flag = format!("-Ctarget-cpu={PTX_ARCH}");
         let mut cmd = self.cargo(&gpu_dir.join(PTX_ARCH), &[&cpu_flag, "-Clinker-plugin-lto"]);
         cmd.arg("--manifest-path").arg(manifest).args(["--target", "nvptx64-nvidia-cuda", "--crate-type", "rlib"]);
-        let rlibs: Vec<PathBuf> = run_cargo(cmd, "nvptx64-nvidia-cuda")?.into_iter().filter(|p| p.extension().is_some_and(|e| e == "rlib")).collect();
+        let rlibs: Vec<PathBuf> = run_cargo(cmd, "nvptx64-nvidia-cuda")?
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "rlib"))
+            .collect();
 
         // Every rlib holds LLVM bitcode objects (linker-plugin LTO): extract and link them.
         let work = out_dir.join("ptx-link");
@@ -224,8 +260,14 @@ impl Toolchain {
         }
         // Every kernel body inlined into its entry: a call would pass arguments
         // through the ABI and may need a stack (local memory).
-        if let Some(line) = text.lines().find(|l| ptx_instruction(l).starts_with("call") || l.starts_with(".func") || l.contains("__local_depot")) {
-            return Err(format!("the PTX calls a function or uses a local stack ({}): mark the kernel body #[inline(always)]", line.trim()));
+        if let Some(line) = text
+            .lines()
+            .find(|l| ptx_instruction(l).starts_with("call") || l.starts_with(".func") || l.contains("__local_depot"))
+        {
+            return Err(format!(
+                "the PTX calls a function or uses a local stack ({}): mark the kernel body #[inline(always)]",
+                line.trim()
+            ));
         }
         fs::write(&ptx, with_launch_bounds(&text)?).map_err(|e| e.to_string())?;
         Ok(ptx)
@@ -248,10 +290,20 @@ fn with_launch_bounds(ptx: &str) -> Result<String, String> {
     for line in ptx.lines() {
         if let Some(name) = line.strip_prefix(".visible .entry ") {
             let symbol = name.split('(').next().unwrap_or("");
-            pending = kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS.iter().find(|(k, _, _)| *k == symbol).map(|&(_, size, per_sm)| (size, per_sm));
+            pending = kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS
+                .iter()
+                .find(|(k, _, _)| *k == symbol)
+                .map(|&(_, size, per_sm)| (size, per_sm));
         }
-        if pending.is_some() && (line.starts_with(".maxntid") || line.starts_with(".minnctapersm") || line.starts_with(".reqntid") || line.starts_with(".maxnreg")) {
-            return Err(format!("the PTX already has a performance directive ({line}) on an entry that geometry::NVIDIA_LAUNCH_BOUNDS names"));
+        if pending.is_some()
+            && (line.starts_with(".maxntid")
+                || line.starts_with(".minnctapersm")
+                || line.starts_with(".reqntid")
+                || line.starts_with(".maxnreg"))
+        {
+            return Err(format!(
+                "the PTX already has a performance directive ({line}) on an entry that geometry::NVIDIA_LAUNCH_BOUNDS names"
+            ));
         }
         if line == "{"
             && let Some((size, per_sm)) = pending.take()
@@ -263,7 +315,10 @@ fn with_launch_bounds(ptx: &str) -> Result<String, String> {
         out.push('\n');
     }
     if applied != kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS.len() {
-        return Err(format!("launch bounds applied to {applied} PTX entries, expected {:?}", kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS));
+        return Err(format!(
+            "launch bounds applied to {applied} PTX entries, expected {:?}",
+            kernels_device::geometry::NVIDIA_LAUNCH_BOUNDS
+        ));
     }
     Ok(out)
 }

@@ -14,8 +14,8 @@ use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers};
 use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
-use mlxcel_amdgpu::reference::{self, Dtype, data};
 use mlxcel_amdgpu::kernels_device;
+use mlxcel_amdgpu::reference::{self, Dtype, data};
 use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Result, Stream};
 
@@ -113,13 +113,20 @@ fn bench_xielu(dev: &Device, rows: &mut Vec<Row>, n: usize, dtype: Dtype) {
     let mut out = dev.alloc::<u8>(n * dtype.size()).unwrap();
     let p = XieluParams::APERTUS;
     let ms = median_ms(dev, 20, 10, || xielu::run(dev, dtype, &input, &mut out, n, p, Stream::DEFAULT));
-    rows.push(Row { kernel: format!("xielu {dtype}"), shape: format!("n={n}"), micros: ms * 1e3, bytes: (2 * n * dtype.size()) as f64, note: String::new() });
+    rows.push(Row {
+        kernel: format!("xielu {dtype}"),
+        shape: format!("n={n}"),
+        micros: ms * 1e3,
+        bytes: (2 * n * dtype.size()) as f64,
+        note: String::new(),
+    });
 }
 
 fn bench_add3(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d: usize, dtype: Dtype) {
     let inp = data::add3_inputs(dtype, rows.min(64), d, true, 9);
     let tile = |v: &[f32]| -> Vec<f32> { v.iter().cycle().take(rows * d).copied().collect() };
-    let (a, b, x) = (upload(dev, dtype, &tile(&inp.a)), upload(dev, dtype, &tile(&inp.b)), upload(dev, dtype, &tile(&inp.x)));
+    let (a, b, x) =
+        (upload(dev, dtype, &tile(&inp.a)), upload(dev, dtype, &tile(&inp.b)), upload(dev, dtype, &tile(&inp.x)));
     let (w, bias) = (upload(dev, dtype, &inp.w), upload(dev, dtype, inp.bias.as_ref().unwrap()));
     let mut x_new = dev.alloc::<u8>(rows * d * dtype.size()).unwrap();
     let mut h = dev.alloc::<u8>(rows * d * dtype.size()).unwrap();
@@ -128,23 +135,52 @@ fn bench_add3(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d: usize, dtyp
         add3_layer_norm::run(dev, dtype, bufs, rows as u32, d as u32, 1e-5, Stream::DEFAULT)
     });
     let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as f64;
-    rows_out.push(Row { kernel: format!("add3_layer_norm {dtype}"), shape: format!("rows={rows} D={d}"), micros: ms * 1e3, bytes, note: String::new() });
+    rows_out.push(Row {
+        kernel: format!("add3_layer_norm {dtype}"),
+        shape: format!("rows={rows} D={d}"),
+        micros: ms * 1e3,
+        bytes,
+        note: String::new(),
+    });
 }
 
 fn bench_mamba(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: usize, dtype: Dtype) {
     let n = 16;
     let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);
-    let (x, dt, bm, cm) = (upload(dev, dtype, &inp.x), upload(dev, dtype, &inp.dt), upload(dev, dtype, &inp.bm), upload(dev, dtype, &inp.cm));
+    let (x, dt, bm, cm) = (
+        upload(dev, dtype, &inp.x),
+        upload(dev, dtype, &inp.dt),
+        upload(dev, dtype, &inp.bm),
+        upload(dev, dtype, &inp.cm),
+    );
     let a = upload(dev, Dtype::F32, &inp.a);
     let dskip = upload(dev, dtype, &inp.dskip);
     let state_in = upload(dev, Dtype::F32, &inp.state_in);
     let y = dev.alloc::<u8>(len * dm * dtype.size()).unwrap();
     let state_out = dev.alloc::<u8>(dm * n * 4).unwrap();
-    let p = ScanPointers { x: x.ptr(), dt: dt.ptr(), bm: bm.ptr(), cm: cm.ptr(), a: a.ptr(), dskip: dskip.ptr(), state_in: state_in.ptr(), y: y.ptr(), state_out: state_out.ptr() };
+    let p = ScanPointers {
+        x: x.ptr(),
+        dt: dt.ptr(),
+        bm: bm.ptr(),
+        cm: cm.ptr(),
+        a: a.ptr(),
+        dskip: dskip.ptr(),
+        state_in: state_in.ptr(),
+        y: y.ptr(),
+        state_out: state_out.ptr(),
+    };
     let (reps, inner) = if len > 64 { (10, 1) } else { (20, 10) };
-    let ms = median_ms(dev, reps, inner, || unsafe { mamba1_scan::launch(dev, dtype, p, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT) });
+    let ms = median_ms(dev, reps, inner, || unsafe {
+        mamba1_scan::launch(dev, dtype, p, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
+    });
     let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + dm * n * 4 * 3) as f64;
-    rows.push(Row { kernel: format!("mamba1_scan {dtype}"), shape: format!("B=1 Dm={dm} N={n} L={len}"), micros: ms * 1e3, bytes, note: String::new() });
+    rows.push(Row {
+        kernel: format!("mamba1_scan {dtype}"),
+        shape: format!("B=1 Dm={dm} N={n} L={len}"),
+        micros: ms * 1e3,
+        bytes,
+        note: String::new(),
+    });
 }
 
 /// A deterministic pseudo-random fill (splitmix64), for buffers too large to quantize on the host.
@@ -162,7 +198,14 @@ fn random_words(n: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Quantized expert stack of `rows x cols` per expert, random words, small scales.
-fn random_stack(dev: &Device, dtype: Dtype, shape: &MoeShape, rows: u32, cols: u32, seed: u64) -> (DeviceBuffer<u8>, DeviceBuffer<u8>, DeviceBuffer<u8>) {
+fn random_stack(
+    dev: &Device,
+    dtype: Dtype,
+    shape: &MoeShape,
+    rows: u32,
+    cols: u32,
+    seed: u64,
+) -> (DeviceBuffer<u8>, DeviceBuffer<u8>, DeviceBuffer<u8>) {
     let e = shape.n_experts as usize;
     let words = e * rows as usize * (cols as usize * shape.bits as usize / 32);
     let groups = e * rows as usize * (cols / shape.group_size) as usize;
@@ -180,7 +223,8 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f
     let x = upload(dev, dtype, &reference::round_all(dtype, &data::lcg_uniform(3, shape.din as usize)));
     // 21 disjoint sets of six experts, used in turn, so that no launch finds its
     // experts' weights in L2 from the previous one (six experts are 17-32 MB).
-    let idx_sets: Vec<DeviceBuffer<u32>> = (0..21u32).map(|s| dev.upload(&(0..6).map(|j| (s * 6 + j) % 128).collect::<Vec<u32>>()).unwrap()).collect();
+    let idx_sets: Vec<DeviceBuffer<u32>> =
+        (0..21u32).map(|s| dev.upload(&(0..6).map(|j| (s * 6 + j) % 128).collect::<Vec<u32>>()).unwrap()).collect();
     let mut turn = 0usize;
     let mut next_idx = move || {
         turn += 1;
@@ -195,21 +239,65 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f
     let q1 = QuantizedPointers { w: w1.ptr(), scales: s1.ptr(), biases: b1.ptr() };
     let q2 = QuantizedPointers { w: w2.ptr(), scales: s2.ptr(), biases: b2.ptr() };
     // Bytes of the six selected experts' weights, scales and biases, per matrix.
-    let matrix_bytes = |r: u32, c: u32| (shape.k as usize * r as usize * (c as usize * bits as usize / 8 + 2 * dtype.size() * (c / shape.group_size) as usize)) as f64;
-    let fc1 = median_ms(dev, 30, 10, || unsafe { moe::fc1_relu2(dev, dtype, x.ptr(), next_idx(), q1, act, &shape, status.ptr(), Stream::DEFAULT) });
-    rows.push(Row { kernel: format!("moe_fc1_relu2 {dtype}"), shape: format!("Nemotron bits={bits}"), micros: fc1 * 1e3, bytes: matrix_bytes(shape.dff, shape.din), note: String::new() });
-    let down = median_ms(dev, 30, 10, || unsafe { moe::down(dev, dtype, next_idx(), q2, act, scores.ptr(), part, &shape, status.ptr(), Stream::DEFAULT) });
-    rows.push(Row { kernel: format!("moe_down {dtype}"), shape: format!("Nemotron bits={bits}"), micros: down * 1e3, bytes: matrix_bytes(shape.din, shape.dff), note: String::new() });
-    let p = |idx: u64| moe::RoutedPointers { x: x.ptr(), idx, scores: scores.ptr(), w1: q1, w2: q2, out: out.ptr(), scratch: scratch.ptr(), scratch_len: scratch.len(), status: status.ptr() };
-    let routed = median_ms(dev, 30, 10, || unsafe { moe::routed_forward(dev, dtype, p(next_idx()), &shape, Stream::DEFAULT) });
+    let matrix_bytes = |r: u32, c: u32| {
+        (shape.k as usize
+            * r as usize
+            * (c as usize * bits as usize / 8 + 2 * dtype.size() * (c / shape.group_size) as usize)) as f64
+    };
+    let fc1 = median_ms(dev, 30, 10, || unsafe {
+        moe::fc1_relu2(dev, dtype, x.ptr(), next_idx(), q1, act, &shape, status.ptr(), Stream::DEFAULT)
+    });
+    rows.push(Row {
+        kernel: format!("moe_fc1_relu2 {dtype}"),
+        shape: format!("Nemotron bits={bits}"),
+        micros: fc1 * 1e3,
+        bytes: matrix_bytes(shape.dff, shape.din),
+        note: String::new(),
+    });
+    let down = median_ms(dev, 30, 10, || unsafe {
+        moe::down(dev, dtype, next_idx(), q2, act, scores.ptr(), part, &shape, status.ptr(), Stream::DEFAULT)
+    });
+    rows.push(Row {
+        kernel: format!("moe_down {dtype}"),
+        shape: format!("Nemotron bits={bits}"),
+        micros: down * 1e3,
+        bytes: matrix_bytes(shape.din, shape.dff),
+        note: String::new(),
+    });
+    let p = |idx: u64| moe::RoutedPointers {
+        x: x.ptr(),
+        idx,
+        scores: scores.ptr(),
+        w1: q1,
+        w2: q2,
+        out: out.ptr(),
+        scratch: scratch.ptr(),
+        scratch_len: scratch.len(),
+        status: status.ptr(),
+    };
+    let routed =
+        median_ms(dev, 30, 10, || unsafe { moe::routed_forward(dev, dtype, p(next_idx()), &shape, Stream::DEFAULT) });
     let bytes = matrix_bytes(shape.dff, shape.din) + matrix_bytes(shape.din, shape.dff);
-    rows.push(Row { kernel: format!("moe routed forward {dtype}"), shape: format!("Nemotron bits={bits}"), micros: routed * 1e3, bytes, note: String::new() });
+    rows.push(Row {
+        kernel: format!("moe routed forward {dtype}"),
+        shape: format!("Nemotron bits={bits}"),
+        micros: routed * 1e3,
+        bytes,
+        note: String::new(),
+    });
     assert_eq!(status.download().unwrap()[0], 0, "no expert id was out of range");
     let fc1_bytes = matrix_bytes(shape.dff, shape.din) as usize;
     let short = short_copy_bandwidth(dev, fc1_bytes);
-    println!("yardstick: copies of {fc1_bytes} bytes (the {bits}-bit fc1's weights), L2-cold, 10 back to back: {:.1} GB/s (read + write)", short / 1e9);
+    println!(
+        "yardstick: copies of {fc1_bytes} bytes (the {bits}-bit fc1's weights), L2-cold, 10 back to back: {:.1} GB/s (read + write)",
+        short / 1e9
+    );
     let read = read_stream_bandwidth(dev, fc1_bytes / 16 * 16);
-    println!("yardstick: read_stream kernel over the same bytes, L2-cold, 10 back to back: {:.1} GB/s ({:.1}% of copy)", read / 1e9, 100.0 * read / copy);
+    println!(
+        "yardstick: read_stream kernel over the same bytes, L2-cold, 10 back to back: {:.1} GB/s ({:.1}% of copy)",
+        read / 1e9,
+        100.0 * read / copy
+    );
 }
 
 fn main() {
@@ -217,13 +305,19 @@ fn main() {
     let dev = Device::default_device().expect("a device");
     let info = dev.info().clone();
     if info.backend == BackendKind::Cpu {
-        eprintln!("the benchmarks need a GPU (found only the CPU emulator); set MLXCEL_AMDGPU_BACKEND=hip or build with --features cuda");
+        eprintln!(
+            "the benchmarks need a GPU (found only the CPU emulator); set MLXCEL_AMDGPU_BACKEND=hip or build with --features cuda"
+        );
         return;
     }
     let copy = copy_bandwidth(&dev);
     let empty = empty_launch_us(&dev);
     println!("device: {} ({}, {}), kernels: {:?}", info.name, info.backend, info.arch, info.kernels);
-    println!("copy bandwidth (device to device, read + write): {:.1} GB/s; empty kernel launch: {:.2} us\n", copy / 1e9, empty);
+    println!(
+        "copy bandwidth (device to device, read + write): {:.1} GB/s; empty kernel launch: {:.2} us\n",
+        copy / 1e9,
+        empty
+    );
 
     // MLXCEL_AMDGPU_BENCH=xielu,add3,mamba,moe picks groups (default: all).
     let groups = std::env::var("MLXCEL_AMDGPU_BENCH").unwrap_or_default();
@@ -272,7 +366,16 @@ fn main() {
         println!("kernel,shape,us,bytes,GB/s,fraction_of_copy,x_empty_launch");
         for r in &rows {
             let gbs = r.bytes / (r.micros * 1e-6);
-            println!("{},{},{:.3},{},{:.1},{:.3},{:.2}", r.kernel, r.shape, r.micros, r.bytes, gbs / 1e9, gbs / copy, r.micros / empty);
+            println!(
+                "{},{},{:.3},{},{:.1},{:.3},{:.2}",
+                r.kernel,
+                r.shape,
+                r.micros,
+                r.bytes,
+                gbs / 1e9,
+                gbs / copy,
+                r.micros / empty
+            );
         }
     } else {
         println!("| kernel | shape | time (us) | bytes | GB/s | notes |");

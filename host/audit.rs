@@ -13,7 +13,12 @@ pub fn expected_kernel(spec: &KernelSpec) -> ExpectedKernel<'_> {
         .params
         .iter()
         .zip(offsets)
-        .map(|(p, offset)| ExpectedArg { name: p.name, offset: offset as u32, size: p.kind.size() as u32, pointer: p.kind == ArgKind::Ptr })
+        .map(|(p, offset)| ExpectedArg {
+            name: p.name,
+            offset: offset as u32,
+            size: p.kind.size() as u32,
+            pointer: p.kind == ArgKind::Ptr,
+        })
         .collect();
     ExpectedKernel { name: spec.name, args }
 }

@@ -205,27 +205,19 @@ impl CodeObject {
 
         let header = elf::FileHeader64::<Endianness>::parse(data)
             .map_err(|e| CodeObjectError(format!("bad ELF header: {e}")))?;
-        let endian = header
-            .endian()
-            .map_err(|e| CodeObjectError(format!("bad ELF data encoding: {e}")))?;
+        let endian = header.endian().map_err(|e| CodeObjectError(format!("bad ELF data encoding: {e}")))?;
         let machine = header.e_machine(endian);
         if machine != EM_AMDGPU {
-            return err(format!(
-                "e_machine is {machine} ({}), not EM_AMDGPU ({EM_AMDGPU})",
-                machine_name(machine)
-            ));
+            return err(format!("e_machine is {machine} ({}), not EM_AMDGPU ({EM_AMDGPU})", machine_name(machine)));
         }
         let ident = header.e_ident();
         let e_flags = header.e_flags(endian);
 
-        let sections = header
-            .sections(endian, data)
-            .map_err(|e| CodeObjectError(format!("bad section headers: {e}")))?;
+        let sections =
+            header.sections(endian, data).map_err(|e| CodeObjectError(format!("bad section headers: {e}")))?;
         let desc = find_metadata_note(header, endian, data, &sections)?;
         let root = rmpv::decode::read_value_with_max_depth(&mut &desc[..], MAX_MSGPACK_DEPTH)
-            .map_err(|e| {
-                CodeObjectError(format!("NT_AMDGPU_METADATA is not valid MessagePack: {e}"))
-            })?;
+            .map_err(|e| CodeObjectError(format!("NT_AMDGPU_METADATA is not valid MessagePack: {e}")))?;
 
         let descriptors = descriptor_symbols(endian, data, &sections)?;
         let mut co = parse_metadata(&root)?;
@@ -257,11 +249,7 @@ impl CodeObject {
 
     /// The target features of the target id, e.g. `["sramecc+", "xnack-"]`.
     pub fn target_features(&self) -> Vec<&str> {
-        self.target
-            .split(':')
-            .skip(1)
-            .filter(|f| !f.is_empty())
-            .collect()
+        self.target.split(':').skip(1).filter(|f| !f.is_empty()).collect()
     }
 
     /// The code object version implied by the AMDHSA ABI version byte
@@ -290,11 +278,7 @@ impl CodeObject {
                 let present: Vec<&str> = self.kernels.iter().map(|k| k.name.as_str()).collect();
                 problems.push(format!(
                     "kernel `{name}`: not in the code object (it has: {})",
-                    if present.is_empty() {
-                        "no kernels".to_string()
-                    } else {
-                        present.join(", ")
-                    }
+                    if present.is_empty() { "no kernels".to_string() } else { present.join(", ") }
                 ));
                 continue;
             };
@@ -313,10 +297,7 @@ impl CodeObject {
                 ));
             }
             if k.wavefront_size != 32 {
-                problems.push(format!(
-                    "kernel `{name}`: wavefront size is {}, expected 32",
-                    k.wavefront_size
-                ));
+                problems.push(format!("kernel `{name}`: wavefront size is {}, expected 32", k.wavefront_size));
             }
             if k.private_segment_fixed_size != 0 {
                 problems.push(format!(
@@ -328,16 +309,10 @@ impl CodeObject {
                 problems.push(format!("kernel `{name}`: uses a dynamic stack"));
             }
             if k.sgpr_spill_count != 0 {
-                problems.push(format!(
-                    "kernel `{name}`: spills {} SGPRs",
-                    k.sgpr_spill_count
-                ));
+                problems.push(format!("kernel `{name}`: spills {} SGPRs", k.sgpr_spill_count));
             }
             if k.vgpr_spill_count != 0 {
-                problems.push(format!(
-                    "kernel `{name}`: spills {} VGPRs",
-                    k.vgpr_spill_count
-                ));
+                problems.push(format!("kernel `{name}`: spills {} VGPRs", k.vgpr_spill_count));
             }
 
             let explicit: Vec<&ArgInfo> = k.args.iter().filter(|a| !a.is_hidden()).collect();
@@ -349,26 +324,16 @@ impl CodeObject {
                 ));
             }
             for (i, (got, want)) in explicit.iter().zip(&exp.args).enumerate() {
-                let kind = if want.pointer {
-                    "global_buffer"
-                } else {
-                    "by_value"
-                };
+                let kind = if want.pointer { "global_buffer" } else { "by_value" };
                 let what = format!("kernel `{name}`: arg {i} (`{}`)", want.name);
                 if got.offset != want.offset {
-                    problems.push(format!(
-                        "{what}: offset {}, expected {}",
-                        got.offset, want.offset
-                    ));
+                    problems.push(format!("{what}: offset {}, expected {}", got.offset, want.offset));
                 }
                 if got.size != want.size {
                     problems.push(format!("{what}: size {}, expected {}", got.size, want.size));
                 }
                 if got.value_kind != kind {
-                    problems.push(format!(
-                        "{what}: value_kind `{}`, expected `{kind}`",
-                        got.value_kind
-                    ));
+                    problems.push(format!("{what}: value_kind `{}`, expected `{kind}`", got.value_kind));
                 }
             }
             for (i, want) in exp.args.iter().enumerate().skip(explicit.len()) {
@@ -383,10 +348,7 @@ impl CodeObject {
                     got.offset, got.size, got.value_kind
                 ));
             }
-            let end = explicit
-                .iter()
-                .map(|a| u64::from(a.offset) + u64::from(a.size))
-                .max();
+            let end = explicit.iter().map(|a| u64::from(a.offset) + u64::from(a.size)).max();
             if let Some(end) = end
                 && end > u64::from(k.kernarg_segment_size)
             {
@@ -396,11 +358,7 @@ impl CodeObject {
                 ));
             }
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
-        }
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 
     /// A table of the kernels' resources: one line per kernel with its name,
@@ -408,9 +366,7 @@ impl CodeObject {
     /// bytes per work-item), wavefront size and kernarg segment size.
     pub fn summary(&self) -> String {
         use std::fmt::Write as _;
-        let headers = [
-            "kernel", "VGPRs", "SGPRs", "LDS", "scratch", "wave", "kernarg",
-        ];
+        let headers = ["kernel", "VGPRs", "SGPRs", "LDS", "scratch", "wave", "kernarg"];
         let rows: Vec<[String; 7]> = self
             .kernels
             .iter()
@@ -436,11 +392,7 @@ impl CodeObject {
         let _ = writeln!(
             out,
             "{} (mach 0x{:x}, ABI version {}, metadata {}.{}): {} kernel(s)",
-            if self.target.is_empty() {
-                "<no target>"
-            } else {
-                &self.target
-            },
+            if self.target.is_empty() { "<no target>" } else { &self.target },
             self.mach,
             self.abi_version,
             self.metadata_version.0,
@@ -478,26 +430,19 @@ fn check_ident(bytes: &[u8]) -> Result<(), CodeObjectError> {
         Some(magic) if magic == elf::ELFMAG => {}
         _ => {
             let head = bytes.get(..bytes.len().min(4)).unwrap_or(&[]);
-            return err(format!(
-                "not an ELF file (starts with {head:02x?}, expected 7f 45 4c 46)"
-            ));
+            return err(format!("not an ELF file (starts with {head:02x?}, expected 7f 45 4c 46)"));
         }
     }
     match bytes.get(EI_CLASS) {
         Some(&elf::ELFCLASS64) => {}
         Some(&elf::ELFCLASS32) => return err("ELF32 file; AMDGPU code objects are ELF64"),
         Some(c) => {
-            return err(format!(
-                "unknown ELF class {c}; AMDGPU code objects are ELF64"
-            ));
+            return err(format!("unknown ELF class {c}; AMDGPU code objects are ELF64"));
         }
         None => return err(format!("truncated ELF header ({} bytes)", bytes.len())),
     }
     if bytes.len() < 64 {
-        return err(format!(
-            "truncated ELF header ({} of 64 bytes)",
-            bytes.len()
-        ));
+        return err(format!("truncated ELF header ({} of 64 bytes)", bytes.len()));
     }
     Ok(())
 }
@@ -533,8 +478,7 @@ fn machine_name(machine: u16) -> &'static str {
     }
 }
 
-type Sections<'data> =
-    object::read::elf::SectionTable<'data, elf::FileHeader64<Endianness>, &'data [u8]>;
+type Sections<'data> = object::read::elf::SectionTable<'data, elf::FileHeader64<Endianness>, &'data [u8]>;
 
 /// The descriptor of the `NT_AMDGPU_METADATA` note, from the SHT_NOTE sections,
 /// or from the PT_NOTE segments when there are no section headers.
@@ -546,22 +490,17 @@ fn find_metadata_note<'data>(
 ) -> Result<&'data [u8], CodeObjectError> {
     let mut seen = Vec::new();
     for section in sections.iter() {
-        let notes = section
-            .notes(endian, data)
-            .map_err(|e| CodeObjectError(format!("bad note section: {e}")))?;
+        let notes = section.notes(endian, data).map_err(|e| CodeObjectError(format!("bad note section: {e}")))?;
         if let Some(notes) = notes
             && let Some(desc) = scan_notes(notes, endian, &mut seen)?
         {
             return Ok(desc);
         }
     }
-    let segments = header
-        .program_headers(endian, data)
-        .map_err(|e| CodeObjectError(format!("bad program headers: {e}")))?;
+    let segments =
+        header.program_headers(endian, data).map_err(|e| CodeObjectError(format!("bad program headers: {e}")))?;
     for segment in segments {
-        let notes = segment
-            .notes(endian, data)
-            .map_err(|e| CodeObjectError(format!("bad PT_NOTE segment: {e}")))?;
+        let notes = segment.notes(endian, data).map_err(|e| CodeObjectError(format!("bad PT_NOTE segment: {e}")))?;
         if let Some(notes) = notes
             && let Some(desc) = scan_notes(notes, endian, &mut seen)?
         {
@@ -589,18 +528,12 @@ fn scan_notes<'data>(
     endian: Endianness,
     seen: &mut Vec<String>,
 ) -> Result<Option<&'data [u8]>, CodeObjectError> {
-    while let Some(note) = notes
-        .next()
-        .map_err(|e| CodeObjectError(format!("malformed note: {e}")))?
-    {
+    while let Some(note) = notes.next().map_err(|e| CodeObjectError(format!("malformed note: {e}")))? {
         let n_type = note.n_type(endian);
         if note.name() == AMDGPU_NOTE_NAME && n_type == NT_AMDGPU_METADATA {
             return Ok(Some(note.desc()));
         }
-        seen.push(format!(
-            "\"{}\" type {n_type}",
-            String::from_utf8_lossy(note.name()).escape_debug()
-        ));
+        seen.push(format!("\"{}\" type {n_type}", String::from_utf8_lossy(note.name()).escape_debug()));
     }
     Ok(None)
 }
@@ -651,14 +584,11 @@ fn descriptor_symbols<'data>(
                 .symbol_name(endian, sym)
                 .map_err(|e| CodeObjectError(format!("bad symbol name in {what}: {e}")))?;
             // The descriptor's bytes: the symbol's address within its section's file data.
-            let bytes = sections
-                .section(object::SectionIndex(sym.st_shndx(endian) as usize))
-                .ok()
-                .and_then(|sh| {
-                    let start = sym.st_value(endian).checked_sub(sh.sh_addr(endian))?;
-                    let file = sh.data(endian, data).ok()?;
-                    file.get(start as usize..(start + KERNEL_DESCRIPTOR_SIZE) as usize)
-                });
+            let bytes = sections.section(object::SectionIndex(sym.st_shndx(endian) as usize)).ok().and_then(|sh| {
+                let start = sym.st_value(endian).checked_sub(sh.sh_addr(endian))?;
+                let file = sh.data(endian, data).ok()?;
+                file.get(start as usize..(start + KERNEL_DESCRIPTOR_SIZE) as usize)
+            });
             names.push((name, bytes));
         }
     }
@@ -671,18 +601,12 @@ fn descriptor_symbols<'data>(
 fn parse_metadata(root: &Value) -> Result<CodeObject, CodeObjectError> {
     let root = as_map(root, "the metadata root")?;
 
-    let version = get(root, "amdhsa.version")
-        .ok_or_else(|| CodeObjectError("metadata has no amdhsa.version".into()))?;
+    let version =
+        get(root, "amdhsa.version").ok_or_else(|| CodeObjectError("metadata has no amdhsa.version".into()))?;
     let version = match version.as_array().map(Vec::as_slice) {
-        Some([major, minor, ..]) => (
-            to_u32(major, "amdhsa.version[0]")?,
-            to_u32(minor, "amdhsa.version[1]")?,
-        ),
+        Some([major, minor, ..]) => (to_u32(major, "amdhsa.version[0]")?, to_u32(minor, "amdhsa.version[1]")?),
         _ => {
-            return err(format!(
-                "amdhsa.version is {}, expected an array [major, minor]",
-                describe(version)
-            ));
+            return err(format!("amdhsa.version is {}, expected an array [major, minor]", describe(version)));
         }
     };
 
@@ -696,12 +620,7 @@ fn parse_metadata(root: &Value) -> Result<CodeObject, CodeObjectError> {
     let kernels = match get(root, "amdhsa.kernels") {
         Some(v) => v
             .as_array()
-            .ok_or_else(|| {
-                CodeObjectError(format!(
-                    "amdhsa.kernels is {}, expected an array",
-                    describe(v)
-                ))
-            })?
+            .ok_or_else(|| CodeObjectError(format!("amdhsa.kernels is {}, expected an array", describe(v))))?
             .iter()
             .enumerate()
             .map(|(i, k)| parse_kernel(i, k))
@@ -735,14 +654,10 @@ fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectErr
         }
     };
     let optional_u32 = |key: &str| -> Result<Option<u32>, CodeObjectError> {
-        get(map, key)
-            .map(|v| to_u32(v, &format!("{ctx} {key}")))
-            .transpose()
+        get(map, key).map(|v| to_u32(v, &format!("{ctx} {key}"))).transpose()
     };
     let optional_bool = |key: &str| -> Result<Option<bool>, CodeObjectError> {
-        get(map, key)
-            .map(|v| to_bool(v, &format!("{ctx} {key}")))
-            .transpose()
+        get(map, key).map(|v| to_bool(v, &format!("{ctx} {key}"))).transpose()
     };
 
     let symbol = match get(map, ".symbol") {
@@ -752,9 +667,7 @@ fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectErr
     let args = match get(map, ".args") {
         Some(v) => v
             .as_array()
-            .ok_or_else(|| {
-                CodeObjectError(format!("{ctx} .args is {}, expected an array", describe(v)))
-            })?
+            .ok_or_else(|| CodeObjectError(format!("{ctx} .args is {}, expected an array", describe(v))))?
             .iter()
             .enumerate()
             .map(|(i, a)| parse_arg(&ctx, i, a))
@@ -795,9 +708,7 @@ fn parse_arg(kernel: &str, index: usize, value: &Value) -> Result<ArgInfo, CodeO
         }
     };
     let optional_string = |key: &str| -> Result<Option<String>, CodeObjectError> {
-        get(map, key)
-            .map(|v| to_string(v, &format!("{ctx} {key}")))
-            .transpose()
+        get(map, key).map(|v| to_string(v, &format!("{ctx} {key}"))).transpose()
     };
     Ok(ArgInfo {
         name: optional_string(".name")?,
@@ -834,10 +745,7 @@ fn as_map<'v>(value: &'v Value, what: &str) -> Result<&'v [(Value, Value)], Code
 /// An unsigned 32-bit integer, whether encoded as a MessagePack uint or int.
 fn to_u32(value: &Value, what: &str) -> Result<u32, CodeObjectError> {
     let Value::Integer(i) = value else {
-        return err(format!(
-            "{what} is {}, expected an integer",
-            describe(value)
-        ));
+        return err(format!("{what} is {}, expected an integer", describe(value)));
     };
     let n = match (i.as_u64(), i.as_i64()) {
         (Some(u), _) => u128::from(u),
@@ -941,18 +849,10 @@ mod tests {
     }
 
     fn arg(offset: u64, size: u64, kind: &'static str) -> Mp {
-        Mp::M(vec![
-            (".offset", Mp::U(offset)),
-            (".size", Mp::U(size)),
-            (".value_kind", Mp::S(kind)),
-        ])
+        Mp::M(vec![(".offset", Mp::U(offset)), (".size", Mp::U(size)), (".value_kind", Mp::S(kind))])
     }
 
-    fn kernel_map(
-        name: &'static str,
-        symbol: &'static str,
-        args: Vec<Mp>,
-    ) -> Vec<(&'static str, Mp)> {
+    fn kernel_map(name: &'static str, symbol: &'static str, args: Vec<Mp>) -> Vec<(&'static str, Mp)> {
         vec![
             (".args", Mp::A(args)),
             (".group_segment_fixed_size", Mp::U(256)),
@@ -988,10 +888,7 @@ mod tests {
 
     fn metadata_with(kernels: Vec<Vec<(&'static str, Mp)>>) -> Mp {
         Mp::M(vec![
-            (
-                "amdhsa.kernels",
-                Mp::A(kernels.into_iter().map(Mp::M).collect()),
-            ),
+            ("amdhsa.kernels", Mp::A(kernels.into_iter().map(Mp::M).collect())),
             ("amdhsa.target", Mp::S("amdgcn-amd-amdhsa--gfx1151")),
             ("amdhsa.version", Mp::A(vec![Mp::U(1), Mp::U(2)])),
         ])
@@ -1024,10 +921,7 @@ mod tests {
             Elf {
                 machine: EM_AMDGPU,
                 notes: vec![(b"AMDGPU", NT_AMDGPU_METADATA, metadata)],
-                symbols: vec![
-                    ("probe", elf::STT_FUNC, 756),
-                    ("probe.kd", elf::STT_OBJECT, 64),
-                ],
+                symbols: vec![("probe", elf::STT_FUNC, 756), ("probe.kd", elf::STT_OBJECT, 64)],
                 segment_only: false,
             }
         }
@@ -1094,16 +988,7 @@ mod tests {
                 (1, elf::SHT_NOTE, note_off, note_size, 0, 0, 4, 0),
                 (7, elf::SHT_SYMTAB, symtab_off, syms.len(), 3, 1, 8, 24),
                 (15, elf::SHT_STRTAB, strtab_off, strtab.len(), 0, 0, 1, 0),
-                (
-                    23,
-                    elf::SHT_STRTAB,
-                    shstrtab_off,
-                    shstrtab.len(),
-                    0,
-                    0,
-                    1,
-                    0,
-                ),
+                (23, elf::SHT_STRTAB, shstrtab_off, shstrtab.len(), 0, 0, 1, 0),
             ];
             if !self.segment_only {
                 for (name, ty, off, size, link, info, align, entsize) in shdrs {
@@ -1167,18 +1052,8 @@ mod tests {
         vec![ExpectedKernel {
             name: "probe",
             args: vec![
-                ExpectedArg {
-                    name: "out",
-                    offset: 0,
-                    size: 8,
-                    pointer: true,
-                },
-                ExpectedArg {
-                    name: "n",
-                    offset: 8,
-                    size: 4,
-                    pointer: false,
-                },
+                ExpectedArg { name: "out", offset: 0, size: 8, pointer: true },
+                ExpectedArg { name: "n", offset: 8, size: 4, pointer: false },
             ],
         }]
     }
@@ -1234,21 +1109,14 @@ mod tests {
         // No section headers: no symbol table to find the descriptor in.
         assert!(!co.kernels[0].has_descriptor_symbol);
         let problems = co.audit(&probe_expected()).unwrap_err();
-        assert!(
-            problems.iter().any(|p| p.contains("probe.kd")),
-            "{problems:?}"
-        );
+        assert!(problems.iter().any(|p| p.contains("probe.kd")), "{problems:?}");
     }
 
     #[test]
     fn parses_misaligned_input() {
         let elf = probe_elf();
         let mut buf = vec![0u8; elf.len() + 1];
-        let start = if buf.as_ptr().align_offset(8) == 0 {
-            1
-        } else {
-            0
-        };
+        let start = if buf.as_ptr().align_offset(8) == 0 { 1 } else { 0 };
         buf[start..start + elf.len()].copy_from_slice(&elf);
         let co = CodeObject::parse(&buf[start..start + elf.len()]).unwrap();
         assert_eq!(co, CodeObject::parse(&elf).unwrap());
@@ -1302,10 +1170,7 @@ mod tests {
         let mut elf = Elf::probe(encode(&probe_metadata(), false));
         elf.machine = elf::EM_X86_64;
         let e = parse_err(&elf.build());
-        assert!(
-            e.contains("e_machine is 62 (x86-64), not EM_AMDGPU (224)"),
-            "{e}"
-        );
+        assert!(e.contains("e_machine is 62 (x86-64), not EM_AMDGPU (224)"), "{e}");
         // Just the 64-byte header of an x86-64 executable.
         let mut h = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
         h.resize(16, 0);
@@ -1319,10 +1184,7 @@ mod tests {
     fn truncated_input_is_an_error_at_every_length() {
         let elf = probe_elf();
         for len in 0..elf.len() {
-            assert!(
-                CodeObject::parse(&elf[..len]).is_err(),
-                "prefix of {len} bytes parsed"
-            );
+            assert!(CodeObject::parse(&elf[..len]).is_err(), "prefix of {len} bytes parsed");
         }
         assert!(parse_err(&elf[..40]).contains("truncated ELF header (40 of 64 bytes)"));
     }
@@ -1344,10 +1206,7 @@ mod tests {
         let mut elf = Elf::probe(Vec::new());
         elf.notes = vec![];
         let e = parse_err(&elf.build());
-        assert!(
-            e.contains("no NT_AMDGPU_METADATA note") && e.contains("no notes"),
-            "{e}"
-        );
+        assert!(e.contains("no NT_AMDGPU_METADATA note") && e.contains("no notes"), "{e}");
         elf.notes = vec![(b"AMD", 1, vec![2, 0, 0, 0, 1, 0, 0, 0])];
         let e = parse_err(&elf.build());
         assert!(e.contains("\"AMD\" type 1") && e.contains("V2"), "{e}");
@@ -1372,10 +1231,7 @@ mod tests {
         assert!(e.contains("not valid MessagePack"), "{e}");
         // Not a map at the root.
         let e = parse_err(&Elf::probe(encode(&Mp::A(vec![Mp::U(1)]), false)).build());
-        assert!(
-            e.contains("metadata root is an array of 1, expected a map"),
-            "{e}"
-        );
+        assert!(e.contains("metadata root is an array of 1, expected a map"), "{e}");
     }
 
     #[test]
@@ -1385,14 +1241,8 @@ mod tests {
             assert!(e.contains(want), "{e:?} does not contain {want:?}");
         };
         check(Mp::M(vec![]), "no amdhsa.version");
-        check(
-            Mp::M(vec![("amdhsa.version", Mp::U(1))]),
-            "amdhsa.version is the integer 1",
-        );
-        check(
-            Mp::M(vec![("amdhsa.version", Mp::A(vec![Mp::U(1), Mp::U(2)]))]),
-            "no amdhsa.target",
-        );
+        check(Mp::M(vec![("amdhsa.version", Mp::U(1))]), "amdhsa.version is the integer 1");
+        check(Mp::M(vec![("amdhsa.version", Mp::A(vec![Mp::U(1), Mp::U(2)]))]), "no amdhsa.target");
 
         let with_kernel_key = |key: &'static str, value: Option<Mp>| {
             let mut k = kernel_map("probe", "probe.kd", probe_args());
@@ -1402,18 +1252,9 @@ mod tests {
             }
             metadata_with(vec![k])
         };
-        check(
-            with_kernel_key(".wavefront_size", None),
-            "kernel `probe` has no .wavefront_size",
-        );
-        check(
-            with_kernel_key(".name", None),
-            "amdhsa.kernels[0] has no .name",
-        );
-        check(
-            with_kernel_key(".symbol", Some(Mp::U(3))),
-            "kernel `probe` .symbol is the integer 3",
-        );
+        check(with_kernel_key(".wavefront_size", None), "kernel `probe` has no .wavefront_size");
+        check(with_kernel_key(".name", None), "amdhsa.kernels[0] has no .name");
+        check(with_kernel_key(".symbol", Some(Mp::U(3))), "kernel `probe` .symbol is the integer 3");
         check(
             with_kernel_key(".vgpr_count", Some(Mp::I(-1))),
             "kernel `probe` .vgpr_count is -1, expected a non-negative integer",
@@ -1426,42 +1267,24 @@ mod tests {
             with_kernel_key(".uses_dynamic_stack", Some(Mp::S("no"))),
             ".uses_dynamic_stack is a string, expected a boolean",
         );
+        check(with_kernel_key(".args", Some(Mp::U(0))), ".args is the integer 0, expected an array");
         check(
-            with_kernel_key(".args", Some(Mp::U(0))),
-            ".args is the integer 0, expected an array",
-        );
-        check(
-            with_kernel_key(
-                ".args",
-                Some(Mp::A(vec![Mp::M(vec![(".offset", Mp::U(0))])])),
-            ),
+            with_kernel_key(".args", Some(Mp::A(vec![Mp::M(vec![(".offset", Mp::U(0))])]))),
             "kernel `probe` .args[0] has no .size",
         );
-        check(
-            with_kernel_key(".name", Some(Mp::Raw(vec![0xa2, 0xff, 0xfe]))),
-            ".name is not valid UTF-8",
-        );
+        check(with_kernel_key(".name", Some(Mp::Raw(vec![0xa2, 0xff, 0xfe]))), ".name is not valid UTF-8");
     }
 
     #[test]
     fn optional_keys() {
         let mut k = kernel_map("probe", "probe.kd", vec![]);
-        k.retain(|(k, _)| {
-            !matches!(
-                *k,
-                ".sgpr_spill_count" | ".vgpr_spill_count" | ".uses_dynamic_stack" | ".args"
-            )
-        });
+        k.retain(|(k, _)| !matches!(*k, ".sgpr_spill_count" | ".vgpr_spill_count" | ".uses_dynamic_stack" | ".args"));
         k.push((".agpr_count", Mp::U(4)));
         k.push((".uniform_work_group_size", Mp::U(1)));
         k.push((".dynamic_lds_size", Mp::U(64)));
-        let co =
-            CodeObject::parse(&Elf::probe(encode(&metadata_with(vec![k]), false)).build()).unwrap();
+        let co = CodeObject::parse(&Elf::probe(encode(&metadata_with(vec![k]), false)).build()).unwrap();
         let k = &co.kernels[0];
-        assert_eq!(
-            (k.sgpr_spill_count, k.vgpr_spill_count, k.uses_dynamic_stack),
-            (0, 0, false)
-        );
+        assert_eq!((k.sgpr_spill_count, k.vgpr_spill_count, k.uses_dynamic_stack), (0, 0, false));
         assert!(k.args.is_empty());
         assert_eq!(k.agpr_count, 4);
         assert_eq!(k.uniform_work_group_size, Some(true));
@@ -1470,11 +1293,7 @@ mod tests {
 
     #[test]
     fn audit_reports_every_problem() {
-        let mut k = kernel_map(
-            "probe",
-            "probe.kd",
-            vec![arg(0, 4, "by_value"), arg(8, 8, "global_buffer")],
-        );
+        let mut k = kernel_map("probe", "probe.kd", vec![arg(0, 4, "by_value"), arg(8, 8, "global_buffer")]);
         for (key, v) in k.iter_mut() {
             match *key {
                 ".wavefront_size" => *v = Mp::U(64),
@@ -1487,16 +1306,10 @@ mod tests {
             }
         }
         let mut elf = Elf::probe(encode(&metadata_with(vec![k]), false));
-        elf.symbols = vec![
-            ("probe", elf::STT_FUNC, 756),
-            ("probe.kd", elf::STT_OBJECT, 32),
-        ];
+        elf.symbols = vec![("probe", elf::STT_FUNC, 756), ("probe.kd", elf::STT_OBJECT, 32)];
         let co = CodeObject::parse(&elf.build()).unwrap();
         let mut expected = probe_expected();
-        expected.push(ExpectedKernel {
-            name: "missing",
-            args: vec![],
-        });
+        expected.push(ExpectedKernel { name: "missing", args: vec![] });
         let problems = co.audit(&expected).unwrap_err();
         let want = [
             "kernel `probe`: no 64-byte kernel descriptor symbol `probe.kd`",
@@ -1518,12 +1331,7 @@ mod tests {
         let problems = co
             .audit(&[ExpectedKernel {
                 name: "probe",
-                args: vec![ExpectedArg {
-                    name: "out",
-                    offset: 4,
-                    size: 8,
-                    pointer: true,
-                }],
+                args: vec![ExpectedArg { name: "out", offset: 4, size: 8, pointer: true }],
             }])
             .unwrap_err();
         assert_eq!(
@@ -1538,24 +1346,9 @@ mod tests {
             .audit(&[ExpectedKernel {
                 name: "probe",
                 args: vec![
-                    ExpectedArg {
-                        name: "out",
-                        offset: 0,
-                        size: 8,
-                        pointer: true,
-                    },
-                    ExpectedArg {
-                        name: "n",
-                        offset: 8,
-                        size: 4,
-                        pointer: false,
-                    },
-                    ExpectedArg {
-                        name: "m",
-                        offset: 12,
-                        size: 4,
-                        pointer: false,
-                    },
+                    ExpectedArg { name: "out", offset: 0, size: 8, pointer: true },
+                    ExpectedArg { name: "n", offset: 8, size: 4, pointer: false },
+                    ExpectedArg { name: "m", offset: 12, size: 4, pointer: false },
                 ],
             }])
             .unwrap_err();
@@ -1570,11 +1363,7 @@ mod tests {
 
     #[test]
     fn summary_table() {
-        let mut k2 = kernel_map(
-            "a_much_longer_kernel_name",
-            "a_much_longer_kernel_name.kd",
-            vec![],
-        );
+        let mut k2 = kernel_map("a_much_longer_kernel_name", "a_much_longer_kernel_name.kd", vec![]);
         for (key, v) in k2.iter_mut() {
             if *key == ".vgpr_count" {
                 *v = Mp::U(128);
@@ -1585,32 +1374,11 @@ mod tests {
         let s = co.summary();
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines.len(), 4, "{s}");
-        assert!(
-            lines[0].contains("amdgcn-amd-amdhsa--gfx1151") && lines[0].contains("2 kernel(s)")
-        );
+        assert!(lines[0].contains("amdgcn-amd-amdhsa--gfx1151") && lines[0].contains("2 kernel(s)"));
         let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        assert_eq!(
-            cells(lines[1]),
-            [
-                "kernel", "VGPRs", "SGPRs", "LDS", "scratch", "wave", "kernarg"
-            ]
-        );
-        assert_eq!(
-            cells(lines[2]),
-            ["probe", "21", "12", "256", "0", "32", "272"]
-        );
-        assert_eq!(
-            cells(lines[3]),
-            [
-                "a_much_longer_kernel_name",
-                "128",
-                "12",
-                "256",
-                "0",
-                "32",
-                "272"
-            ]
-        );
+        assert_eq!(cells(lines[1]), ["kernel", "VGPRs", "SGPRs", "LDS", "scratch", "wave", "kernarg"]);
+        assert_eq!(cells(lines[2]), ["probe", "21", "12", "256", "0", "32", "272"]);
+        assert_eq!(cells(lines[3]), ["a_much_longer_kernel_name", "128", "12", "256", "0", "32", "272"]);
         // Columns line up.
         assert_eq!(lines[1].len(), lines[2].len());
         assert_eq!(lines[2].len(), lines[3].len());

@@ -34,7 +34,9 @@ impl fmt::Display for Error {
         match self {
             Error::InvalidArgument { argument, message } => write!(f, "invalid argument `{argument}`: {message}"),
             Error::Unavailable { kernel, reason } => write!(f, "kernel {kernel} is not available: {reason}"),
-            Error::BackendUnavailable { backend, reason } => write!(f, "the {backend} backend is not available: {reason}"),
+            Error::BackendUnavailable { backend, reason } => {
+                write!(f, "the {backend} backend is not available: {reason}")
+            }
             Error::Backend { backend, call, message } => write!(f, "{backend} call {call} failed: {message}"),
             Error::CodeObject(message) => write!(f, "code object: {message}"),
             Error::Emulator(message) => write!(f, "CPU emulator: {message}"),

@@ -108,7 +108,11 @@ fn guarded(f: impl FnOnce() -> Result<()>) -> MlxcelAmdgpuStatus {
             status_of(&e)
         }
         Err(panic) => {
-            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
             set_last_error(&format!("internal error (panic): {what}"));
             MLXCEL_AMDGPU_INTERNAL
         }
@@ -155,7 +159,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_select_backend(name: *const c_char) -> Ml
             return Err(Error::invalid("name", "is a null pointer"));
         }
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let kind = BackendKind::parse(&name).ok_or_else(|| Error::invalid("name", format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
+        let kind = BackendKind::parse(&name)
+            .ok_or_else(|| Error::invalid("name", format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
         let d = Device::open(kind)?;
         *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(Ok(d));
         Ok(())
@@ -176,10 +181,18 @@ pub unsafe extern "C" fn mlxcel_amdgpu_describe_device(buf: *mut c_char, len: us
         }
         let d = device()?;
         let i = d.info();
-        let text = format!("{}: {} ({}, wave{}, {} CUs), kernels: {}", i.backend, i.name, i.arch, i.wavefront_size, i.compute_units, match &i.kernels {
-            Ok(k) => k.clone(),
-            Err(why) => format!("none ({why})"),
-        });
+        let text = format!(
+            "{}: {} ({}, wave{}, {} CUs), kernels: {}",
+            i.backend,
+            i.name,
+            i.arch,
+            i.wavefront_size,
+            i.compute_units,
+            match &i.kernels {
+                Ok(k) => k.clone(),
+                Err(why) => format!("none ({why})"),
+            }
+        );
         let bytes = text.as_bytes();
         let n = bytes.len().min(len - 1);
         unsafe {
@@ -248,7 +261,15 @@ pub unsafe extern "C" fn mlxcel_amdgpu_add3_layer_norm(
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
     guarded(|| {
-        let p = Add3Pointers { a: a as u64, b: b as u64, x: x as u64, w: w as u64, bias: bias as u64, x_new: x_new as u64, h: h as u64 };
+        let p = Add3Pointers {
+            a: a as u64,
+            b: b as u64,
+            x: x as u64,
+            w: w as u64,
+            bias: bias as u64,
+            x_new: x_new as u64,
+            h: h as u64,
+        };
         unsafe { add3_layer_norm::launch(&device()?, dtype_of(dtype)?, p, rows, d, eps, Stream(stream)) }
     })
 }
@@ -360,7 +381,17 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
     guarded(|| unsafe {
-        moe::fc1_relu2(&device()?, dtype_of(dtype)?, x as u64, idx as u64, quantized(w1, s1, b1), act as u64, &shape.into(), status as u64, Stream(stream))
+        moe::fc1_relu2(
+            &device()?,
+            dtype_of(dtype)?,
+            x as u64,
+            idx as u64,
+            quantized(w1, s1, b1),
+            act as u64,
+            &shape.into(),
+            status as u64,
+            Stream(stream),
+        )
     })
 }
 
@@ -384,7 +415,18 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
     guarded(|| unsafe {
-        moe::down(&device()?, dtype_of(dtype)?, idx as u64, quantized(w2, s2, b2), act as u64, scores as u64, part as u64, &shape.into(), status as u64, Stream(stream))
+        moe::down(
+            &device()?,
+            dtype_of(dtype)?,
+            idx as u64,
+            quantized(w2, s2, b2),
+            act as u64,
+            scores as u64,
+            part as u64,
+            &shape.into(),
+            status as u64,
+            Stream(stream),
+        )
     })
 }
 
@@ -393,7 +435,14 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
 /// # Safety
 /// `part` holds `[k, din]` f32 and `out` `[din]` elements of `dtype`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(dtype: u32, part: *const f32, out: *mut c_void, k: u32, din: u32, stream: *mut c_void) -> MlxcelAmdgpuStatus {
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(
+    dtype: u32,
+    part: *const f32,
+    out: *mut c_void,
+    k: u32,
+    din: u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
     guarded(|| unsafe { moe::combine(&device()?, dtype_of(dtype)?, part as u64, out as u64, k, din, Stream(stream)) })
 }
 

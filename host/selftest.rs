@@ -32,7 +32,15 @@ pub struct Outcome {
 
 impl Outcome {
     fn skipped(kernel: &'static str, dtype: Dtype, shape: String, why: String) -> Outcome {
-        Outcome { kernel, dtype: Some(dtype), shape, result: format!("not run: {why}"), passed: true, millis: None, bytes: 0 }
+        Outcome {
+            kernel,
+            dtype: Some(dtype),
+            shape,
+            result: format!("not run: {why}"),
+            passed: true,
+            millis: None,
+            bytes: 0,
+        }
     }
 }
 
@@ -97,7 +105,15 @@ fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let (result, passed) = bit_exact_result(dtype, &bits(dtype, &out)?, &want);
     let reps = if reduced(device) { 3 } else { 50 };
     let millis = time_launches(device, reps, || xielu::run(device, dtype, &input, &mut out, n, p, Stream::DEFAULT))?;
-    Ok(Outcome { kernel: "xielu", dtype: Some(dtype), shape, result, passed, millis: Some(millis), bytes: 2 * (n * dtype.size()) as u64 })
+    Ok(Outcome {
+        kernel: "xielu",
+        dtype: Some(dtype),
+        shape,
+        result,
+        passed,
+        millis: Some(millis),
+        bytes: 2 * (n * dtype.size()) as u64,
+    })
 }
 
 fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
@@ -108,7 +124,12 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
         return Ok(Outcome::skipped("add3_layer_norm", dtype, shape, why));
     }
     let inp = data::add3_inputs(dtype, rows, d, true, 2024);
-    let (a, b, x, w) = (upload(device, dtype, &inp.a)?, upload(device, dtype, &inp.b)?, upload(device, dtype, &inp.x)?, upload(device, dtype, &inp.w)?);
+    let (a, b, x, w) = (
+        upload(device, dtype, &inp.a)?,
+        upload(device, dtype, &inp.b)?,
+        upload(device, dtype, &inp.x)?,
+        upload(device, dtype, &inp.w)?,
+    );
     let bias = upload(device, dtype, inp.bias.as_ref().unwrap())?;
     let mut x_new = device.alloc::<u8>(rows * d * dtype.size())?;
     let mut h = device.alloc::<u8>(rows * d * dtype.size())?;
@@ -121,12 +142,21 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     // launches are the ones checked.
     let reps = if reduced(device) { 3 } else { 50 };
     let millis = time_launches(device, reps, &mut launch)?;
-    let (want_x, want_h) = layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), eps, rows, d);
+    let (want_x, want_h) =
+        layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), eps, rows, d);
     let (rx, px) = bit_exact_result(dtype, &bits(dtype, &x_new)?, &want_x);
     let (rh, ph) = bit_exact_result(dtype, &bits(dtype, &h)?, &want_h);
     let result = if px && ph { rx } else { format!("x_new {rx}; h {rh}") };
     let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as u64;
-    Ok(Outcome { kernel: "add3_layer_norm", dtype: Some(dtype), shape, result, passed: px && ph, millis: Some(millis), bytes })
+    Ok(Outcome {
+        kernel: "add3_layer_norm",
+        dtype: Some(dtype),
+        shape,
+        result,
+        passed: px && ph,
+        millis: Some(millis),
+        bytes,
+    })
 }
 
 fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
@@ -138,12 +168,31 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
         return Ok(Outcome::skipped("mamba1_scan", dtype, shape, why));
     }
     let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);
-    let (x, dt, bm, cm) = (upload(device, dtype, &inp.x)?, upload(device, dtype, &inp.dt)?, upload(device, dtype, &inp.bm)?, upload(device, dtype, &inp.cm)?);
-    let (a, dskip, state_in) = (upload(device, Dtype::F32, &inp.a)?, upload(device, dtype, &inp.dskip)?, upload(device, Dtype::F32, &inp.state_in)?);
+    let (x, dt, bm, cm) = (
+        upload(device, dtype, &inp.x)?,
+        upload(device, dtype, &inp.dt)?,
+        upload(device, dtype, &inp.bm)?,
+        upload(device, dtype, &inp.cm)?,
+    );
+    let (a, dskip, state_in) = (
+        upload(device, Dtype::F32, &inp.a)?,
+        upload(device, dtype, &inp.dskip)?,
+        upload(device, Dtype::F32, &inp.state_in)?,
+    );
     let mut y = device.alloc::<u8>(len * dm * dtype.size())?;
     let mut state_out = device.alloc::<u8>(dm * n * 4)?;
     let mut launch = || {
-        let bufs = ScanBuffers { x: &x, dt: &dt, bm: &bm, cm: &cm, a: &a, dskip: &dskip, state_in: Some(&state_in), y: &mut y, state_out: &mut state_out };
+        let bufs = ScanBuffers {
+            x: &x,
+            dt: &dt,
+            bm: &bm,
+            cm: &cm,
+            a: &a,
+            dskip: &dskip,
+            state_in: Some(&state_in),
+            y: &mut y,
+            state_out: &mut state_out,
+        };
         mamba1_scan::run(device, dtype, bufs, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
     };
     let reps = if reduced(device) { 3 } else { 50 };
@@ -173,12 +222,21 @@ fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
     let shape = MoeShape { n_experts: e, k: 6, din, dff, bits, group_size: 64 };
     let shape_text = format!("Din={din} Dff={dff} E={e} K=6 gs=64 {bits}-bit");
     if !moe::available(device, dtype) {
-        return Ok(Outcome::skipped("moe routed", dtype, shape_text, "the MoE kernels are not available for this dtype".into()));
+        return Ok(Outcome::skipped(
+            "moe routed",
+            dtype,
+            shape_text,
+            "the MoE kernels are not available for this dtype".into(),
+        ));
     }
     let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, 6, bits, 64, 77);
-    let words = |q: &reference::moe::Quantized| -> Result<DeviceBuffer<u8>> { device.upload(&q.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
-    let (w1, s1, b1) = (words(&inp.w1)?, upload(device, dtype, &inp.w1.scales)?, upload(device, dtype, &inp.w1.biases)?);
-    let (w2, s2, b2) = (words(&inp.w2)?, upload(device, dtype, &inp.w2.scales)?, upload(device, dtype, &inp.w2.biases)?);
+    let words = |q: &reference::moe::Quantized| -> Result<DeviceBuffer<u8>> {
+        device.upload(&q.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>())
+    };
+    let (w1, s1, b1) =
+        (words(&inp.w1)?, upload(device, dtype, &inp.w1.scales)?, upload(device, dtype, &inp.w1.biases)?);
+    let (w2, s2, b2) =
+        (words(&inp.w2)?, upload(device, dtype, &inp.w2.scales)?, upload(device, dtype, &inp.w2.biases)?);
     let x = upload(device, dtype, &inp.x)?;
     let idx = device.upload(&inp.idx.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
     let scores = upload(device, Dtype::F32, &inp.scores)?;
@@ -206,10 +264,21 @@ fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
     let (nrms, nmax) = (metrics::nrms(&got, &want), metrics::nmax(&got, &want));
     let status_ok = status.download()? == [0, 0, 0, 0];
     let passed = nrms < 5e-4 && nmax < 2e-2 && status_ok;
-    let result = format!("vs dense f32: nRMS {nrms:.1e} (< 5e-4), nMAX {nmax:.1e} (< 2e-2){}", if status_ok { "" } else { ", STATUS SET" });
+    let result = format!(
+        "vs dense f32: nRMS {nrms:.1e} (< 5e-4), nMAX {nmax:.1e} (< 2e-2){}",
+        if status_ok { "" } else { ", STATUS SET" }
+    );
     // Bytes of the six selected experts' weights, scales and biases (both matrices).
     let bytes = 2 * 6 * dff as u64 * (din as u64 * bits as u64 / 8 + 2 * dtype.size() as u64 * (din / 64) as u64);
-    Ok(Outcome { kernel: if bits == 4 { "moe routed 4b" } else { "moe routed 8b" }, dtype: Some(dtype), shape: shape_text, result, passed, millis: Some(millis), bytes })
+    Ok(Outcome {
+        kernel: if bits == 4 { "moe routed 4b" } else { "moe routed 8b" },
+        dtype: Some(dtype),
+        shape: shape_text,
+        result,
+        passed,
+        millis: Some(millis),
+        bytes,
+    })
 }
 
 fn moe4_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
@@ -228,7 +297,11 @@ fn probe_case(device: &Device) -> Result<Outcome> {
     let groups = 3u32;
     let shape = format!("{groups} x {WORKGROUP_SIZE} threads");
     let words = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
-    let dims = crate::runtime::LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES };
+    let dims = crate::runtime::LaunchDims {
+        grid: [groups, 1, 1],
+        workgroup_size: WORKGROUP_SIZE,
+        workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
+    };
     let run_on = |dev: &Device| -> Result<(Vec<u32>, f64)> {
         let kernel = dev.kernel("probe")?;
         let mut out = dev.alloc::<u32>(words)?;
@@ -241,7 +314,16 @@ fn probe_case(device: &Device) -> Result<Outcome> {
     let (want, _) = run_on(&Device::cpu())?;
     let (result, passed) = match got.iter().zip(&want).position(|(g, w)| g != w) {
         None => ("identical to the CPU emulator".to_string(), true),
-        Some(i) => (format!("MISMATCH at thread {} word {}: {:#010x} vs emulator {:#010x}", i / WORDS_PER_LANE, i % WORDS_PER_LANE, got[i], want[i]), false),
+        Some(i) => (
+            format!(
+                "MISMATCH at thread {} word {}: {:#010x} vs emulator {:#010x}",
+                i / WORDS_PER_LANE,
+                i % WORDS_PER_LANE,
+                got[i],
+                want[i]
+            ),
+            false,
+        ),
     };
     Ok(Outcome { kernel: "probe", dtype: None, shape, result, passed, millis: Some(millis), bytes: (words * 4) as u64 })
 }
@@ -249,8 +331,13 @@ fn probe_case(device: &Device) -> Result<Outcome> {
 /// Runs every case on `device`.
 pub fn run(device: &Device) -> Vec<Outcome> {
     type Case = fn(&Device, Dtype) -> Result<Outcome>;
-    let cases: [(&'static str, Case); 5] =
-        [("xielu", xielu_case), ("add3_layer_norm", add3_case), ("mamba1_scan", mamba_case), ("moe routed 4b", moe4_case), ("moe routed 8b", moe8_case)];
+    let cases: [(&'static str, Case); 5] = [
+        ("xielu", xielu_case),
+        ("add3_layer_norm", add3_case),
+        ("mamba1_scan", mamba_case),
+        ("moe routed 4b", moe4_case),
+        ("moe routed 8b", moe8_case),
+    ];
     let mut out = vec![probe_case(device).unwrap_or_else(|e| Outcome {
         kernel: "probe",
         dtype: None,
@@ -280,13 +367,19 @@ pub fn run(device: &Device) -> Vec<Outcome> {
 pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
     let info = device.info();
     let mut s = String::new();
-    writeln!(s, "device: {} ({}, {}, wave{}, {} compute units)", info.name, info.backend, info.arch, info.wavefront_size, info.compute_units).unwrap();
+    writeln!(
+        s,
+        "device: {} ({}, {}, wave{}, {} compute units)",
+        info.name, info.backend, info.arch, info.wavefront_size, info.compute_units
+    )
+    .unwrap();
     match &info.kernels {
         Ok(k) => writeln!(s, "kernels: {k}").unwrap(),
         Err(why) => writeln!(s, "kernels: none loaded: {why}").unwrap(),
     }
     if reduced(device) {
-        writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times").unwrap();
+        writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times")
+            .unwrap();
     }
     writeln!(s).unwrap();
     writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();
@@ -295,7 +388,17 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
             Some(ms) => (format!("{:.1}", ms * 1e3), format!("{:.1}", o.bytes as f64 / (ms * 1e-3) / 1e9)),
             None => ("-".into(), "-".into()),
         };
-        writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  {}", o.kernel, o.dtype.map_or("-", Dtype::name), o.shape, t, bw, o.result).unwrap();
+        writeln!(
+            s,
+            "{:<16} {:<5} {:<34} {:>10} {:>9}  {}",
+            o.kernel,
+            o.dtype.map_or("-", Dtype::name),
+            o.shape,
+            t,
+            bw,
+            o.result
+        )
+        .unwrap();
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
     let not_run = outcomes.iter().filter(|o| o.passed && o.millis.is_none()).count();

@@ -7,8 +7,8 @@ use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers, Add3Pointers};
 use mlxcel_amdgpu::kernels::{self};
 use mlxcel_amdgpu::kernels_device::geometry::add3_layer_norm::{SHORT_KERNEL, SHORT_MAX_D};
-use mlxcel_amdgpu::runtime::ArgValue;
 use mlxcel_amdgpu::reference::{self, Dtype, data, layer_norm, metrics};
+use mlxcel_amdgpu::runtime::ArgValue;
 use mlxcel_amdgpu::{Device, Error, Stream};
 
 const EPS: f32 = 1e-5;
@@ -33,7 +33,8 @@ fn run_kernel(dev: &Device, dtype: Dtype, inp: &data::Add3Inputs, rows: usize, d
 
 fn check(dev: &Device, dtype: Dtype, inp: &data::Add3Inputs, rows: usize, d: usize, what: &str) {
     let got = run_kernel(dev, dtype, inp, rows, d);
-    let (x_new, h) = layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, rows, d);
+    let (x_new, h) =
+        layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, rows, d);
     let what = format!("{what} {} rows={rows} d={d} bias={}", label(dev, dtype), inp.bias.is_some());
     metrics::assert_bits_equal(dtype, &got.x_new, &reference::store_all(dtype, &x_new), &format!("x_new of {what}"));
     metrics::assert_bits_equal(dtype, &got.h, &reference::store_all(dtype, &h), &format!("h of {what}"));
@@ -66,7 +67,16 @@ fn negative_control_an_approximate_rsqrt_is_caught() {
         let inp = data::add3_inputs(case.dtype, case.rows, case.d, case.bias, 100 + n as u64);
         let got = run_kernel(&dev, case.dtype, &inp, case.rows, case.d);
         let x_new = layer_norm::add3(case.dtype, &inp.a, &inp.b, &inp.x);
-        let wrong = layer_norm::layer_norm_with_rsqrt(case.dtype, &x_new, &inp.w, inp.bias.as_deref(), EPS, case.rows, case.d, approx_rsqrt);
+        let wrong = layer_norm::layer_norm_with_rsqrt(
+            case.dtype,
+            &x_new,
+            &inp.w,
+            inp.bias.as_deref(),
+            EPS,
+            case.rows,
+            case.d,
+            approx_rsqrt,
+        );
         if metrics::first_bit_difference(case.dtype, &got.h, &reference::store_all(case.dtype, &wrong)).is_some() {
             differing_cases += 1;
         }
@@ -109,11 +119,17 @@ fn both_instances_give_the_models_bits_and_the_launcher_picks_by_length() {
         for (i, &d) in [1usize, 5, 1023, 1025, 3000, 4095, 4096].iter().enumerate() {
             let dtype = Dtype::ALL[i % 3];
             let inp = data::add3_inputs(dtype, 2, d, i % 2 == 0, 9100 + i as u64);
-            let (x_new, h) = layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, 2, d);
+            let (x_new, h) =
+                layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, 2, d);
             for base in [add3_layer_norm::KERNEL, SHORT_KERNEL] {
                 let got = run_instance(&dev, base, dtype, &inp, 2, d);
                 let what = format!("{base} {} d={d}", label(&dev, dtype));
-                metrics::assert_bits_equal(dtype, &got.x_new, &reference::store_all(dtype, &x_new), &format!("x_new of {what}"));
+                metrics::assert_bits_equal(
+                    dtype,
+                    &got.x_new,
+                    &reference::store_all(dtype, &x_new),
+                    &format!("x_new of {what}"),
+                );
                 metrics::assert_bits_equal(dtype, &got.h, &reference::store_all(dtype, &h), &format!("h of {what}"));
             }
         }
@@ -122,7 +138,11 @@ fn both_instances_give_the_models_bits_and_the_launcher_picks_by_length() {
         let inp = data::add3_inputs(Dtype::Bf16, 1, d, false, 9200);
         let got = run_instance(&dev, SHORT_KERNEL, Dtype::Bf16, &inp, 1, d);
         let untouched = download_bits(Dtype::Bf16, &sentinel(&dev, Dtype::Bf16, d));
-        assert!(got.x_new == untouched && got.h == untouched, "the short instance wrote a row of {d} on {}", dev.backend());
+        assert!(
+            got.x_new == untouched && got.h == untouched,
+            "the short instance wrote a row of {d} on {}",
+            dev.backend()
+        );
     }
 }
 
@@ -198,12 +218,20 @@ fn bad_shapes_and_pointers_are_refused_before_any_launch() {
     let dev = Device::cpu();
     let p = Add3Pointers { a: 0x100, b: 0x200, x: 0x300, w: 0x400, bias: 0, x_new: 0x500, h: 0x600 };
     let err = unsafe { add3_layer_norm::launch(&dev, Dtype::Bf16, p, 1, 6657, EPS, Stream::DEFAULT) }.unwrap_err();
-    assert_eq!(err.to_string(), "invalid argument `d`: 6657 is outside 1..=6656; rows longer than 6656 need the unfused fallback");
+    assert_eq!(
+        err.to_string(),
+        "invalid argument `d`: 6657 is outside 1..=6656; rows longer than 6656 need the unfused fallback"
+    );
     let err = unsafe { add3_layer_norm::launch(&dev, Dtype::Bf16, p, 1, 0, EPS, Stream::DEFAULT) }.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "d", .. }));
-    let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F32, Add3Pointers { w: 0x402, ..p }, 1, 8, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe {
+        add3_layer_norm::launch(&dev, Dtype::F32, Add3Pointers { w: 0x402, ..p }, 1, 8, EPS, Stream::DEFAULT)
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "w", .. }), "{err}");
-    let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F32, Add3Pointers { h: 0, ..p }, 1, 8, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err =
+        unsafe { add3_layer_norm::launch(&dev, Dtype::F32, Add3Pointers { h: 0, ..p }, 1, 8, EPS, Stream::DEFAULT) }
+            .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "h", .. }), "{err}");
     let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F32, p, 1, 8, f32::NAN, Stream::DEFAULT) }.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "eps", .. }), "{err}");

@@ -10,7 +10,8 @@ use mlxcel_amdgpu::kernels_device::entry::KERNELS;
 use mlxcel_amdgpu::reference::Dtype;
 use mlxcel_amdgpu::{Device, Error, Stream};
 
-const BASES: [&str; 7] = ["xielu", "add3_layer_norm", "add3_layer_norm_d4096", "mamba1_scan", "moe_fc1_relu2", "moe_down", "moe_combine"];
+const BASES: [&str; 7] =
+    ["xielu", "add3_layer_norm", "add3_layer_norm_d4096", "mamba1_scan", "moe_fc1_relu2", "moe_down", "moe_combine"];
 
 #[test]
 fn every_kernel_and_dtype_is_exported_and_available_on_every_backend() {
@@ -56,7 +57,9 @@ fn a_wave64_device_has_no_kernels_and_launches_touch_nothing() {
     }
     // The launch takes the same lookup first: it fails as unavailable, before it
     // could touch the (deliberately invalid) pointers.
-    let err = unsafe { xielu::launch(&dev, Dtype::Bf16, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }.unwrap_err();
+    let err =
+        unsafe { xielu::launch(&dev, Dtype::Bf16, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
+            .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     let p = add3_layer_norm::Add3Pointers { a: 0x10, b: 0x10, x: 0x10, w: 0x10, bias: 0, x_new: 0x10, h: 0x10 };
     let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F16, p, 4, 4096, 1e-5, Stream::DEFAULT) }.unwrap_err();

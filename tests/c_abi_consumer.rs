@@ -13,7 +13,11 @@ fn library_dir() -> PathBuf {
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
     let target_dir = dir.parent().unwrap();
     let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "--lib", "--manifest-path"]).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).arg("--target-dir").arg(target_dir);
+    cargo
+        .args(["build", "--lib", "--manifest-path"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
     if dir.file_name().is_some_and(|n| n == "release") {
         cargo.arg("--release");
     }

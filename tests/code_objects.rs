@@ -16,7 +16,9 @@ fn every_embedded_object_passes_the_audit_and_keeps_ieee_float_modes() {
         assert_eq!(parsed.processor(), object.processor);
         audit_against_kernels(&parsed, KERNELS).unwrap_or_else(|p| panic!("{}: {p:?}", object.processor));
         for k in &parsed.kernels {
-            let modes = k.float_modes.unwrap_or_else(|| panic!("{} {}: kernel descriptor not readable", object.processor, k.name));
+            let modes = k
+                .float_modes
+                .unwrap_or_else(|| panic!("{} {}: kernel descriptor not readable", object.processor, k.name));
             assert!(modes.is_ieee_exact(), "{} {}: {modes:?}", object.processor, k.name);
         }
     }

@@ -29,8 +29,8 @@ fn without_the_feature_cuda_is_unavailable() {
 #[cfg(feature = "cuda")]
 mod with_cuda {
     use super::*;
-    use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
     use mlxcel_amdgpu::BackendKind;
+    use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
     use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims, Stream};
 
     const EXPECT_ENV: &str = "MLXCEL_AMDGPU_EXPECT_CUDA";
@@ -77,9 +77,14 @@ mod with_cuda {
                         assert!(reason.contains("libcuda"), "the reason should name the missing library: {reason}");
                     }
                     Some(0) => println!("{test}: case: CUDA driver without a usable device: {reason}"),
-                    Some(n) => panic!("{test}: the driver reports {n} device(s) but Device::cuda(0) is unavailable: {reason}"),
+                    Some(n) => {
+                        panic!("{test}: the driver reports {n} device(s) but Device::cuda(0) is unavailable: {reason}")
+                    }
                 }
-                assert!(std::env::var_os(EXPECT_ENV).is_none(), "{test}: {EXPECT_ENV} is set but CUDA is unavailable: {reason}");
+                assert!(
+                    std::env::var_os(EXPECT_ENV).is_none(),
+                    "{test}: {EXPECT_ENV} is set but CUDA is unavailable: {reason}"
+                );
                 None
             }
             Err(other) => panic!("{test}: Device::cuda(0) failed with {other:?}, expected Ok or BackendUnavailable"),
@@ -107,7 +112,11 @@ mod with_cuda {
         let info = dev.info();
         assert_eq!(info.backend, BackendKind::Cuda);
         assert!(!info.name.is_empty());
-        assert!(info.arch.starts_with("sm_") && info.arch.len() >= 5 && info.arch[3..].bytes().all(|b| b.is_ascii_digit()), "{}", info.arch);
+        assert!(
+            info.arch.starts_with("sm_") && info.arch.len() >= 5 && info.arch[3..].bytes().all(|b| b.is_ascii_digit()),
+            "{}",
+            info.arch
+        );
         assert_eq!(info.wavefront_size, 32);
         assert!(info.compute_units > 0);
         assert_eq!(info.kernels, Ok("PTX sm_80".to_string()));
@@ -200,7 +209,11 @@ mod with_cuda {
         let kernel = dev.kernel("probe").unwrap();
         let words = (GROUPS * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
         let out = dev.alloc::<u32>(words).unwrap();
-        let dims = LaunchDims { grid: [GROUPS, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES };
+        let dims = LaunchDims {
+            grid: [GROUPS, 1, 1],
+            workgroup_size: WORKGROUP_SIZE,
+            workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
+        };
         let args = [ArgValue::Ptr(out.ptr())];
         // SAFETY: as in `run_probe`.
         let ms = dev.time(Stream::DEFAULT, || unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }).unwrap();

@@ -20,7 +20,8 @@ fn disassemble(processor: &str) -> String {
     let object = AMDGPU_CODE_OBJECTS.iter().find(|o| o.processor == processor).expect("gfx1151 object embedded");
     let path = std::env::temp_dir().join(format!("mlxcel-amdgpu-disasm-{}-{processor}.elf", std::process::id()));
     std::fs::write(&path, object.bytes).unwrap();
-    let out = Command::new(objdump()).args(["-d", &format!("--mcpu={processor}")]).arg(&path).output().expect("llvm-objdump");
+    let out =
+        Command::new(objdump()).args(["-d", &format!("--mcpu={processor}")]).arg(&path).output().expect("llvm-objdump");
     std::fs::remove_file(&path).ok();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
@@ -43,7 +44,11 @@ fn probe_exchanges_use_dpp_permlane_and_bpermute() {
     let code = probe_instructions(&disassemble("gfx1151"));
     for mask in [1, 2, 4, 8] {
         let pattern = format!("row_xmask:{mask} ");
-        assert!(code.iter().any(|i| i.starts_with("v_mov_b32_dpp") && i.contains(&pattern)), "no DPP row_xmask:{mask} exchange:\n{}", code.join("\n"));
+        assert!(
+            code.iter().any(|i| i.starts_with("v_mov_b32_dpp") && i.contains(&pattern)),
+            "no DPP row_xmask:{mask} exchange:\n{}",
+            code.join("\n")
+        );
     }
     assert!(code.iter().any(|i| i.starts_with("v_permlanex16_b32")), "no permlanex16 for xor 16");
     assert!(code.iter().any(|i| i.starts_with("ds_bpermute_b32")), "no ds_bpermute for shfl_down / shfl_idx");

@@ -34,7 +34,12 @@ fn hip_device_opens_or_says_why() {
         Ok(object) => {
             println!("kernels: loaded the {object} code object");
             for spec in mlxcel_amdgpu::kernels_device::entry::KERNELS {
-                assert!(device.is_available(spec.name), "{} not available: {:?}", spec.name, device.kernel(spec.name).err());
+                assert!(
+                    device.is_available(spec.name),
+                    "{} not available: {:?}",
+                    spec.name,
+                    device.kernel(spec.name).err()
+                );
             }
         }
         Err(why) => {

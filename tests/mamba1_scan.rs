@@ -98,7 +98,12 @@ fn run_kernel(dev: &Device, dtype: Dtype, s: &ScanInputs, in_place: bool) -> Out
     assert!(y_bits[nseq..].iter().all(|&v| v == guard), "{what}: wrote past the end of y");
     assert!(state[nstate..].iter().all(|v| v.to_bits() == 0x7B7B_7B7B), "{what}: wrote past the end of state_out");
     let y_bits = y_bits[..nseq].to_vec();
-    Outputs { y: reference::widen_all(dtype, &y_bits), y_bits, state: state[..nstate].to_vec(), emulated: dev.backend() == mlxcel_amdgpu::BackendKind::Cpu }
+    Outputs {
+        y: reference::widen_all(dtype, &y_bits),
+        y_bits,
+        state: state[..nstate].to_vec(),
+        emulated: dev.backend() == mlxcel_amdgpu::BackendKind::Cpu,
+    }
 }
 
 /// The xor butterfly of the kernel's wave sum, starting at `first` (16 for the
@@ -187,7 +192,12 @@ fn assert_matches_model(dtype: Dtype, got: &Outputs, s: &ScanInputs, what: &str)
         );
         return;
     }
-    metrics::assert_bits_equal(dtype, &got.y_bits, &reference::store_all(dtype, &y), &format!("y of {what} vs the kernel model"));
+    metrics::assert_bits_equal(
+        dtype,
+        &got.y_bits,
+        &reference::store_all(dtype, &y),
+        &format!("y of {what} vs the kernel model"),
+    );
     let got_state: Vec<u32> = got.state.iter().map(|v| v.to_bits()).collect();
     let want_state: Vec<u32> = state.iter().map(|v| v.to_bits()).collect();
     metrics::assert_bits_equal(Dtype::F32, &got_state, &want_state, &format!("state of {what} vs the kernel model"));
@@ -220,7 +230,10 @@ fn f32_acceptance_matrix_is_within_1e_5() {
                 }
             }
         }
-        eprintln!("[mamba1_scan] {}: f32 matrix, worst max_rel vs f64: y {worst_y:.3e}, state {worst_s:.3e} (bound 1e-5)", dev.backend());
+        eprintln!(
+            "[mamba1_scan] {}: f32 matrix, worst max_rel vs f64: y {worst_y:.3e}, state {worst_s:.3e} (bound 1e-5)",
+            dev.backend()
+        );
     }
 }
 
@@ -235,7 +248,9 @@ fn bf16_beats_the_op_by_op_graph() {
         let what = format!("{} B=1 L=64 Dm=24 N=16 carried", label(&dev, Dtype::Bf16));
         let e_kernel = metrics::rms_diff(&got.y, &exact_y);
         let es = metrics::max_rel(&got.state, &exact_state);
-        eprintln!("[mamba1_scan] {what}: RMS(y - exact) kernel {e_kernel:.3e}, graph {e_graph:.3e}; state max_rel {es:.3e}");
+        eprintln!(
+            "[mamba1_scan] {what}: RMS(y - exact) kernel {e_kernel:.3e}, graph {e_graph:.3e}; state max_rel {es:.3e}"
+        );
         assert!(e_kernel <= e_graph, "{what}: RMS error {e_kernel:e} is worse than the graph's {e_graph:e}");
         assert!(es < F32_TOL, "{what}: the f32 state is off by {es:e}");
         assert_matches_model(Dtype::Bf16, &got, &s, &what);
@@ -291,7 +306,9 @@ fn state_carried_across_two_launches_equals_one_launch_bitwise() {
                 // The two halves of the same sequence.
                 let part = |from: usize, len: usize, state_in: Vec<f32>| {
                     let rows = |v: &[f32], w: usize| -> Vec<f32> {
-                        (0..batch).flat_map(|b| v[(b * (l1 + l2) + from) * w..(b * (l1 + l2) + from + len) * w].to_vec()).collect()
+                        (0..batch)
+                            .flat_map(|b| v[(b * (l1 + l2) + from) * w..(b * (l1 + l2) + from + len) * w].to_vec())
+                            .collect()
                     };
                     ScanInputs {
                         batch,
@@ -321,7 +338,12 @@ fn state_carried_across_two_launches_equals_one_launch_bitwise() {
                     .collect();
                 metrics::assert_bits_equal(dtype, &two_y, &one.y_bits, &format!("y of {what}"));
                 let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<u32>>();
-                metrics::assert_bits_equal(Dtype::F32, &bits(&second.state), &bits(&one.state), &format!("state of {what}"));
+                metrics::assert_bits_equal(
+                    Dtype::F32,
+                    &bits(&second.state),
+                    &bits(&one.state),
+                    &format!("state of {what}"),
+                );
             }
         }
     }
@@ -385,22 +407,53 @@ fn negative_control_a_fold_starting_at_8_fails_the_n32_test() {
     assert!(metrics::max_rel(&got.y, &y_broken) > 1e-2);
 }
 
-fn buffers<'a>(inp: &'a Inputs, bm: &'a DeviceBuffer<u8>, state_in: &'a DeviceBuffer<u8>, y: &'a mut DeviceBuffer<u8>, state_out: &'a mut DeviceBuffer<u8>) -> ScanBuffers<'a> {
-    ScanBuffers { x: &inp.x, dt: &inp.dt, bm, cm: &inp.cm, a: &inp.a, dskip: &inp.dskip, state_in: Some(state_in), y, state_out }
+fn buffers<'a>(
+    inp: &'a Inputs,
+    bm: &'a DeviceBuffer<u8>,
+    state_in: &'a DeviceBuffer<u8>,
+    y: &'a mut DeviceBuffer<u8>,
+    state_out: &'a mut DeviceBuffer<u8>,
+) -> ScanBuffers<'a> {
+    ScanBuffers {
+        x: &inp.x,
+        dt: &inp.dt,
+        bm,
+        cm: &inp.cm,
+        a: &inp.a,
+        dskip: &inp.dskip,
+        state_in: Some(state_in),
+        y,
+        state_out,
+    }
 }
 
 #[test]
 fn bad_shapes_and_pointers_are_refused_before_any_launch() {
     let dev = Device::cpu();
-    let p = ScanPointers { x: 0x100, dt: 0x200, bm: 0x300, cm: 0x400, a: 0x500, dskip: 0x600, state_in: 0x700, y: 0x800, state_out: 0x900 };
-    let launch = |dtype: Dtype, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32| unsafe { mamba1_scan::launch(&dev, dtype, p, batch, len, dm, n, Stream::DEFAULT) }.unwrap_err();
+    let p = ScanPointers {
+        x: 0x100,
+        dt: 0x200,
+        bm: 0x300,
+        cm: 0x400,
+        a: 0x500,
+        dskip: 0x600,
+        state_in: 0x700,
+        y: 0x800,
+        state_out: 0x900,
+    };
+    let launch = |dtype: Dtype, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32| {
+        unsafe { mamba1_scan::launch(&dev, dtype, p, batch, len, dm, n, Stream::DEFAULT) }.unwrap_err()
+    };
     let arg = |e: &Error| match e {
         Error::InvalidArgument { argument, .. } => *argument,
         other => panic!("expected an invalid argument, got {other}"),
     };
 
     let err = launch(Dtype::Bf16, p, 1, 1, 8, 33);
-    assert_eq!(err.to_string(), "invalid argument `n`: 33 is outside 1..=32: one state column per lane of a 32-lane wave; a larger state needs another kernel");
+    assert_eq!(
+        err.to_string(),
+        "invalid argument `n`: 33 is outside 1..=32: one state column per lane of a 32-lane wave; a larger state needs another kernel"
+    );
     assert_eq!(arg(&launch(Dtype::Bf16, p, 1, 1, 8, 0)), "n");
     let err = launch(Dtype::F32, p, 1, 0, 8, 16);
     assert_eq!(err.to_string(), "invalid argument `len`: 0: the sequence length L must be at least 1");
@@ -426,15 +479,55 @@ fn bad_shapes_and_pointers_are_refused_before_any_launch() {
     let mut y = sentinel(&dev, Dtype::F16, 4 * 8);
     let mut state_out = sentinel(&dev, Dtype::F32, 8 * 16);
     let short = dev.alloc::<u8>(10).unwrap();
-    let err = mamba1_scan::run(&dev, Dtype::F16, buffers(&inp, &short, &state_in, &mut y, &mut state_out), 1, 4, 8, 16, Stream::DEFAULT).unwrap_err();
+    let err = mamba1_scan::run(
+        &dev,
+        Dtype::F16,
+        buffers(&inp, &short, &state_in, &mut y, &mut state_out),
+        1,
+        4,
+        8,
+        16,
+        Stream::DEFAULT,
+    )
+    .unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `bm`: holds 10 bytes, needs 128 (64 f16 elements)");
     let mut small_state = dev.alloc::<u8>(8 * 16 * 4 - 4).unwrap();
-    let err = mamba1_scan::run(&dev, Dtype::F16, buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state), 1, 4, 8, 16, Stream::DEFAULT).unwrap_err();
+    let err = mamba1_scan::run(
+        &dev,
+        Dtype::F16,
+        buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state),
+        1,
+        4,
+        8,
+        16,
+        Stream::DEFAULT,
+    )
+    .unwrap_err();
     assert_eq!(arg(&err), "state_out");
-    let err = mamba1_scan::run(&dev, Dtype::F16, buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out), 1, 4, 8, 33, Stream::DEFAULT).unwrap_err();
+    let err = mamba1_scan::run(
+        &dev,
+        Dtype::F16,
+        buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out),
+        1,
+        4,
+        8,
+        33,
+        Stream::DEFAULT,
+    )
+    .unwrap_err();
     assert_eq!(arg(&err), "n");
     // The same buffers with the right shape run.
-    mamba1_scan::run(&dev, Dtype::F16, buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out), 1, 4, 8, 16, Stream::DEFAULT).unwrap();
+    mamba1_scan::run(
+        &dev,
+        Dtype::F16,
+        buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out),
+        1,
+        4,
+        8,
+        16,
+        Stream::DEFAULT,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -477,7 +570,17 @@ fn timing_on_gpus() {
             continue;
         }
         let dtype = Dtype::Bf16;
-        for (batch, len, dm, n) in [(1, 1, 5120, 16), (1, 512, 5120, 16), (1, 1, 8192, 16), (8, 1, 8192, 16), (1, 512, 8192, 16), (1, 2048, 8192, 16), (4, 512, 8192, 16), (1, 512, 1536, 16), (1, 512, 8192, 32)] {
+        for (batch, len, dm, n) in [
+            (1, 1, 5120, 16),
+            (1, 512, 5120, 16),
+            (1, 1, 8192, 16),
+            (8, 1, 8192, 16),
+            (1, 512, 8192, 16),
+            (1, 2048, 8192, 16),
+            (4, 512, 8192, 16),
+            (1, 512, 1536, 16),
+            (1, 512, 8192, 32),
+        ] {
             let s = ScanInputs::generate(dtype, batch, len, dm, n, true);
             let inp = upload_inputs(&dev, dtype, &s);
             let state_in = upload(&dev, Dtype::F32, &s.state_in);

@@ -179,12 +179,22 @@ fn check_all(dev: &Device, dtype: Dtype, inp: &MoeInputs, what: &str) -> (f64, f
             reference::round(dtype, acc)
         })
         .collect();
-    metrics::assert_bits_equal(dtype, &reference::store_all(dtype, &got.out), &reference::store_all(dtype, &want_out), &format!("combine of {what}"));
+    metrics::assert_bits_equal(
+        dtype,
+        &reference::store_all(dtype, &got.out),
+        &reference::store_all(dtype, &want_out),
+        &format!("combine of {what}"),
+    );
 
     // The routed forward in one call gives the same bits as the three launches.
     let (routed_out, status) = run_routed(dev, dtype, inp);
     assert_eq!(status, 0, "status of {what}");
-    metrics::assert_bits_equal(dtype, &reference::store_all(dtype, &routed_out), &reference::store_all(dtype, &got.out), &format!("routed_forward of {what}"));
+    metrics::assert_bits_equal(
+        dtype,
+        &reference::store_all(dtype, &routed_out),
+        &reference::store_all(dtype, &got.out),
+        &format!("routed_forward of {what}"),
+    );
 
     let dense = dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
     let (nrms, nmax) = (metrics::nrms(&routed_out, &dense), metrics::nmax(&routed_out, &dense));
@@ -192,7 +202,9 @@ fn check_all(dev: &Device, dtype: Dtype, inp: &MoeInputs, what: &str) -> (f64, f
     let model = routed(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
     let (mr, mm) = (metrics::nrms(&routed_out, &model), metrics::nmax(&routed_out, &model));
     assert!(mr < 5e-4 && mm < 2e-2, "routed of {what} vs reference::moe::routed: nrms {mr:e} nmax {mm:e}");
-    eprintln!("{what}: act {e_act:.2e}, part {e_part:.2e}; vs dense nrms {nrms:.2e} nmax {nmax:.2e}; vs routed nrms {mr:.2e} nmax {mm:.2e}");
+    eprintln!(
+        "{what}: act {e_act:.2e}, part {e_part:.2e}; vs dense nrms {nrms:.2e} nmax {nmax:.2e}; vs routed nrms {mr:.2e} nmax {mm:.2e}"
+    );
     (e_act, e_part, nrms, nmax)
 }
 
@@ -218,7 +230,8 @@ fn every_dtype_and_group_size() {
         for (n, dtype) in Dtype::ALL.into_iter().enumerate() {
             for gs in [32, 128] {
                 for bits in [4, 8] {
-                    let inp = moe_inputs(dtype, 256, 128, 5, 3, bits, gs, 100 + n as u64 * 10 + gs as u64 + bits as u64);
+                    let inp =
+                        moe_inputs(dtype, 256, 128, 5, 3, bits, gs, 100 + n as u64 * 10 + gs as u64 + bits as u64);
                     check_all(&dev, dtype, &inp, "small");
                 }
             }
@@ -243,7 +256,9 @@ fn long_rows_take_several_batches() {
 #[test]
 fn misaligned_pointers_take_the_slow_paths() {
     for dev in devices() {
-        for (case, bits, dtype) in [(0, 4, Dtype::F16), (0, 8, Dtype::Bf16), (1, 4, Dtype::Bf16), (1, 8, Dtype::F16), (2, 4, Dtype::Bf16)] {
+        for (case, bits, dtype) in
+            [(0, 4, Dtype::F16), (0, 8, Dtype::Bf16), (1, 4, Dtype::Bf16), (1, 8, Dtype::F16), (2, 4, Dtype::Bf16)]
+        {
             let inp = moe_inputs(dtype, 512, 256, 4, 3, bits, 64, 90 + bits as u64 + case);
             let shape = shape_of(&inp);
             let u = upload_inputs(&dev, dtype, &inp);
@@ -260,7 +275,13 @@ fn misaligned_pointers_take_the_slow_paths() {
             let act = poisoned(&dev, k * dff * 4 + 4);
             let part = poisoned(&dev, k * din * 4);
             let (p1, p2, xp, ap, what) = match case {
-                0 => (QuantizedPointers { w: w1.ptr() + 4, ..u.w1.ptrs() }, QuantizedPointers { w: w2.ptr() + 4, ..u.w2.ptrs() }, u.x.ptr(), act.ptr(), "weights 4-byte aligned"),
+                0 => (
+                    QuantizedPointers { w: w1.ptr() + 4, ..u.w1.ptrs() },
+                    QuantizedPointers { w: w2.ptr() + 4, ..u.w2.ptrs() },
+                    u.x.ptr(),
+                    act.ptr(),
+                    "weights 4-byte aligned",
+                ),
                 1 => (
                     QuantizedPointers { scales: s1.ptr() + 2, biases: b1.ptr() + 2, ..u.w1.ptrs() },
                     QuantizedPointers { scales: s2.ptr() + 2, biases: b2.ptr() + 2, ..u.w2.ptrs() },
@@ -272,7 +293,8 @@ fn misaligned_pointers_take_the_slow_paths() {
             };
             unsafe {
                 moe::fc1_relu2(&dev, dtype, xp, u.idx.ptr(), p1, ap, &shape, 0, Stream::DEFAULT).unwrap();
-                moe::down(&dev, dtype, u.idx.ptr(), p2, ap, u.scores.ptr(), part.ptr(), &shape, 0, Stream::DEFAULT).unwrap();
+                moe::down(&dev, dtype, u.idx.ptr(), p2, ap, u.scores.ptr(), part.ptr(), &shape, 0, Stream::DEFAULT)
+                    .unwrap();
             }
             let off = (ap - act.ptr()) as usize / 4;
             let act = download_f32(&act)[off..off + k * dff].to_vec();
@@ -364,10 +386,33 @@ fn an_expert_id_out_of_range_gives_nan_rows_and_status() {
             part.fill_bytes(0).unwrap();
             let mut out = poisoned(&dev, din * 2);
             let mut status = dev.upload(&[0u8; 4]).unwrap();
-            moe::run_fc1_relu2(&dev, dtype, &u.x, &u.idx, u.w1.bufs(), &mut act, &shape, Some(&mut status), Stream::DEFAULT).unwrap();
+            moe::run_fc1_relu2(
+                &dev,
+                dtype,
+                &u.x,
+                &u.idx,
+                u.w1.bufs(),
+                &mut act,
+                &shape,
+                Some(&mut status),
+                Stream::DEFAULT,
+            )
+            .unwrap();
             let st1 = u32::from_le_bytes(status.download().unwrap().try_into().unwrap());
             status.fill_bytes(0).unwrap();
-            moe::run_down(&dev, dtype, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part, &shape, Some(&mut status), Stream::DEFAULT).unwrap();
+            moe::run_down(
+                &dev,
+                dtype,
+                &u.idx,
+                u.w2.bufs(),
+                &act,
+                &u.scores,
+                &mut part,
+                &shape,
+                Some(&mut status),
+                Stream::DEFAULT,
+            )
+            .unwrap();
             let st2 = u32::from_le_bytes(status.download().unwrap().try_into().unwrap());
             moe::run_combine(&dev, dtype, &part, &mut out, shape.k, shape.din, Stream::DEFAULT).unwrap();
             let what = format!("{} bits {bits}", label(&dev, dtype));
@@ -382,7 +427,10 @@ fn an_expert_id_out_of_range_gives_nan_rows_and_status() {
                 if bad {
                     assert!(rows_a.iter().chain(rows_p).all(|v| v.is_nan()), "{what}: slot {slot} rows must be NaN");
                 } else {
-                    assert!(rows_a.iter().chain(rows_p).all(|v| v.is_finite()), "{what}: slot {slot} rows must be finite");
+                    assert!(
+                        rows_a.iter().chain(rows_p).all(|v| v.is_finite()),
+                        "{what}: slot {slot} rows must be finite"
+                    );
                 }
             }
             // The good slots are still right.
@@ -427,7 +475,9 @@ fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
     let dt = Dtype::Bf16;
     let s = MoeShape { n_experts: 16, k: 6, din: 512, dff: 384, bits: 4, group_size: 64 };
     let q = QuantizedPointers { w: 0x1000, scales: 0x2000, biases: 0x3000 };
-    let fc1 = |s: MoeShape, x: u64, q: QuantizedPointers, act: u64, status: u64| unsafe { moe::fc1_relu2(&dev, dt, x, 0x4000, q, act, &s, status, Stream::DEFAULT) };
+    let fc1 = |s: MoeShape, x: u64, q: QuantizedPointers, act: u64, status: u64| unsafe {
+        moe::fc1_relu2(&dev, dt, x, 0x4000, q, act, &s, status, Stream::DEFAULT)
+    };
 
     let m = refused(fc1(MoeShape { bits: 3, ..s }, 0x100, q, 0x500, 0), "bits");
     assert_eq!(m, "3 is not supported; use 4 or 8");
@@ -459,21 +509,52 @@ fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
     refused(fc1(s, 0x100, q, 0x500, 0x601), "status");
     refused(unsafe { moe::fc1_relu2(&dev, dt, 0x100, 0x4002, q, 0x500, &s, 0, Stream::DEFAULT) }, "idx");
 
-    let down = |s: MoeShape, scores: u64, part: u64| unsafe { moe::down(&dev, dt, 0x4000, q, 0x500, scores, part, &s, 0, Stream::DEFAULT) };
+    let down = |s: MoeShape, scores: u64, part: u64| unsafe {
+        moe::down(&dev, dt, 0x4000, q, 0x500, scores, part, &s, 0, Stream::DEFAULT)
+    };
     refused(down(MoeShape { group_size: 256, ..s }, 0x700, 0x800), "group_size");
     refused(down(s, 0, 0x800), "scores");
     refused(down(s, 0x700, 0x801), "part");
-    refused(unsafe { moe::down(&dev, dt, 0x4000, QuantizedPointers { w: 0x1001, ..q }, 0x500, 0x700, 0x800, &s, 0, Stream::DEFAULT) }, "w2");
+    refused(
+        unsafe {
+            moe::down(
+                &dev,
+                dt,
+                0x4000,
+                QuantizedPointers { w: 0x1001, ..q },
+                0x500,
+                0x700,
+                0x800,
+                &s,
+                0,
+                Stream::DEFAULT,
+            )
+        },
+        "w2",
+    );
 
     refused(unsafe { moe::combine(&dev, dt, 0x500, 0x600, 0, 512, Stream::DEFAULT) }, "k");
     refused(unsafe { moe::combine(&dev, dt, 0x500, 0x600, 6, 0, Stream::DEFAULT) }, "din");
     refused(unsafe { moe::combine(&dev, dt, 0x502, 0x600, 6, 512, Stream::DEFAULT) }, "part");
     refused(unsafe { moe::combine(&dev, dt, 0x500, 0x601, 6, 512, Stream::DEFAULT) }, "out");
 
-    let p = RoutedPointers { x: 0x100, idx: 0x4000, scores: 0x700, w1: q, w2: q, out: 0x900, scratch: 0x10000, scratch_len: scratch_bytes(6, 512, 384), status: 0 };
+    let p = RoutedPointers {
+        x: 0x100,
+        idx: 0x4000,
+        scores: 0x700,
+        w1: q,
+        w2: q,
+        out: 0x900,
+        scratch: 0x10000,
+        scratch_len: scratch_bytes(6, 512, 384),
+        status: 0,
+    };
     let routed = |p: RoutedPointers, s: MoeShape| unsafe { moe::routed_forward(&dev, dt, p, &s, Stream::DEFAULT) };
     let m = refused(routed(RoutedPointers { scratch_len: scratch_bytes(6, 512, 384) - 4, ..p }, s), "scratch");
-    assert!(m.starts_with(&format!("holds {} bytes, needs {}", scratch_bytes(6, 512, 384) - 4, scratch_bytes(6, 512, 384))), "{m}");
+    assert!(
+        m.starts_with(&format!("holds {} bytes, needs {}", scratch_bytes(6, 512, 384) - 4, scratch_bytes(6, 512, 384))),
+        "{m}"
+    );
     refused(routed(RoutedPointers { scratch: 0, ..p }, s), "scratch");
     refused(routed(RoutedPointers { out: 0x901, ..p }, s), "out");
     refused(routed(p, MoeShape { bits: 5, ..s }), "bits");
@@ -484,7 +565,10 @@ fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
     let shape = shape_of(&inp);
     let u = upload_inputs(&dev, dt, &inp);
     let mut small = dev.alloc::<u8>(2 * 128 * 4 - 4).unwrap();
-    let m = refused(moe::run_fc1_relu2(&dev, dt, &u.x, &u.idx, u.w1.bufs(), &mut small, &shape, None, Stream::DEFAULT), "act");
+    let m = refused(
+        moe::run_fc1_relu2(&dev, dt, &u.x, &u.idx, u.w1.bufs(), &mut small, &shape, None, Stream::DEFAULT),
+        "act",
+    );
     assert_eq!(m, "holds 1020 bytes, needs 1024 (256 f32 elements)");
     let mut act = dev.alloc::<u8>(2 * 128 * 4).unwrap();
     let wrong = MoeShape { n_experts: 3, ..shape };
@@ -492,7 +576,10 @@ fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
     let mut part = dev.alloc::<u8>(2 * 256 * 4).unwrap();
     refused(moe::run_down(&dev, dt, &u.idx, u.w2.bufs(), &act, &u.x, &mut part, &wrong, None, Stream::DEFAULT), "w2");
     let mut part_small = dev.alloc::<u8>(2 * 256 * 4 - 1).unwrap();
-    refused(moe::run_down(&dev, dt, &u.idx, u.w2.bufs(), &act, &u.x, &mut part_small, &shape, None, Stream::DEFAULT), "part");
+    refused(
+        moe::run_down(&dev, dt, &u.idx, u.w2.bufs(), &act, &u.x, &mut part_small, &shape, None, Stream::DEFAULT),
+        "part",
+    );
 }
 
 #[test]
@@ -553,8 +640,12 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     };
     let words = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u32> { (0..n).map(|_| next() as u32).collect() };
     // bf16 bits: scales in [2^-9, 2^-8), biases in (-2^-5, -2^-6]: weights of a few hundredths.
-    let scales = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u16> { (0..n).map(|_| 0x3B00 | (next() as u16 & 0x7F)).collect() };
-    let biases = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u16> { (0..n).map(|_| 0xBC80 | (next() as u16 & 0x7F)).collect() };
+    let scales = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u16> {
+        (0..n).map(|_| 0x3B00 | (next() as u16 & 0x7F)).collect()
+    };
+    let biases = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u16> {
+        (0..n).map(|_| 0xBC80 | (next() as u16 & 0x7F)).collect()
+    };
     let w1 = dev.upload(&words(shape.w1_words(), &mut next)).unwrap();
     let s1 = dev.upload(&scales(shape.w1_groups(), &mut next)).unwrap();
     let b1 = dev.upload(&biases(shape.w1_groups(), &mut next)).unwrap();
@@ -563,9 +654,13 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     let b2 = dev.upload(&biases(shape.w2_groups(), &mut next)).unwrap();
     let q1 = QuantizedPointers { w: w1.ptr(), scales: s1.ptr(), biases: b1.ptr() };
     let q2 = QuantizedPointers { w: w2.ptr(), scales: s2.ptr(), biases: b2.ptr() };
-    let x = dev.upload(&reference::to_le_bytes(dtype, &reference::data::normal(dtype, 3, shape.din as usize, 1.0))).unwrap();
+    let x = dev
+        .upload(&reference::to_le_bytes(dtype, &reference::data::normal(dtype, 3, shape.din as usize, 1.0)))
+        .unwrap();
     let k = shape.k as usize;
-    let sets: Vec<DeviceBuffer<u32>> = (0..shape.n_experts as usize / k).map(|j| dev.upload(&(0..k as u32).map(|i| (j * k) as u32 + i).collect::<Vec<_>>()).unwrap()).collect();
+    let sets: Vec<DeviceBuffer<u32>> = (0..shape.n_experts as usize / k)
+        .map(|j| dev.upload(&(0..k as u32).map(|i| (j * k) as u32 + i).collect::<Vec<_>>()).unwrap())
+        .collect();
     let scores = dev.upload(&vec![1.0f32 / k as f32; k]).unwrap();
     let scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff)).unwrap();
     let act = scratch.ptr();
@@ -573,7 +668,17 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     let out = dev.alloc::<u8>(shape.din as usize * 2).unwrap();
     let s = Stream::DEFAULT;
     let routed = |set: &DeviceBuffer<u32>| {
-        let p = RoutedPointers { x: x.ptr(), idx: set.ptr(), scores: scores.ptr(), w1: q1, w2: q2, out: out.ptr(), scratch: scratch.ptr(), scratch_len: scratch.len(), status: 0 };
+        let p = RoutedPointers {
+            x: x.ptr(),
+            idx: set.ptr(),
+            scores: scores.ptr(),
+            w1: q1,
+            w2: q2,
+            out: out.ptr(),
+            scratch: scratch.ptr(),
+            scratch_len: scratch.len(),
+            status: 0,
+        };
         unsafe { moe::routed_forward(dev, dtype, p, &shape, s) }
     };
     for set in &sets {
@@ -608,7 +713,9 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     let t_down = time(&|set| unsafe { moe::down(dev, dtype, set.ptr(), q2, act, scores.ptr(), part, &shape, 0, s) });
     let t_comb = time(&|_| unsafe { moe::combine(dev, dtype, part, out.ptr(), shape.k, shape.din, s) });
     let t_all = time(&routed);
-    let line = |name: &str, us: f64, bytes: f64| eprintln!("  {name:<14} {us:8.2} us  {:7.1} MB  {:7.0} GB/s", bytes / 1e6, bytes / us / 1e3);
+    let line = |name: &str, us: f64, bytes: f64| {
+        eprintln!("  {name:<14} {us:8.2} us  {:7.1} MB  {:7.0} GB/s", bytes / 1e6, bytes / us / 1e3)
+    };
     eprintln!("moe bench on {} ({}), {shape:?}:", dev.info().name, dev.backend());
     line("fc1_relu2", t_fc1, fc1_bytes);
     line("down", t_down, down_bytes);

@@ -5,9 +5,12 @@ mod common;
 
 use common::{devices, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
+use mlxcel_amdgpu::kernels_device::geometry::xielu::{
+    BF16_WORKGROUP_MEM_BYTES, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN,
+    TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
+};
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::LaunchDims;
-use mlxcel_amdgpu::kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
 use mlxcel_amdgpu::{Device, Error, Stream};
 
 const P: XieluParams = XieluParams::APERTUS;
@@ -25,7 +28,12 @@ fn acceptance_data_is_bit_exact_on_every_backend_and_dtype() {
             let mut out = sentinel(&dev, dtype, x.len());
             xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
             let got = download_bits(dtype, &out);
-            metrics::assert_bits_equal(dtype, &got, &reference_bits(dtype, &x, P), &format!("xielu {}", label(&dev, dtype)));
+            metrics::assert_bits_equal(
+                dtype,
+                &got,
+                &reference_bits(dtype, &x, P),
+                &format!("xielu {}", label(&dev, dtype)),
+            );
         }
     }
 }
@@ -45,7 +53,14 @@ fn negative_control_alpha_n_in_the_positive_branch_is_caught() {
     let wrong_model = reference::xielu::xielu(dtype, &x, wrong.alpha_p, wrong.alpha_n, wrong.beta, wrong.eps);
     let nrms = metrics::nrms(&got, &wrong_model);
     assert!(nrms > 0.2, "the negative control must fail clearly, nrms {nrms}");
-    assert!(metrics::first_bit_difference(dtype, &reference::store_all(dtype, &got), &reference::store_all(dtype, &wrong_model)).is_some());
+    assert!(
+        metrics::first_bit_difference(
+            dtype,
+            &reference::store_all(dtype, &got),
+            &reference::store_all(dtype, &wrong_model)
+        )
+        .is_some()
+    );
 }
 
 #[test]
@@ -62,19 +77,39 @@ fn tails_misalignment_and_in_place_give_the_same_bits() {
                     let buf = upload(&dev, dtype, &all[..offset + n]);
                     let out = sentinel(&dev, dtype, offset + n);
                     let es = dtype.size() as u64;
-                    unsafe { xielu::launch(&dev, dtype, buf.ptr() + es * offset as u64, out.ptr() + es * offset as u64, n as u64, P, Stream::DEFAULT) }.unwrap();
+                    unsafe {
+                        xielu::launch(
+                            &dev,
+                            dtype,
+                            buf.ptr() + es * offset as u64,
+                            out.ptr() + es * offset as u64,
+                            n as u64,
+                            P,
+                            Stream::DEFAULT,
+                        )
+                    }
+                    .unwrap();
                     let got = download_bits(dtype, &out);
                     let what = format!("xielu {} n={n} offset={offset}", label(&dev, dtype));
                     metrics::assert_bits_equal(dtype, &got[offset..], &reference_bits(dtype, x, P), &what);
                     if offset == 1 {
-                        assert_eq!(got[0], download_bits(dtype, &sentinel(&dev, dtype, 1))[0], "{what}: wrote before the start");
+                        assert_eq!(
+                            got[0],
+                            download_bits(dtype, &sentinel(&dev, dtype, 1))[0],
+                            "{what}: wrote before the start"
+                        );
                     }
                 }
             }
             // In place.
             let mut buf = upload(&dev, dtype, &all);
             unsafe { xielu::launch(&dev, dtype, buf.ptr(), buf.ptr(), all.len() as u64, P, Stream::DEFAULT) }.unwrap();
-            metrics::assert_bits_equal(dtype, &download_bits(dtype, &buf), &reference_bits(dtype, &all, P), &format!("xielu in place {}", label(&dev, dtype)));
+            metrics::assert_bits_equal(
+                dtype,
+                &download_bits(dtype, &buf),
+                &reference_bits(dtype, &all, P),
+                &format!("xielu in place {}", label(&dev, dtype)),
+            );
             buf.fill_bytes(0).unwrap();
         }
     }
@@ -93,7 +128,12 @@ fn the_result_does_not_depend_on_the_grid() {
             let args = xielu::args(input.ptr(), out.ptr(), x.len() as u64, P);
             let dims = LaunchDims { grid: [groups, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
             unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
-            metrics::assert_bits_equal(dtype, &download_bits(dtype, &out), &want, &format!("xielu grid {groups} on {}", dev.backend()));
+            metrics::assert_bits_equal(
+                dtype,
+                &download_bits(dtype, &out),
+                &want,
+                &format!("xielu grid {groups} on {}", dev.backend()),
+            );
         }
     }
 }
@@ -137,12 +177,18 @@ fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in
     let args = xielu::args(input.ptr(), out.ptr(), n as u64, p);
     unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
     let x: Vec<f32> = bits.iter().map(|&b| reference::widen(dtype, b as u32)).collect();
-    metrics::assert_bits_equal(dtype, &download_bits(dtype, out), &reference_bits(dtype, &x, p), &format!("{what} on {}", dev.backend()));
+    metrics::assert_bits_equal(
+        dtype,
+        &download_bits(dtype, out),
+        &reference_bits(dtype, &x, p),
+        &format!("{what} on {}", dev.backend()),
+    );
 }
 
 /// Lengths for the table path with 2 workgroups (also in the device crate's
 /// `uses_table_holds_where_the_tests_expect_it`).
-const TABLE_TEST_N: [usize; 2] = [2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 300 + 5, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 70 + 3];
+const TABLE_TEST_N: [usize; 2] =
+    [2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 300 + 5, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 70 + 3];
 
 #[test]
 fn the_bf16_table_path_is_bit_exact() {
@@ -160,10 +206,32 @@ fn the_bf16_table_path_is_bit_exact() {
     for dev in devices() {
         for n in TABLE_TEST_N {
             for size in [64, WORKGROUP_SIZE, TABLE_WORKGROUP_SIZE] {
-                let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
-                check_table_path(&dev, n, dims, P, false, &format!("xielu bf16 table, n = {n}, 2 workgroups of {size}"));
-                check_table_path(&dev, n, dims, P, true, &format!("xielu bf16 table in place, n = {n}, 2 workgroups of {size}"));
-                check_table_path(&dev, n, dims, XieluParams { eps: 0.0, ..P }, false, &format!("xielu bf16 table grid of {size}, n = {n}, eps = 0"));
+                let dims =
+                    LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
+                check_table_path(
+                    &dev,
+                    n,
+                    dims,
+                    P,
+                    false,
+                    &format!("xielu bf16 table, n = {n}, 2 workgroups of {size}"),
+                );
+                check_table_path(
+                    &dev,
+                    n,
+                    dims,
+                    P,
+                    true,
+                    &format!("xielu bf16 table in place, n = {n}, 2 workgroups of {size}"),
+                );
+                check_table_path(
+                    &dev,
+                    n,
+                    dims,
+                    XieluParams { eps: 0.0, ..P },
+                    false,
+                    &format!("xielu bf16 table grid of {size}, n = {n}, eps = 0"),
+                );
             }
         }
         // Through the launcher, which picks the table grid for this device
@@ -182,7 +250,10 @@ fn the_bf16_table_path_is_bit_exact() {
 fn the_launcher_picks_the_table_grid_only_for_large_bf16() {
     let big = TABLE_MIN_ELEMS_PER_WORKGROUP * 2 * TABLE_WORKGROUPS_PER_CU as u64;
     let d = xielu::dims(big, Dtype::Bf16, 2);
-    assert_eq!((d.grid[0], d.workgroup_size, d.workgroup_mem_bytes), (2 * TABLE_WORKGROUPS_PER_CU, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES));
+    assert_eq!(
+        (d.grid[0], d.workgroup_size, d.workgroup_mem_bytes),
+        (2 * TABLE_WORKGROUPS_PER_CU, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES)
+    );
     // One element fewer: one chunk per thread, but the table's memory all the same.
     let d = xielu::dims(big - 1, Dtype::Bf16, 2);
     assert_eq!((d.grid[0] as u64, d.workgroup_size), ((big - 1).div_ceil(WORKGROUP_SIZE as u64 * 8), WORKGROUP_SIZE));
@@ -203,7 +274,12 @@ fn nan_propagates_and_signed_zeros_follow_the_model() {
             let mut out = sentinel(&dev, dtype, x.len());
             xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
             let got = download_bits(dtype, &out);
-            metrics::assert_bits_equal(dtype, &got, &reference_bits(dtype, &x, P), &format!("xielu specials {}", label(&dev, dtype)));
+            metrics::assert_bits_equal(
+                dtype,
+                &got,
+                &reference_bits(dtype, &x, P),
+                &format!("xielu specials {}", label(&dev, dtype)),
+            );
             assert!(reference::is_nan_bits(dtype, got[0]) && reference::is_nan_bits(dtype, got[1]));
         }
     }
@@ -217,7 +293,10 @@ fn n_zero_is_a_no_op_and_bad_arguments_are_refused() {
     assert!(matches!(err, Error::InvalidArgument { argument: "x", .. }), "{err}");
     let err = unsafe { xielu::launch(&dev, Dtype::F32, 0x1002, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `x`: pointer 0x1002 is not aligned to 4 bytes");
-    let err = unsafe { xielu::launch(&dev, Dtype::F32, 0x1000, 0x1000, 4, XieluParams { beta: f32::NAN, ..P }, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe {
+        xielu::launch(&dev, Dtype::F32, 0x1000, 0x1000, 4, XieluParams { beta: f32::NAN, ..P }, Stream::DEFAULT)
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "beta", .. }), "{err}");
     let small = dev.alloc::<u8>(6).unwrap();
     let mut out = dev.alloc::<u8>(8).unwrap();

@@ -1,6 +1,8 @@
 //! Launcher of `add3_layer_norm` (spec/kernels.md section 2).
 
-use kernels_device::geometry::add3_layer_norm::{MAX_D, MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+use kernels_device::geometry::add3_layer_norm::{
+    MAX_D, MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE,
+};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -46,19 +48,33 @@ pub fn dims(rows: u32) -> LaunchDims {
 ///
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of the sizes above.
-pub unsafe fn launch(device: &Device, dtype: Dtype, p: Add3Pointers, rows: u32, d: u32, eps: f32, stream: Stream) -> Result<()> {
+pub unsafe fn launch(
+    device: &Device,
+    dtype: Dtype,
+    p: Add3Pointers,
+    rows: u32,
+    d: u32,
+    eps: f32,
+    stream: Stream,
+) -> Result<()> {
     // Both instances are looked up, as `available` does, whatever `d` is.
     let full = kernel_for(device, KERNEL, dtype)?;
     let short = kernel_for(device, SHORT_KERNEL, dtype)?;
     let kernel = if kernel_base(d) == SHORT_KERNEL { short } else { full };
     if d == 0 || d > MAX_D {
-        return Err(Error::invalid("d", format!("{d} is outside 1..={MAX_D}; rows longer than {MAX_D} need the unfused fallback")));
+        return Err(Error::invalid(
+            "d",
+            format!("{d} is outside 1..={MAX_D}; rows longer than {MAX_D} need the unfused fallback"),
+        ));
     }
     if !eps.is_finite() || eps < 0.0 {
         return Err(Error::invalid("eps", format!("{eps} must be finite and non-negative")));
     }
     if rows > MAX_ROWS {
-        return Err(Error::invalid("rows", format!("{rows} is more than one launch takes ({MAX_ROWS}); split the rows")));
+        return Err(Error::invalid(
+            "rows",
+            format!("{rows} is more than one launch takes ({MAX_ROWS}); split the rows"),
+        ));
     }
     if rows == 0 {
         return Ok(());
@@ -97,7 +113,15 @@ pub struct Add3Buffers<'a> {
 }
 
 /// [`launch`] over byte buffers, checking their sizes.
-pub fn run(device: &Device, dtype: Dtype, bufs: Add3Buffers<'_>, rows: u32, d: u32, eps: f32, stream: Stream) -> Result<()> {
+pub fn run(
+    device: &Device,
+    dtype: Dtype,
+    bufs: Add3Buffers<'_>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+    stream: Stream,
+) -> Result<()> {
     let n = rows as usize * d as usize;
     check_len("a", bufs.a, n, dtype)?;
     check_len("b", bufs.b, n, dtype)?;

@@ -69,7 +69,9 @@ pub struct ScanSizes {
 /// `argument`) unless the byte size fits in an `isize` (what a pointer offset
 /// may span, on the host and on the device).
 fn elements(argument: &'static str, what: &str, dims: &[u32], elem_bytes: usize) -> Result<usize> {
-    let overflow = || Error::invalid(argument, format!("{what} = {dims:?} elements of {elem_bytes} bytes overflow the address space"));
+    let overflow = || {
+        Error::invalid(argument, format!("{what} = {dims:?} elements of {elem_bytes} bytes overflow the address space"))
+    };
     let mut elems = 1usize;
     for &d in dims {
         elems = elems.checked_mul(d as usize).ok_or_else(overflow)?;
@@ -86,7 +88,12 @@ fn elements(argument: &'static str, what: &str, dims: &[u32], elem_bytes: usize)
 /// size in bytes overflows.
 pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<ScanSizes> {
     if n == 0 || n > MAX_N {
-        return Err(Error::invalid("n", format!("{n} is outside 1..={MAX_N}: one state column per lane of a 32-lane wave; a larger state needs another kernel")));
+        return Err(Error::invalid(
+            "n",
+            format!(
+                "{n} is outside 1..={MAX_N}: one state column per lane of a 32-lane wave; a larger state needs another kernel"
+            ),
+        ));
     }
     if len == 0 {
         return Err(Error::invalid("len", "0: the sequence length L must be at least 1"));
@@ -111,7 +118,11 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
 /// `channels_per_workgroup(n)` channels (8 for N > 16, one per wave; 16 for
 /// N <= 16, two per wave), grid `[ceil(dm / channels), batch, 1]`, no workgroup memory.
 pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
-    LaunchDims { grid: [dm.div_ceil(channels_per_workgroup(n)), batch, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+    LaunchDims {
+        grid: [dm.div_ceil(channels_per_workgroup(n)), batch, 1],
+        workgroup_size: WORKGROUP_SIZE,
+        workgroup_mem_bytes: 0,
+    }
 }
 
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
@@ -123,7 +134,16 @@ pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
 /// The pointers are device pointers of `device` to buffers of at least the
 /// sizes of [`ScanPointers`]; `y` overlaps no input and no state buffer.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn launch(device: &Device, dtype: Dtype, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
+pub unsafe fn launch(
+    device: &Device,
+    dtype: Dtype,
+    p: ScanPointers,
+    batch: u32,
+    len: u32,
+    dm: u32,
+    n: u32,
+    stream: Stream,
+) -> Result<()> {
     let kernel = kernel_for(device, KERNEL, dtype)?;
     sizes(dtype, batch, len, dm, n)?;
     let t = dtype.size();
@@ -175,7 +195,16 @@ pub struct ScanBuffers<'a> {
 
 /// [`launch`] over byte buffers, checking the shape and then every buffer's size.
 #[allow(clippy::too_many_arguments)]
-pub fn run(device: &Device, dtype: Dtype, bufs: ScanBuffers<'_>, batch: u32, len: u32, dm: u32, n: u32, stream: Stream) -> Result<()> {
+pub fn run(
+    device: &Device,
+    dtype: Dtype,
+    bufs: ScanBuffers<'_>,
+    batch: u32,
+    len: u32,
+    dm: u32,
+    n: u32,
+    stream: Stream,
+) -> Result<()> {
     let sz = sizes(dtype, batch, len, dm, n)?;
     check_len("x", bufs.x, sz.seq, dtype)?;
     check_len("dt", bufs.dt, sz.seq, dtype)?;

@@ -36,7 +36,10 @@ pub(crate) fn check_ptr(argument: &'static str, ptr: u64, align: usize) -> Resul
 pub(crate) fn check_len(argument: &'static str, buf: &DeviceBuffer<u8>, elems: usize, dtype: Dtype) -> Result<()> {
     let need = elems.checked_mul(dtype.size()).ok_or_else(|| Error::invalid(argument, "size overflows"))?;
     if buf.len() < need {
-        return Err(Error::invalid(argument, format!("holds {} bytes, needs {need} ({elems} {dtype} elements)", buf.len())));
+        return Err(Error::invalid(
+            argument,
+            format!("holds {} bytes, needs {need} ({elems} {dtype} elements)", buf.len()),
+        ));
     }
     Ok(())
 }

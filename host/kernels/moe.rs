@@ -43,7 +43,8 @@
 //! latency (one row per wave, ~4 instructions per weight), not yet by bandwidth.
 
 use kernels_device::geometry::moe::{
-    BITS, COMBINE_WORKGROUP_SIZE, GROUP_SIZES, MAX_COLS, MAX_K, WORKGROUP_SIZE, values_per_word, workgroup_mem_bytes, workgroups,
+    BITS, COMBINE_WORKGROUP_SIZE, GROUP_SIZES, MAX_COLS, MAX_K, WORKGROUP_SIZE, values_per_word, workgroup_mem_bytes,
+    workgroups,
 };
 
 use super::{check_ptr, kernel_for, symbol};
@@ -89,7 +90,10 @@ impl MoeShape {
             return Err(Error::invalid("bits", format!("{} is not supported; use 4 or 8", self.bits)));
         }
         if !GROUP_SIZES.contains(&self.group_size) {
-            return Err(Error::invalid("group_size", format!("{} is not supported; use 32, 64 or 128", self.group_size)));
+            return Err(Error::invalid(
+                "group_size",
+                format!("{} is not supported; use 32, 64 or 128", self.group_size),
+            ));
         }
         if self.n_experts == 0 {
             return Err(Error::invalid("n_experts", "is 0; there must be at least one expert"));
@@ -100,19 +104,31 @@ impl MoeShape {
         let vpw = values_per_word(self.bits);
         for (name, v) in [("din", self.din), ("dff", self.dff)] {
             if v == 0 || v > MAX_COLS {
-                return Err(Error::invalid(name, format!("{v} is outside 1..={MAX_COLS} (the staged row must fit in 64 KiB of workgroup memory)")));
+                return Err(Error::invalid(
+                    name,
+                    format!("{v} is outside 1..={MAX_COLS} (the staged row must fit in 64 KiB of workgroup memory)"),
+                ));
             }
             if v % self.group_size != 0 {
-                return Err(Error::invalid(name, format!("{v} is not a multiple of the group size {}", self.group_size)));
+                return Err(Error::invalid(
+                    name,
+                    format!("{v} is not a multiple of the group size {}", self.group_size),
+                ));
             }
             if v % vpw != 0 {
-                return Err(Error::invalid(name, format!("{v} is not a multiple of {vpw} values per u32 word at {} bits", self.bits)));
+                return Err(Error::invalid(
+                    name,
+                    format!("{v} is not a multiple of {vpw} values per u32 word at {} bits", self.bits),
+                ));
             }
         }
         // Every element count, and its size in bytes, must fit in 64 bits (the
         // kernels address with 64-bit offsets) and in this host's usize.
-        for (name, n) in [("w1", self.matrix_words(self.dff, self.din)), ("w2", self.matrix_words(self.din, self.dff))] {
-            n.and_then(|n| n.checked_mul(4)).and_then(|b| usize::try_from(b).ok()).ok_or_else(|| Error::invalid(name, "size overflows"))?;
+        for (name, n) in [("w1", self.matrix_words(self.dff, self.din)), ("w2", self.matrix_words(self.din, self.dff))]
+        {
+            n.and_then(|n| n.checked_mul(4))
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| Error::invalid(name, "size overflows"))?;
         }
         Ok(())
     }
@@ -153,17 +169,29 @@ pub struct QuantizedPointers {
 
 /// The launch geometry of `moe_fc1_relu2`: one wave per row of Dff, grid z = K.
 pub fn fc1_dims(shape: &MoeShape) -> LaunchDims {
-    LaunchDims { grid: [workgroups(shape.dff), 1, shape.k], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: workgroup_mem_bytes(shape.din, shape.bits) }
+    LaunchDims {
+        grid: [workgroups(shape.dff), 1, shape.k],
+        workgroup_size: WORKGROUP_SIZE,
+        workgroup_mem_bytes: workgroup_mem_bytes(shape.din, shape.bits),
+    }
 }
 
 /// The launch geometry of `moe_down`: one wave per row of Din, grid z = K.
 pub fn down_dims(shape: &MoeShape) -> LaunchDims {
-    LaunchDims { grid: [workgroups(shape.din), 1, shape.k], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: workgroup_mem_bytes(shape.dff, shape.bits) }
+    LaunchDims {
+        grid: [workgroups(shape.din), 1, shape.k],
+        workgroup_size: WORKGROUP_SIZE,
+        workgroup_mem_bytes: workgroup_mem_bytes(shape.dff, shape.bits),
+    }
 }
 
 /// The launch geometry of `moe_combine`: one thread per element of `out`.
 pub fn combine_dims(din: u32) -> LaunchDims {
-    LaunchDims { grid: [din.div_ceil(COMBINE_WORKGROUP_SIZE), 1, 1], workgroup_size: COMBINE_WORKGROUP_SIZE, workgroup_mem_bytes: 0 }
+    LaunchDims {
+        grid: [din.div_ceil(COMBINE_WORKGROUP_SIZE), 1, 1],
+        workgroup_size: COMBINE_WORKGROUP_SIZE,
+        workgroup_mem_bytes: 0,
+    }
 }
 
 fn check_quantized(names: [&'static str; 3], p: QuantizedPointers, dtype: Dtype) -> Result<()> {
@@ -195,7 +223,15 @@ fn fc1_args(x: u64, idx: u64, w1: QuantizedPointers, act: u64, shape: &MoeShape,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn down_args(idx: u64, w2: QuantizedPointers, act: u64, scores: u64, part: u64, shape: &MoeShape, status: u64) -> [ArgValue; 14] {
+fn down_args(
+    idx: u64,
+    w2: QuantizedPointers,
+    act: u64,
+    scores: u64,
+    part: u64,
+    shape: &MoeShape,
+    status: u64,
+) -> [ArgValue; 14] {
     [
         ArgValue::Ptr(idx),
         ArgValue::Ptr(w2.w),
@@ -224,7 +260,17 @@ fn combine_args(part: u64, out: u64, k: u32, din: u32) -> [ArgValue; 4] {
 /// The pointers are device pointers of `device` to buffers of the shapes in the
 /// module documentation; `status` may be 0 (null).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn fc1_relu2(device: &Device, dtype: Dtype, x: u64, idx: u64, w1: QuantizedPointers, act: u64, shape: &MoeShape, status: u64, stream: Stream) -> Result<()> {
+pub unsafe fn fc1_relu2(
+    device: &Device,
+    dtype: Dtype,
+    x: u64,
+    idx: u64,
+    w1: QuantizedPointers,
+    act: u64,
+    shape: &MoeShape,
+    status: u64,
+    stream: Stream,
+) -> Result<()> {
     let kernel = kernel_for(device, FC1_KERNEL, dtype)?;
     shape.validate()?;
     check_ptr("x", x, dtype.size())?;
@@ -240,7 +286,18 @@ pub unsafe fn fc1_relu2(device: &Device, dtype: Dtype, x: u64, idx: u64, w1: Qua
 /// # Safety
 /// As for [`fc1_relu2`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn down(device: &Device, dtype: Dtype, idx: u64, w2: QuantizedPointers, act: u64, scores: u64, part: u64, shape: &MoeShape, status: u64, stream: Stream) -> Result<()> {
+pub unsafe fn down(
+    device: &Device,
+    dtype: Dtype,
+    idx: u64,
+    w2: QuantizedPointers,
+    act: u64,
+    scores: u64,
+    part: u64,
+    shape: &MoeShape,
+    status: u64,
+    stream: Stream,
+) -> Result<()> {
     let kernel = kernel_for(device, DOWN_KERNEL, dtype)?;
     shape.validate()?;
     check_ptr("idx", idx, 4)?;
@@ -256,7 +313,15 @@ pub unsafe fn down(device: &Device, dtype: Dtype, idx: u64, w2: QuantizedPointer
 ///
 /// # Safety
 /// `part` holds `[k, din]` f32, `out` `[din]` elements of `dtype`, on `device`.
-pub unsafe fn combine(device: &Device, dtype: Dtype, part: u64, out: u64, k: u32, din: u32, stream: Stream) -> Result<()> {
+pub unsafe fn combine(
+    device: &Device,
+    dtype: Dtype,
+    part: u64,
+    out: u64,
+    k: u32,
+    din: u32,
+    stream: Stream,
+) -> Result<()> {
     let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
     check_combine(dtype, part, out, k, din)?;
     unsafe { device.launch(&kernel, combine_dims(din), &combine_args(part, out, k, din), stream) }
@@ -269,7 +334,11 @@ fn check_combine(dtype: Dtype, part: u64, out: u64, k: u32, din: u32) -> Result<
     if din == 0 {
         return Err(Error::invalid("din", "is 0"));
     }
-    (k as u64).checked_mul(din as u64).and_then(|n| n.checked_mul(4)).and_then(|b| usize::try_from(b).ok()).ok_or_else(|| Error::invalid("part", "size overflows"))?;
+    (k as u64)
+        .checked_mul(din as u64)
+        .and_then(|n| n.checked_mul(4))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::invalid("part", "size overflows"))?;
     check_ptr("part", part, 4)?;
     check_ptr("out", out, dtype.size())
 }
@@ -311,8 +380,18 @@ pub struct RoutedPointers {
 /// # Safety
 /// As for [`fc1_relu2`]; `scratch` is a device buffer of `scratch_len` bytes
 /// that nothing else uses until the stream has run these kernels.
-pub unsafe fn routed_forward(device: &Device, dtype: Dtype, p: RoutedPointers, shape: &MoeShape, stream: Stream) -> Result<()> {
-    let kernels: [Kernel; 3] = [kernel_for(device, FC1_KERNEL, dtype)?, kernel_for(device, DOWN_KERNEL, dtype)?, kernel_for(device, COMBINE_KERNEL, dtype)?];
+pub unsafe fn routed_forward(
+    device: &Device,
+    dtype: Dtype,
+    p: RoutedPointers,
+    shape: &MoeShape,
+    stream: Stream,
+) -> Result<()> {
+    let kernels: [Kernel; 3] = [
+        kernel_for(device, FC1_KERNEL, dtype)?,
+        kernel_for(device, DOWN_KERNEL, dtype)?,
+        kernel_for(device, COMBINE_KERNEL, dtype)?,
+    ];
     shape.validate()?;
     check_ptr("x", p.x, dtype.size())?;
     check_ptr("idx", p.idx, 4)?;
@@ -324,13 +403,21 @@ pub unsafe fn routed_forward(device: &Device, dtype: Dtype, p: RoutedPointers, s
     check_status(p.status)?;
     let need = scratch_bytes(shape.k, shape.din, shape.dff);
     if p.scratch_len < need {
-        return Err(Error::invalid("scratch", format!("holds {} bytes, needs {need} (act [K, Dff] and part [K, Din] in f32)", p.scratch_len)));
+        return Err(Error::invalid(
+            "scratch",
+            format!("holds {} bytes, needs {need} (act [K, Dff] and part [K, Din] in f32)", p.scratch_len),
+        ));
     }
     let act = p.scratch;
     let part = p.scratch + part_offset(shape.k, shape.dff) as u64;
     unsafe {
         device.launch(&kernels[0], fc1_dims(shape), &fc1_args(p.x, p.idx, p.w1, act, shape, p.status), stream)?;
-        device.launch(&kernels[1], down_dims(shape), &down_args(p.idx, p.w2, act, p.scores, part, shape, p.status), stream)?;
+        device.launch(
+            &kernels[1],
+            down_dims(shape),
+            &down_args(p.idx, p.w2, act, p.scores, part, shape, p.status),
+            stream,
+        )?;
         device.launch(&kernels[2], combine_dims(shape.din), &combine_args(part, p.out, shape.k, shape.din), stream)
     }
 }
@@ -349,10 +436,19 @@ pub fn check_expert_ids(idx: &[u32], n_experts: u32) -> Result<()> {
 // ---------------------------------------------------------------------------
 
 /// A byte buffer argument must hold `elems` elements of `elem_bytes` bytes each.
-fn check_bytes(argument: &'static str, buf: &DeviceBuffer<u8>, elems: usize, elem_bytes: usize, what: &str) -> Result<()> {
+fn check_bytes(
+    argument: &'static str,
+    buf: &DeviceBuffer<u8>,
+    elems: usize,
+    elem_bytes: usize,
+    what: &str,
+) -> Result<()> {
     let need = elems.checked_mul(elem_bytes).ok_or_else(|| Error::invalid(argument, "size overflows"))?;
     if buf.len() < need {
-        return Err(Error::invalid(argument, format!("holds {} bytes, needs {need} ({elems} {what} elements)", buf.len())));
+        return Err(Error::invalid(
+            argument,
+            format!("holds {} bytes, needs {need} ({elems} {what} elements)", buf.len()),
+        ));
     }
     Ok(())
 }
@@ -431,7 +527,15 @@ pub fn run_down(
 }
 
 /// [`combine`] over byte buffers, checking their sizes.
-pub fn run_combine(device: &Device, dtype: Dtype, part: &DeviceBuffer<u8>, out: &mut DeviceBuffer<u8>, k: u32, din: u32, stream: Stream) -> Result<()> {
+pub fn run_combine(
+    device: &Device,
+    dtype: Dtype,
+    part: &DeviceBuffer<u8>,
+    out: &mut DeviceBuffer<u8>,
+    k: u32,
+    din: u32,
+    stream: Stream,
+) -> Result<()> {
     check_bytes("part", part, k as usize * din as usize, 4, "f32")?;
     check_bytes("out", out, din as usize, dtype.size(), dtype.name())?;
     unsafe { combine(device, dtype, part.ptr(), out.ptr(), k, din, stream) }
@@ -451,7 +555,13 @@ pub struct RoutedBuffers<'a> {
 }
 
 /// [`routed_forward`] over byte buffers, checking their sizes.
-pub fn run_routed_forward(device: &Device, dtype: Dtype, bufs: RoutedBuffers<'_>, shape: &MoeShape, stream: Stream) -> Result<()> {
+pub fn run_routed_forward(
+    device: &Device,
+    dtype: Dtype,
+    bufs: RoutedBuffers<'_>,
+    shape: &MoeShape,
+    stream: Stream,
+) -> Result<()> {
     shape.validate()?;
     check_bytes("x", bufs.x, shape.din as usize, dtype.size(), dtype.name())?;
     check_bytes("idx", bufs.idx, shape.k as usize, 4, "u32")?;

@@ -1,6 +1,9 @@
 //! Launcher of `xielu` (spec/kernels.md section 1).
 
-use kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE};
+use kernels_device::geometry::xielu::{
+    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
+    TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
+};
 
 use super::{check_len, check_ptr, kernel_for, symbol};
 use crate::dtype::Dtype;
@@ -41,9 +44,17 @@ pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     }
     let table_groups = compute_units.max(1).saturating_mul(TABLE_WORKGROUPS_PER_CU);
     if n >= TABLE_MIN_ELEMS_PER_WORKGROUP * table_groups as u64 {
-        LaunchDims { grid: [table_groups, 1, 1], workgroup_size: TABLE_WORKGROUP_SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES }
+        LaunchDims {
+            grid: [table_groups, 1, 1],
+            workgroup_size: TABLE_WORKGROUP_SIZE,
+            workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES,
+        }
     } else {
-        LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES }
+        LaunchDims {
+            grid: [groups, 1, 1],
+            workgroup_size: WORKGROUP_SIZE,
+            workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES,
+        }
     }
 }
 
@@ -52,9 +63,19 @@ pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
 ///
 /// # Safety
 /// `x` and `out` are device pointers of `device` to at least `n` elements of `dtype`.
-pub unsafe fn launch(device: &Device, dtype: Dtype, x: u64, out: u64, n: u64, params: XieluParams, stream: Stream) -> Result<()> {
+pub unsafe fn launch(
+    device: &Device,
+    dtype: Dtype,
+    x: u64,
+    out: u64,
+    n: u64,
+    params: XieluParams,
+    stream: Stream,
+) -> Result<()> {
     let kernel = kernel_for(device, KERNEL, dtype)?;
-    for (name, v) in [("alpha_p", params.alpha_p), ("alpha_n", params.alpha_n), ("beta", params.beta), ("eps", params.eps)] {
+    for (name, v) in
+        [("alpha_p", params.alpha_p), ("alpha_n", params.alpha_n), ("beta", params.beta), ("eps", params.eps)]
+    {
         if !v.is_finite() {
             return Err(Error::InvalidArgument { argument: name, message: format!("{v} is not finite") });
         }
@@ -82,7 +103,15 @@ pub fn args(x: u64, out: u64, n: u64, params: XieluParams) -> [ArgValue; 7] {
 }
 
 /// [`launch`] over byte buffers holding `n` elements of `dtype`.
-pub fn run(device: &Device, dtype: Dtype, x: &DeviceBuffer<u8>, out: &mut DeviceBuffer<u8>, n: usize, params: XieluParams, stream: Stream) -> Result<()> {
+pub fn run(
+    device: &Device,
+    dtype: Dtype,
+    x: &DeviceBuffer<u8>,
+    out: &mut DeviceBuffer<u8>,
+    n: usize,
+    params: XieluParams,
+    stream: Stream,
+) -> Result<()> {
     check_len("x", x, n, dtype)?;
     check_len("out", out, n, dtype)?;
     unsafe { launch(device, dtype, x.ptr(), out.ptr(), n as u64, params, stream) }

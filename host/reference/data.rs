@@ -43,9 +43,7 @@ pub fn lcg_uniform(seed: u64, n: usize) -> Vec<f32> {
 }
 
 /// Magnitudes of the 26 xIELU edge values (each used with both signs).
-pub const XIELU_EDGE_MAGNITUDES: [f32; 13] = [
-    0.0, 1e-7, 5e-7, 1e-6, 2e-6, 1e-4, 1e-3, 0.5, 1.0, 2.5, 8.0, 42.0, 90.0,
-];
+pub const XIELU_EDGE_MAGNITUDES: [f32; 13] = [0.0, 1e-7, 5e-7, 1e-6, 2e-6, 1e-4, 1e-3, 0.5, 1.0, 2.5, 8.0, 42.0, 90.0];
 
 /// The 26 xIELU edge values: for each magnitude `m` in order, `+m` then `-m` (so +0.0, -0.0, ...).
 pub fn xielu_edge_values() -> Vec<f32> {
@@ -85,47 +83,19 @@ pub struct MambaField {
 }
 
 /// Field `x`: (1, 1, 0).
-pub const MAMBA_X: MambaField = MambaField {
-    seed: 1,
-    scale: 1.0,
-    offset: 0.0,
-};
+pub const MAMBA_X: MambaField = MambaField { seed: 1, scale: 1.0, offset: 0.0 };
 /// Field `dt`: (2, 0.25, 0.3).
-pub const MAMBA_DT: MambaField = MambaField {
-    seed: 2,
-    scale: 0.25,
-    offset: 0.3,
-};
+pub const MAMBA_DT: MambaField = MambaField { seed: 2, scale: 0.25, offset: 0.3 };
 /// Field `B`: (3, 1, 0).
-pub const MAMBA_B: MambaField = MambaField {
-    seed: 3,
-    scale: 1.0,
-    offset: 0.0,
-};
+pub const MAMBA_B: MambaField = MambaField { seed: 3, scale: 1.0, offset: 0.0 };
 /// Field `C`: (4, 1, 0).
-pub const MAMBA_C: MambaField = MambaField {
-    seed: 4,
-    scale: 1.0,
-    offset: 0.0,
-};
+pub const MAMBA_C: MambaField = MambaField { seed: 4, scale: 1.0, offset: 0.0 };
 /// Field `A`: (5, 0.5, -1).
-pub const MAMBA_A: MambaField = MambaField {
-    seed: 5,
-    scale: 0.5,
-    offset: -1.0,
-};
+pub const MAMBA_A: MambaField = MambaField { seed: 5, scale: 0.5, offset: -1.0 };
 /// Field `Dskip`: (6, 1, 0).
-pub const MAMBA_DSKIP: MambaField = MambaField {
-    seed: 6,
-    scale: 1.0,
-    offset: 0.0,
-};
+pub const MAMBA_DSKIP: MambaField = MambaField { seed: 6, scale: 1.0, offset: 0.0 };
 /// Field `state` (carried state): (7, 0.5, 0).
-pub const MAMBA_STATE: MambaField = MambaField {
-    seed: 7,
-    scale: 0.5,
-    offset: 0.0,
-};
+pub const MAMBA_STATE: MambaField = MambaField { seed: 7, scale: 0.5, offset: 0.0 };
 
 /// Section 3's generator: `state = seed * 0x9E3779B97F4A7C15 + 1` (wrapping), then per element
 /// one MMIX step followed by `(((state >> 40) / 2^24) * 2 - 1) * scale + offset` in f64,
@@ -152,10 +122,7 @@ pub struct NormalRng {
 impl NormalRng {
     /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        NormalRng {
-            state: seed,
-            spare: None,
-        }
+        NormalRng { state: seed, spare: None }
     }
 
     /// Next 64 uniform bits (splitmix64).
@@ -195,9 +162,7 @@ impl NormalRng {
 /// This is the data recipe of section 2 ("seeded normal f32 values times a scale, cast to T").
 pub fn normal(dtype: Dtype, seed: u64, n: usize, scale: f32) -> Vec<f32> {
     let mut rng = NormalRng::new(seed);
-    (0..n)
-        .map(|_| round(dtype, (rng.next_normal() as f32) * scale))
-        .collect()
+    (0..n).map(|_| round(dtype, (rng.next_normal() as f32) * scale)).collect()
 }
 
 /// One of section 2's ten acceptance cases of `add3_layer_norm`.
@@ -215,66 +180,16 @@ pub struct Add3Case {
 
 /// Section 2's ten cases, in the order of the table.
 pub const ADD3_CASES: [Add3Case; 10] = [
-    Add3Case {
-        dtype: Dtype::F16,
-        d: 4096,
-        rows: 1,
-        bias: false,
-    },
-    Add3Case {
-        dtype: Dtype::F16,
-        d: 4096,
-        rows: 5,
-        bias: false,
-    },
-    Add3Case {
-        dtype: Dtype::F16,
-        d: 4100,
-        rows: 3,
-        bias: true,
-    },
-    Add3Case {
-        dtype: Dtype::Bf16,
-        d: 4096,
-        rows: 2,
-        bias: true,
-    },
-    Add3Case {
-        dtype: Dtype::F16,
-        d: 96,
-        rows: 4,
-        bias: false,
-    },
-    Add3Case {
-        dtype: Dtype::F32,
-        d: 4096,
-        rows: 2,
-        bias: true,
-    },
-    Add3Case {
-        dtype: Dtype::F32,
-        d: 1025,
-        rows: 3,
-        bias: false,
-    },
-    Add3Case {
-        dtype: Dtype::Bf16,
-        d: 6656,
-        rows: 2,
-        bias: true,
-    },
-    Add3Case {
-        dtype: Dtype::F16,
-        d: 6656,
-        rows: 1,
-        bias: false,
-    },
-    Add3Case {
-        dtype: Dtype::Bf16,
-        d: 5,
-        rows: 2,
-        bias: false,
-    },
+    Add3Case { dtype: Dtype::F16, d: 4096, rows: 1, bias: false },
+    Add3Case { dtype: Dtype::F16, d: 4096, rows: 5, bias: false },
+    Add3Case { dtype: Dtype::F16, d: 4100, rows: 3, bias: true },
+    Add3Case { dtype: Dtype::Bf16, d: 4096, rows: 2, bias: true },
+    Add3Case { dtype: Dtype::F16, d: 96, rows: 4, bias: false },
+    Add3Case { dtype: Dtype::F32, d: 4096, rows: 2, bias: true },
+    Add3Case { dtype: Dtype::F32, d: 1025, rows: 3, bias: false },
+    Add3Case { dtype: Dtype::Bf16, d: 6656, rows: 2, bias: true },
+    Add3Case { dtype: Dtype::F16, d: 6656, rows: 1, bias: false },
+    Add3Case { dtype: Dtype::Bf16, d: 5, rows: 2, bias: false },
 ];
 
 /// Inputs of one add3 + LayerNorm call, values already cast to the dtype.
@@ -314,14 +229,8 @@ mod tests {
         let v = lcg_uniform(XIELU_LCG_SEED, 3);
         let s1 = mmix_step(0x2069);
         let s2 = mmix_step(s1);
-        assert_eq!(
-            v[0],
-            (((s1 >> 40) as f64 / 16777216.0) * 24.0 - 12.0) as f32
-        );
-        assert_eq!(
-            v[1],
-            (((s2 >> 40) as f64 / 16777216.0) * 24.0 - 12.0) as f32
-        );
+        assert_eq!(v[0], (((s1 >> 40) as f64 / 16777216.0) * 24.0 - 12.0) as f32);
+        assert_eq!(v[1], (((s2 >> 40) as f64 / 16777216.0) * 24.0 - 12.0) as f32);
         // Range [-12, 12).
         for x in lcg_uniform(XIELU_LCG_SEED, 16384) {
             assert!((-12.0..12.0).contains(&x), "{x}");
@@ -347,26 +256,17 @@ mod tests {
     #[test]
     fn mamba_field_ranges() {
         let n = 4096;
-        for (f, lo, hi) in [
-            (MAMBA_X, -1.0, 1.0),
-            (MAMBA_DT, 0.05, 0.55),
-            (MAMBA_A, -1.5, -0.5),
-            (MAMBA_STATE, -0.5, 0.5),
-        ] {
+        for (f, lo, hi) in
+            [(MAMBA_X, -1.0, 1.0), (MAMBA_DT, 0.05, 0.55), (MAMBA_A, -1.5, -0.5), (MAMBA_STATE, -0.5, 0.5)]
+        {
             let v = mamba_field(f, n);
             assert!(v.iter().all(|&e| e >= lo && e <= hi), "{f:?}");
             let mean = v.iter().map(|&e| e as f64).sum::<f64>() / n as f64;
-            assert!(
-                (mean - (lo + hi) as f64 / 2.0).abs() < 0.05 * (hi - lo) as f64,
-                "{f:?} {mean}"
-            );
+            assert!((mean - (lo + hi) as f64 / 2.0).abs() < 0.05 * (hi - lo) as f64, "{f:?} {mean}");
         }
         // First value: seed*K + 1, one step, take.
         let s = mmix_step(1u64.wrapping_mul(0x9E3779B97F4A7C15).wrapping_add(1));
-        assert_eq!(
-            mamba_field(MAMBA_X, 1)[0],
-            (unit_from_state(s) * 2.0 - 1.0) as f32
-        );
+        assert_eq!(mamba_field(MAMBA_X, 1)[0], (unit_from_state(s) * 2.0 - 1.0) as f32);
     }
 
     #[test]
@@ -376,13 +276,7 @@ mod tests {
         let var = v.iter().map(|&e| (e as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
         assert!(mean.abs() < 0.02, "{mean}");
         assert!((var - 1.0).abs() < 0.02, "{var}");
-        assert_eq!(
-            normal(Dtype::F32, 42, 10, 1.0),
-            normal(Dtype::F32, 42, 10, 1.0)
-        );
-        assert_ne!(
-            normal(Dtype::F32, 42, 10, 1.0),
-            normal(Dtype::F32, 43, 10, 1.0)
-        );
+        assert_eq!(normal(Dtype::F32, 42, 10, 1.0), normal(Dtype::F32, 42, 10, 1.0));
+        assert_ne!(normal(Dtype::F32, 42, 10, 1.0), normal(Dtype::F32, 43, 10, 1.0));
     }
 }

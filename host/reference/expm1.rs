@@ -120,10 +120,7 @@ mod tests {
         assert_eq!(expm1(-0.0).to_bits(), 0.0f32.to_bits()); // the documented quirk
         assert_eq!(expm1(-17.000002), -1.0);
         assert_eq!(expm1(-100.0), -1.0);
-        assert_eq!(
-            expm1(f32::from_bits(OVERFLOW_X.to_bits() + 1)),
-            f32::INFINITY
-        );
+        assert_eq!(expm1(f32::from_bits(OVERFLOW_X.to_bits() + 1)), f32::INFINITY);
         assert!(expm1(OVERFLOW_X).is_finite()); // the n == 128 path
         let near = expm1(OVERFLOW_X) as f64;
         let want = (OVERFLOW_X as f64).exp_m1();

@@ -65,13 +65,8 @@ pub fn block_sum(partials: &[f32; THREADS]) -> f32 {
 
 /// `x_new = T(f(T(f(a) + f(b))) + f(x))`: two roundings, `(a + b)` first, then `+ x`.
 pub fn add3(dtype: Dtype, a: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
-    assert!(
-        a.len() == b.len() && b.len() == x.len(),
-        "add3: a, b, x lengths differ"
-    );
-    (0..a.len())
-        .map(|i| round(dtype, round(dtype, a[i] + b[i]) + x[i]))
-        .collect()
+    assert!(a.len() == b.len() && b.len() == x.len(), "add3: a, b, x lengths differ");
+    (0..a.len()).map(|i| round(dtype, round(dtype, a[i] + b[i]) + x[i])).collect()
 }
 
 /// MLX-ROCm's `layer_norm` over `x_new [rows, d]` (values of `dtype`), bit-exact steps 1-9 of
@@ -176,14 +171,7 @@ pub fn add3_layer_norm(
 
 /// Plain LayerNorm in f64 (biased variance over the last dim):
 /// `(x - mean) / sqrt(var + eps) * w + bias`, `[rows, d]`.
-pub fn layer_norm_f64(
-    x_new: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    eps: f32,
-    rows: usize,
-    d: usize,
-) -> Vec<f64> {
+pub fn layer_norm_f64(x_new: &[f32], w: &[f32], bias: Option<&[f32]>, eps: f32, rows: usize, d: usize) -> Vec<f64> {
     assert_eq!(x_new.len(), rows * d, "x_new must be [rows, d]");
     let mut h = vec![0.0f64; rows * d];
     for row in 0..rows {
@@ -216,25 +204,9 @@ mod tests {
         }
     }
 
-    fn run_case(
-        dtype: Dtype,
-        d: usize,
-        rows: usize,
-        with_bias: bool,
-        seed: u64,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
+    fn run_case(dtype: Dtype, d: usize, rows: usize, with_bias: bool, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
         let inp = add3_inputs(dtype, rows, d, with_bias, seed);
-        let (x_new, h) = add3_layer_norm(
-            dtype,
-            &inp.a,
-            &inp.b,
-            &inp.x,
-            &inp.w,
-            inp.bias.as_deref(),
-            EPS,
-            rows,
-            d,
-        );
+        let (x_new, h) = add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, rows, d);
         let want = layer_norm_f64(&x_new, &inp.w, inp.bias.as_deref(), EPS, rows, d);
         (x_new, h, want)
     }
@@ -244,10 +216,7 @@ mod tests {
         assert_eq!(owned_indices(0, 5), vec![0, 1, 2, 3]);
         assert_eq!(owned_indices(1, 5), vec![4]);
         assert!(owned_indices(2, 5).is_empty());
-        assert_eq!(
-            owned_indices(3, 2048),
-            vec![12, 13, 14, 15, 1036, 1037, 1038, 1039]
-        );
+        assert_eq!(owned_indices(3, 2048), vec![12, 13, 14, 15, 1036, 1037, 1038, 1039]);
         // D = 6656: at most 28 elements per thread, every element owned exactly once.
         let mut seen = vec![0u8; MAX_D];
         let mut most = 0;
@@ -345,18 +314,10 @@ mod tests {
     #[test]
     fn f32_relative_accuracy() {
         // Per element: |h - h64| <= 1e-5 * (|h64| + 1e-2), i.e. ~1e-5 relative except near 0.
-        for (d, rows, bias) in [
-            (1025, 3, false),
-            (4096, 2, true),
-            (6656, 2, true),
-            (96, 4, false),
-        ] {
+        for (d, rows, bias) in [(1025, 3, false), (4096, 2, true), (6656, 2, true), (96, 4, false)] {
             let (_, h, want) = run_case(Dtype::F32, d, rows, bias, 5);
             for (g, w) in h.iter().zip(&want) {
-                assert!(
-                    (*g as f64 - w).abs() <= 1e-5 * (w.abs() + 1e-2),
-                    "{g} vs {w}"
-                );
+                assert!((*g as f64 - w).abs() <= 1e-5 * (w.abs() + 1e-2), "{g} vs {w}");
             }
         }
     }
@@ -365,17 +326,8 @@ mod tests {
     fn small_and_edge_d() {
         // D = 1: var = 0, nrm = 0, so h = bias (or +0.0).
         for dtype in Dtype::ALL {
-            let (x_new, h) = add3_layer_norm(
-                dtype,
-                &[1.0, 2.0],
-                &[0.5, 0.25],
-                &[3.0, -7.0],
-                &[2.0],
-                Some(&[0.125]),
-                EPS,
-                2,
-                1,
-            );
+            let (x_new, h) =
+                add3_layer_norm(dtype, &[1.0, 2.0], &[0.5, 0.25], &[3.0, -7.0], &[2.0], Some(&[0.125]), EPS, 2, 1);
             assert_eq!(x_new, vec![4.5, -4.75]);
             assert_eq!(h, vec![0.125, 0.125]);
             let (_, h) = add3_layer_norm(dtype, &[1.0], &[0.5], &[3.0], &[-2.0], None, EPS, 1, 1);
@@ -386,11 +338,7 @@ mod tests {
             for dtype in Dtype::ALL {
                 let (_, h, want) = run_case(dtype, d, 3, true, 9);
                 let (br, bm) = bounds(dtype);
-                assert!(
-                    nrms(&h, &want) < br && nmax(&h, &want) < bm,
-                    "{} d={d}",
-                    dtype.name()
-                );
+                assert!(nrms(&h, &want) < br && nmax(&h, &want) < bm, "{} d={d}", dtype.name());
             }
         }
         // rows = 0 and d = 0 are empty.
@@ -403,11 +351,7 @@ mod tests {
         for dtype in Dtype::ALL {
             let (_, h, want) = run_case(dtype, MAX_D, 2, true, 21);
             let (br, bm) = bounds(dtype);
-            assert!(
-                nrms(&h, &want) < br && nmax(&h, &want) < bm,
-                "{}",
-                dtype.name()
-            );
+            assert!(nrms(&h, &want) < br && nmax(&h, &want) < bm, "{}", dtype.name());
         }
     }
 
@@ -417,17 +361,7 @@ mod tests {
             let (rows, d) = (3, 300);
             let mut inp = add3_inputs(dtype, rows, d, true, 3);
             inp.x[d + 17] = f32::NAN; // row 1
-            let (x_new, h) = add3_layer_norm(
-                dtype,
-                &inp.a,
-                &inp.b,
-                &inp.x,
-                &inp.w,
-                inp.bias.as_deref(),
-                EPS,
-                rows,
-                d,
-            );
+            let (x_new, h) = add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, rows, d);
             assert!(x_new[d + 17].is_nan());
             assert!(h[d..2 * d].iter().all(|v| v.is_nan()), "{}", dtype.name());
             assert!(h[..d].iter().chain(&h[2 * d..]).all(|v| v.is_finite()));
@@ -446,23 +380,12 @@ mod tests {
         let mut differing = 0;
         for (n, c) in ADD3_CASES.iter().enumerate() {
             let inp = add3_inputs(c.dtype, c.rows, c.d, c.bias, 100 + n as u64);
-            let (x_new, h) = add3_layer_norm(
-                c.dtype,
-                &inp.a,
-                &inp.b,
-                &inp.x,
-                &inp.w,
-                inp.bias.as_deref(),
-                EPS,
-                c.rows,
-                c.d,
-            );
+            let (x_new, h) =
+                add3_layer_norm(c.dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), EPS, c.rows, c.d);
             for row in 0..c.rows {
                 let xr = &x_new[row * c.d..(row + 1) * c.d];
                 let mean = xr.iter().fold(0.0f32, |s, &v| s + v) / c.d as f32;
-                let q = xr
-                    .iter()
-                    .fold(0.0f32, |q, &v| (v - mean).mul_add(v - mean, q));
+                let q = xr.iter().fold(0.0f32, |q, &v| (v - mean).mul_add(v - mean, q));
                 let r = 1.0 / (q / c.d as f32 + EPS).sqrt();
                 for i in 0..c.d {
                     let bb = inp.bias.as_ref().map_or(0.0, |b| b[i]);

@@ -10,9 +10,7 @@
 //! op-by-op graph the kernel must beat). Layouts: x, dt `[B, L, Dm]`; Bm, Cm `[B, L, N]`;
 //! A `[Dm, N]`; Dskip `[Dm]`; state `[B, Dm, N]`; y `[B, L, Dm]`.
 
-use super::data::{
-    MAMBA_A, MAMBA_B, MAMBA_C, MAMBA_DSKIP, MAMBA_DT, MAMBA_STATE, MAMBA_X, mamba_field,
-};
+use super::data::{MAMBA_A, MAMBA_B, MAMBA_C, MAMBA_DSKIP, MAMBA_DT, MAMBA_STATE, MAMBA_X, mamba_field};
 use super::{Dtype, round, round_all};
 
 /// Largest state size N the kernel accepts.
@@ -49,19 +47,8 @@ impl ScanInputs {
     /// Section 3's test data: each buffer from its field of the table (seed, scale, offset),
     /// generated in row-major order; x, dt, Bm, Cm, Dskip rounded to `dtype`; A and state stay
     /// f32. `carried = false` gives a fresh (all-zero) state.
-    pub fn generate(
-        dtype: Dtype,
-        batch: usize,
-        len: usize,
-        dm: usize,
-        n: usize,
-        carried: bool,
-    ) -> Self {
-        let state_in = if carried {
-            mamba_field(MAMBA_STATE, batch * dm * n)
-        } else {
-            vec![0.0; batch * dm * n]
-        };
+    pub fn generate(dtype: Dtype, batch: usize, len: usize, dm: usize, n: usize, carried: bool) -> Self {
+        let state_in = if carried { mamba_field(MAMBA_STATE, batch * dm * n) } else { vec![0.0; batch * dm * n] };
         ScanInputs {
             batch,
             len,
@@ -86,11 +73,7 @@ impl ScanInputs {
         assert_eq!(self.cm.len(), b * l * n, "Cm must be [B, L, N]");
         assert_eq!(self.a.len(), dm * n, "A must be [Dm, N]");
         assert_eq!(self.dskip.len(), dm, "Dskip must be [Dm]");
-        assert_eq!(
-            self.state_in.len(),
-            b * dm * n,
-            "state_in must be [B, Dm, N]"
-        );
+        assert_eq!(self.state_in.len(), b * dm * n, "state_in must be [B, Dm, N]");
     }
 }
 
@@ -200,10 +183,7 @@ mod tests {
                     let (y, st) = scan_f32(Dtype::F32, &s);
                     let (y64, st64) = scan_f64(&s);
                     let (ey, es) = (max_rel(&y, &y64), max_rel(&st, &st64));
-                    assert!(
-                        ey < 1e-5 && es < 1e-5,
-                        "N={n} L={len} carried={carried}: y {ey:e} state {es:e}"
-                    );
+                    assert!(ey < 1e-5 && es < 1e-5, "N={n} L={len} carried={carried}: y {ey:e} state {es:e}");
                 }
             }
         }

@@ -29,11 +29,7 @@ pub fn rms_diff(got: &[impl Copy + Into<f64>], want: &[impl Copy + Into<f64>]) -
     if got.is_empty() {
         return 0.0;
     }
-    let sum: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (g.into() - w.into()).powi(2))
-        .sum();
+    let sum: f64 = got.iter().zip(want).map(|(&g, &w)| (g.into() - w.into()).powi(2)).sum();
     (sum / got.len() as f64).sqrt()
 }
 
@@ -79,20 +75,12 @@ pub fn max_rel(got: &[impl Copy + Into<f64>], want: &[impl Copy + Into<f64>]) ->
 /// First index where two buffers of stored `dtype` bits differ, as `(index, got, want)`;
 /// `None` when identical. Two NaNs count as equal whatever their payloads; signed zeros differ.
 /// Panics if the lengths differ.
-pub fn first_bit_difference(
-    dtype: Dtype,
-    got_bits: &[u32],
-    want_bits: &[u32],
-) -> Option<(usize, u32, u32)> {
+pub fn first_bit_difference(dtype: Dtype, got_bits: &[u32], want_bits: &[u32]) -> Option<(usize, u32, u32)> {
     check_len(got_bits.len(), want_bits.len());
-    got_bits
-        .iter()
-        .zip(want_bits)
-        .enumerate()
-        .find_map(|(i, (&g, &w))| {
-            let same = g == w || (is_nan_bits(dtype, g) && is_nan_bits(dtype, w));
-            (!same).then_some((i, g, w))
-        })
+    got_bits.iter().zip(want_bits).enumerate().find_map(|(i, (&g, &w))| {
+        let same = g == w || (is_nan_bits(dtype, g) && is_nan_bits(dtype, w));
+        (!same).then_some((i, g, w))
+    })
 }
 
 /// A readable message for a bit difference: index, both values and both bit patterns.
@@ -117,11 +105,7 @@ pub fn assert_bits_equal(dtype: Dtype, got_bits: &[u32], want_bits: &[u32], what
             .zip(want_bits)
             .filter(|&(&g, &w)| g != w && !(is_nan_bits(dtype, g) && is_nan_bits(dtype, w)))
             .count();
-        panic!(
-            "{what}: {} ({count} of {} elements differ)",
-            describe_bit_difference(dtype, i, g, w),
-            got_bits.len()
-        );
+        panic!("{what}: {} ({count} of {} elements differ)", describe_bit_difference(dtype, i, g, w), got_bits.len());
     }
 }
 
@@ -147,29 +131,14 @@ mod tests {
     fn bit_differences() {
         let d = Dtype::Bf16;
         assert_eq!(first_bit_difference(d, &[1, 2, 3], &[1, 2, 3]), None);
-        assert_eq!(
-            first_bit_difference(d, &[1, 2, 3], &[1, 5, 4]),
-            Some((1, 2, 5))
-        );
+        assert_eq!(first_bit_difference(d, &[1, 2, 3], &[1, 5, 4]), Some((1, 2, 5)));
         // NaNs with different payloads are equal; +0 and -0 are not.
-        assert_eq!(
-            first_bit_difference(d, &[0x7FC0, 0x0000], &[0xFFC1, 0x0000]),
-            None
-        );
-        assert_eq!(
-            first_bit_difference(d, &[0x0000], &[0x8000]),
-            Some((0, 0, 0x8000))
-        );
+        assert_eq!(first_bit_difference(d, &[0x7FC0, 0x0000], &[0xFFC1, 0x0000]), None);
+        assert_eq!(first_bit_difference(d, &[0x0000], &[0x8000]), Some((0, 0, 0x8000)));
         let msg = describe_bit_difference(d, 7, 0x3F80, 0x3F81);
-        assert!(
-            msg.contains("index 7") && msg.contains("0x3f80") && msg.contains("0x3f81"),
-            "{msg}"
-        );
+        assert!(msg.contains("index 7") && msg.contains("0x3f80") && msg.contains("0x3f81"), "{msg}");
         let msg = describe_bit_difference(Dtype::F32, 0, 0x3F80_0000, 0);
-        assert!(
-            msg.contains("0x3f800000") && msg.contains("0x00000000"),
-            "{msg}"
-        );
+        assert!(msg.contains("0x3f800000") && msg.contains("0x00000000"), "{msg}");
         assert_bits_equal(d, &[1, 2], &[1, 2], "same");
     }
 

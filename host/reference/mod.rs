@@ -13,11 +13,7 @@
 //!   contract says `fma`, and nowhere else. Accumulations are written `acc = acc + v` on
 //!   purpose (they spell out the contract's order), hence the clippy allowances below.
 
-#![allow(
-    clippy::assign_op_pattern,
-    clippy::needless_range_loop,
-    clippy::too_many_arguments
-)]
+#![allow(clippy::assign_op_pattern, clippy::needless_range_loop, clippy::too_many_arguments)]
 
 pub mod data;
 pub mod expm1;
@@ -113,12 +109,7 @@ pub fn to_le_bytes(dtype: Dtype, v: &[f32]) -> Vec<u8> {
 /// Panics if the length is not a multiple of the element size.
 pub fn from_le_bytes(dtype: Dtype, bytes: &[u8]) -> Vec<f32> {
     let size = dtype.size();
-    assert!(
-        bytes.len().is_multiple_of(size),
-        "{} buffer of {} bytes",
-        dtype.name(),
-        bytes.len()
-    );
+    assert!(bytes.len().is_multiple_of(size), "{} buffer of {} bytes", dtype.name(), bytes.len());
     bytes
         .chunks_exact(size)
         .map(|c| {
@@ -152,10 +143,7 @@ mod tests {
             let v = bf16_bits_to_f32(b);
             let theirs = half::bf16::from_bits(b).to_f32();
             // (half quiets signaling NaNs when widening: compare NaN-ness, not payloads)
-            assert!(
-                v.to_bits() == theirs.to_bits() || (v.is_nan() && theirs.is_nan()),
-                "{b:#06x}"
-            );
+            assert!(v.to_bits() == theirs.to_bits() || (v.is_nan() && theirs.is_nan()), "{b:#06x}");
             if v.is_nan() {
                 assert!(is_nan_bits(Dtype::Bf16, f32_to_bf16_bits(v) as u32));
             } else {
@@ -169,9 +157,7 @@ mod tests {
             let ours = f32_to_bf16_bits(v);
             let theirs = half::bf16::from_f32(v).to_bits();
             if v.is_nan() {
-                assert!(
-                    is_nan_bits(Dtype::Bf16, ours as u32) && half::bf16::from_bits(theirs).is_nan()
-                );
+                assert!(is_nan_bits(Dtype::Bf16, ours as u32) && half::bf16::from_bits(theirs).is_nan());
             } else {
                 assert_eq!(ours, theirs, "f32 {bits:#010x}");
             }

@@ -86,30 +86,17 @@ impl Quantized {
 }
 
 fn check_format(cols: usize, bits: u32, group_size: usize) {
-    assert!(
-        matches!(bits, 2 | 4 | 8),
-        "bits must be 2, 4 or 8 (got {bits})"
-    );
+    assert!(matches!(bits, 2 | 4 | 8), "bits must be 2, 4 or 8 (got {bits})");
     assert!(
         group_size > 0 && cols.is_multiple_of(group_size),
         "cols {cols} must be a multiple of group size {group_size}"
     );
-    assert!(
-        cols.is_multiple_of(32 / bits as usize),
-        "cols {cols} must fill whole u32 words at {bits} bits"
-    );
+    assert!(cols.is_multiple_of(32 / bits as usize), "cols {cols} must fill whole u32 words at {bits} bits");
 }
 
 /// Quantizes `w [rows, cols]` (f32) to the MLX affine format with scales and biases stored as
 /// `dtype` values, using the rule in the module documentation.
-pub fn quantize(
-    dtype: Dtype,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    bits: u32,
-    group_size: usize,
-) -> Quantized {
+pub fn quantize(dtype: Dtype, w: &[f32], rows: usize, cols: usize, bits: u32, group_size: usize) -> Quantized {
     check_format(cols, bits, group_size);
     assert_eq!(w.len(), rows * cols, "w must be [rows, cols]");
     let max_code = (1u32 << bits) - 1;
@@ -128,10 +115,7 @@ pub fn quantize(
     for r in 0..rows {
         for g in 0..groups {
             let vals = &w[r * cols + g * group_size..r * cols + (g + 1) * group_size];
-            assert!(
-                vals.iter().all(|v| v.is_finite()),
-                "quantize: non-finite weight in row {r}"
-            );
+            assert!(vals.iter().all(|v| v.is_finite()), "quantize: non-finite weight in row {r}");
             let min = vals.iter().fold(f32::INFINITY, |m, &v| m.min(v));
             let max = vals.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             let mut scale = (max - min) / max_code as f32;
@@ -140,20 +124,14 @@ pub fn quantize(
             }
             let scale_t = round(dtype, scale);
             let bias_t = round(dtype, min);
-            assert!(
-                scale_t.is_finite() && bias_t.is_finite(),
-                "quantize: scale/bias overflow {}",
-                dtype.name()
-            );
+            assert!(scale_t.is_finite() && bias_t.is_finite(), "quantize: scale/bias overflow {}", dtype.name());
             out.scales[r * groups + g] = scale_t;
             out.biases[r * groups + g] = bias_t;
             for (c, &v) in vals.iter().enumerate() {
                 codes[g * group_size + c] = if scale_t == 0.0 {
                     0
                 } else {
-                    ((v - bias_t) / scale_t)
-                        .round_ties_even()
-                        .clamp(0.0, max_code as f32) as u32
+                    ((v - bias_t) / scale_t).round_ties_even().clamp(0.0, max_code as f32) as u32
                 };
             }
         }
@@ -183,10 +161,7 @@ pub fn dequantize(q: &Quantized) -> Vec<f32> {
 
 fn expert_of(idx: &[u32], k: usize, n_experts: usize) -> usize {
     let e = idx[k] as usize;
-    assert!(
-        e < n_experts,
-        "expert index idx[{k}] = {e} out of range (E = {n_experts})"
-    );
+    assert!(e < n_experts, "expert index idx[{k}] = {e} out of range (E = {n_experts})");
     e
 }
 
@@ -196,11 +171,7 @@ fn expert_of(idx: &[u32], k: usize, n_experts: usize) -> usize {
 /// ascending from +0.0, each weight `q*s + b` then `acc + x*w` as plain f32 operations. A NaN sum
 /// stays NaN. Panics on an expert index >= E.
 pub fn fc1_relu2(x: &[f32], idx: &[u32], w1: &Quantized, n_experts: usize) -> Vec<f32> {
-    assert!(
-        n_experts > 0 && w1.rows.is_multiple_of(n_experts),
-        "w1 rows {} not a multiple of E {n_experts}",
-        w1.rows
-    );
+    assert!(n_experts > 0 && w1.rows.is_multiple_of(n_experts), "w1 rows {} not a multiple of E {n_experts}", w1.rows);
     let dff = w1.rows / n_experts;
     let din = w1.cols;
     assert_eq!(x.len(), din, "x must be [Din]");
@@ -223,18 +194,8 @@ pub fn fc1_relu2(x: &[f32], idx: &[u32], w1: &Quantized, n_experts: usize) -> Ve
 /// `moe_down`: `idx [K]`, `w2` a stack `[E, Din, Dff]`, `act [K, Dff]` f32, `scores [K]` f32.
 /// Returns `part [K, Din]` (f32): `part[k, h] = scores[k] * sum_f act[k, f] * (q2 * f(s2) + f(b2))`,
 /// the sum in f32 over f ascending from +0.0. Panics on an expert index >= E.
-pub fn down(
-    idx: &[u32],
-    w2: &Quantized,
-    n_experts: usize,
-    act: &[f32],
-    scores: &[f32],
-) -> Vec<f32> {
-    assert!(
-        n_experts > 0 && w2.rows.is_multiple_of(n_experts),
-        "w2 rows {} not a multiple of E {n_experts}",
-        w2.rows
-    );
+pub fn down(idx: &[u32], w2: &Quantized, n_experts: usize, act: &[f32], scores: &[f32]) -> Vec<f32> {
+    assert!(n_experts > 0 && w2.rows.is_multiple_of(n_experts), "w2 rows {} not a multiple of E {n_experts}", w2.rows);
     let din = w2.rows / n_experts;
     let dff = w2.cols;
     let k_count = idx.len();
@@ -302,17 +263,13 @@ pub fn dense_f32_reference(
         let e = expert_of(idx, k, n_experts);
         let hidden: Vec<f64> = (0..dff)
             .map(|f| {
-                let z: f64 = (0..din)
-                    .map(|i| x[i] as f64 * w1.weight_f64(e * dff + f, i))
-                    .sum();
+                let z: f64 = (0..din).map(|i| x[i] as f64 * w1.weight_f64(e * dff + f, i)).sum();
                 let r = z.max(0.0);
                 r * r
             })
             .collect();
         for (h, o) in out.iter_mut().enumerate() {
-            let z: f64 = (0..dff)
-                .map(|f| hidden[f] * w2.weight_f64(e * din + h, f))
-                .sum();
+            let z: f64 = (0..dff).map(|f| hidden[f] * w2.weight_f64(e * din + h, f)).sum();
             *o += scores[k] as f64 * z;
         }
     }
@@ -351,17 +308,11 @@ pub fn moe_inputs(
 ) -> MoeInputs {
     assert!(k <= n_experts, "K must be <= E");
     let mut rng = NormalRng::new(seed);
-    let x: Vec<f32> = (0..din)
-        .map(|_| round(dtype, rng.next_normal() as f32))
-        .collect();
+    let x: Vec<f32> = (0..din).map(|_| round(dtype, rng.next_normal() as f32)).collect();
     let s1 = 1.0 / (din as f64).sqrt();
-    let w1: Vec<f32> = (0..n_experts * dff * din)
-        .map(|_| (rng.next_normal() * s1) as f32)
-        .collect();
+    let w1: Vec<f32> = (0..n_experts * dff * din).map(|_| (rng.next_normal() * s1) as f32).collect();
     let s2 = 1.0 / (dff as f64).sqrt();
-    let w2: Vec<f32> = (0..n_experts * din * dff)
-        .map(|_| (rng.next_normal() * s2) as f32)
-        .collect();
+    let w2: Vec<f32> = (0..n_experts * din * dff).map(|_| (rng.next_normal() * s2) as f32).collect();
     let mut idx: Vec<u32> = Vec::with_capacity(k);
     while idx.len() < k {
         let e = rng.next_below(n_experts) as u32;
@@ -395,10 +346,7 @@ mod tests {
         let q = quantize(Dtype::Bf16, &row, 1, 32, 4, 32);
         assert_eq!(q.scales, vec![1.0]);
         assert_eq!(q.biases, vec![0.0]);
-        assert_eq!(
-            q.words,
-            vec![0x7654_3210, 0xFEDC_BA98, 0x89AB_CDEF, 0x0123_4567]
-        );
+        assert_eq!(q.words, vec![0x7654_3210, 0xFEDC_BA98, 0x89AB_CDEF, 0x0123_4567]);
         assert_eq!(q.code(0, 9), 9);
         assert_eq!(q.code(0, 17), 14);
         assert_eq!(dequantize(&q), row);
@@ -407,13 +355,8 @@ mod tests {
         let q = quantize(Dtype::F32, &row, 1, 64, 8, 32);
         // group 0: min 3, max 127: scale = 124/255; codes of 3, 7, 11, 15 are 0, 8, 16, 25 (rounded)
         let s = q.scales[0];
-        let codes: Vec<u32> = (0..4)
-            .map(|c| (((c * 4) as f32) / s).round_ties_even() as u32)
-            .collect();
-        assert_eq!(
-            q.words[0],
-            codes[0] | codes[1] << 8 | codes[2] << 16 | codes[3] << 24
-        );
+        let codes: Vec<u32> = (0..4).map(|c| (((c * 4) as f32) / s).round_ties_even() as u32).collect();
+        assert_eq!(q.words[0], codes[0] | codes[1] << 8 | codes[2] << 16 | codes[3] << 24);
         assert_eq!(q.words.len(), 16);
         assert_eq!(q.words[15] >> 24, 255); // the group maximum gets the top code
     }
@@ -436,9 +379,7 @@ mod tests {
             for bits in [4, 8] {
                 for gs in [32, 64, 128] {
                     let mut rng = NormalRng::new(bits as u64 * 1000 + gs as u64);
-                    let w: Vec<f32> = (0..rows * cols)
-                        .map(|_| rng.next_normal() as f32 * 0.05)
-                        .collect();
+                    let w: Vec<f32> = (0..rows * cols).map(|_| rng.next_normal() as f32 * 0.05).collect();
                     let q = quantize(dtype, &w, rows, cols, bits, gs);
                     let back = dequantize(&q);
                     let max_code = ((1u32 << bits) - 1) as f64;
@@ -454,11 +395,7 @@ mod tests {
                                 + max_code * (st as f64 - scale).abs()
                                 + 1e-6 * (max.abs() + min.abs());
                             let err = (back[r * cols + c] as f64 - w[r * cols + c] as f64).abs();
-                            assert!(
-                                err <= bound,
-                                "{} bits {bits} gs {gs} ({r},{c}): {err} > {bound}",
-                                dtype.name()
-                            );
+                            assert!(err <= bound, "{} bits {bits} gs {gs} ({r},{c}): {err} > {bound}", dtype.name());
                         }
                     }
                 }
@@ -472,24 +409,8 @@ mod tests {
     fn routed_vs_dense() {
         for bits in [4, 8] {
             let m = moe_inputs(Dtype::Bf16, 512, 384, 16, 6, bits, 64, 77 + bits as u64);
-            let got = routed(
-                Dtype::Bf16,
-                &m.x,
-                &m.idx,
-                &m.scores,
-                &m.w1,
-                &m.w2,
-                m.n_experts,
-            );
-            let want = dense_f32_reference(
-                Dtype::Bf16,
-                &m.x,
-                &m.idx,
-                &m.scores,
-                &m.w1,
-                &m.w2,
-                m.n_experts,
-            );
+            let got = routed(Dtype::Bf16, &m.x, &m.idx, &m.scores, &m.w1, &m.w2, m.n_experts);
+            let want = dense_f32_reference(Dtype::Bf16, &m.x, &m.idx, &m.scores, &m.w1, &m.w2, m.n_experts);
             let (r, x) = (nrms(&got, &want), nmax(&got, &want));
             println!("moe bits {bits}: nrms {r:.3e} nmax {x:.3e}");
             assert!(r < 5e-4 && x < 2e-2, "bits {bits}: nrms {r:e} nmax {x:e}");
@@ -502,15 +423,7 @@ mod tests {
     #[test]
     fn negative_control_half_fold() {
         let m = moe_inputs(Dtype::Bf16, 512, 384, 16, 6, 4, 64, 81);
-        let want = dense_f32_reference(
-            Dtype::Bf16,
-            &m.x,
-            &m.idx,
-            &m.scores,
-            &m.w1,
-            &m.w2,
-            m.n_experts,
-        );
+        let want = dense_f32_reference(Dtype::Bf16, &m.x, &m.idx, &m.scores, &m.w1, &m.w2, m.n_experts);
         let vpw = m.w1.values_per_word();
         let lane_ok = |col: usize| (col / vpw) % 32 < 16;
         let (dff, din) = (m.w1.rows / m.n_experts, m.w1.cols);
@@ -519,18 +432,12 @@ mod tests {
             let e = e as usize;
             let act: Vec<f32> = (0..dff)
                 .map(|f| {
-                    let z: f32 = (0..din)
-                        .filter(|&i| lane_ok(i))
-                        .map(|i| m.x[i] * m.w1.weight(e * dff + f, i))
-                        .sum();
+                    let z: f32 = (0..din).filter(|&i| lane_ok(i)).map(|i| m.x[i] * m.w1.weight(e * dff + f, i)).sum();
                     z.max(0.0) * z.max(0.0)
                 })
                 .collect();
             for (h, o) in out.iter_mut().enumerate() {
-                let z: f32 = (0..dff)
-                    .filter(|&f| lane_ok(f))
-                    .map(|f| act[f] * m.w2.weight(e * din + h, f))
-                    .sum();
+                let z: f32 = (0..dff).filter(|&f| lane_ok(f)).map(|f| act[f] * m.w2.weight(e * din + h, f)).sum();
                 *o += m.scores[k] * z;
             }
         }

@@ -54,9 +54,7 @@ pub fn xielu(dtype: Dtype, x: &[f32], alpha_p: f32, alpha_n: f32, beta: f32, eps
     let an = round(dtype, alpha_n);
     let be = round(dtype, beta);
     let ep = round(dtype, eps);
-    x.iter()
-        .map(|&v| xielu_one(dtype, v, ap, an, be, ep))
-        .collect()
+    x.iter().map(|&v| xielu_one(dtype, v, ap, an, be, ep)).collect()
 }
 
 /// Plain xIELU in f64 (no intermediate rounding, scalars taken as given):
@@ -98,16 +96,9 @@ mod tests {
             let want = xielu_f64(&x, ALPHA_P, ALPHA_N, BETA, EPS);
             let (tr, tm) = tolerance(dtype);
             let (r, m) = (nrms(&got, &want), nmax(&got, &want));
-            println!(
-                "xielu {} vs f64: nrms {r:.3e} (budget {tr:.1e}), nmax {m:.3e} (budget {tm:.1e})",
-                dtype.name()
-            );
+            println!("xielu {} vs f64: nrms {r:.3e} (budget {tr:.1e}), nmax {m:.3e} (budget {tm:.1e})", dtype.name());
             let tm = if dtype == Dtype::Bf16 { 0.1 } else { tm };
-            assert!(
-                r <= tr && m <= tm,
-                "{}: nrms {r:e} nmax {m:e}",
-                dtype.name()
-            );
+            assert!(r <= tr && m <= tm, "{}: nrms {r:e} nmax {m:e}", dtype.name());
         }
     }
 
@@ -125,26 +116,15 @@ mod tests {
             let got: Vec<f32> = x
                 .iter()
                 .map(|&v| {
-                    let y = if v > 0.0 {
-                        ap * v * v + be * v
-                    } else {
-                        (expm1(v.min(ep)) - v) * an + be * v
-                    };
+                    let y = if v > 0.0 { ap * v * v + be * v } else { (expm1(v.min(ep)) - v) * an + be * v };
                     r(y)
                 })
                 .collect();
             let (tr, tm) = tolerance(dtype);
             let (n, m) = (nrms(&got, &want), nmax(&got, &want));
-            println!(
-                "xielu {} single rounding vs model: nrms {n:.3e}, nmax {m:.3e}",
-                dtype.name()
-            );
+            println!("xielu {} single rounding vs model: nrms {n:.3e}, nmax {m:.3e}", dtype.name());
             let tm = if dtype == Dtype::Bf16 { 0.15 } else { tm };
-            assert!(
-                n <= tr && m <= tm,
-                "{}: nrms {n:e} nmax {m:e}",
-                dtype.name()
-            );
+            assert!(n <= tr && m <= tm, "{}: nrms {n:e} nmax {m:e}", dtype.name());
         }
     }
 
@@ -165,14 +145,7 @@ mod tests {
     #[test]
     fn nan_and_infinities() {
         for dtype in Dtype::ALL {
-            let out = xielu(
-                dtype,
-                &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY],
-                ALPHA_P,
-                ALPHA_N,
-                BETA,
-                EPS,
-            );
+            let out = xielu(dtype, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY], ALPHA_P, ALPHA_N, BETA, EPS);
             assert!(is_nan_bits(dtype, store(dtype, out[0])));
             assert_eq!(out[1], f32::INFINITY);
             // -inf: neg = (-1 - -inf)*an = +inf, bx = -inf: the model gives inf + -inf = NaN.
@@ -191,10 +164,7 @@ mod tests {
         let em = expm1(EPS);
         let z = (em - 0.0) * ALPHA_N + 0.0;
         assert_eq!(f(0.0).to_bits(), z.to_bits());
-        assert_eq!(
-            f(-0.0).to_bits(),
-            ((em - -0.0) * ALPHA_N + -0.0 * BETA).to_bits()
-        );
+        assert_eq!(f(-0.0).to_bits(), ((em - -0.0) * ALPHA_N + -0.0 * BETA).to_bits());
         // Below -17, expm1 is exactly -1.
         assert_eq!(f(-42.0), (-1.0f32 + 42.0) * ALPHA_N + -42.0 * BETA);
         // n = 0 is a no-op.

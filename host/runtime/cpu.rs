@@ -53,15 +53,22 @@ impl Backend for CpuBackend {
     }
 
     fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String> {
-        kernels_device::entry::emulated(name).map(FunctionHandle::Cpu).ok_or_else(|| format!("the emulator has no kernel {name}"))
+        kernels_device::entry::emulated(name)
+            .map(FunctionHandle::Cpu)
+            .ok_or_else(|| format!("the emulator has no kernel {name}"))
     }
 
     fn alloc(&self, bytes: usize) -> Result<u64> {
-        let layout = Layout::from_size_align(bytes.max(1), ALIGN).map_err(|e| Error::invalid("bytes", e.to_string()))?;
+        let layout =
+            Layout::from_size_align(bytes.max(1), ALIGN).map_err(|e| Error::invalid("bytes", e.to_string()))?;
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc(layout) };
         if ptr.is_null() {
-            return Err(Error::Backend { backend: "cpu", call: "alloc", message: format!("out of memory allocating {bytes} bytes") });
+            return Err(Error::Backend {
+                backend: "cpu",
+                call: "alloc",
+                message: format!("out of memory allocating {bytes} bytes"),
+            });
         }
         self.allocations.lock().unwrap().insert(ptr as u64, layout);
         Ok(ptr as u64)
@@ -98,14 +105,32 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    unsafe fn launch(&self, function: FunctionHandle, dims: LaunchDims, args: &PackedArgs, _stream: Stream) -> Result<()> {
+    unsafe fn launch(
+        &self,
+        function: FunctionHandle,
+        dims: LaunchDims,
+        args: &PackedArgs,
+        _stream: Stream,
+    ) -> Result<()> {
         let FunctionHandle::Cpu(entry) = function else {
             return Err(Error::CodeObject("a GPU function handle was given to the CPU backend".into()));
         };
-        let cfg = LaunchConfig { grid: dims.grid, workgroup_size: dims.workgroup_size, workgroup_mem_bytes: dims.workgroup_mem_bytes as usize };
+        let cfg = LaunchConfig {
+            grid: dims.grid,
+            workgroup_size: dims.workgroup_size,
+            workgroup_mem_bytes: dims.workgroup_mem_bytes as usize,
+        };
         let shared = SharedArgs(args.as_ptr());
         // SAFETY: the caller guarantees the arguments match the kernel.
-        unsafe { emulator::launch(&cfg, &|| entry({ let s = &shared; s.0 })) }.map_err(|e| Error::Emulator(e.0))
+        unsafe {
+            emulator::launch(&cfg, &|| {
+                entry({
+                    let s = &shared;
+                    s.0
+                })
+            })
+        }
+        .map_err(|e| Error::Emulator(e.0))
     }
 
     fn time(&self, _stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {

@@ -104,7 +104,11 @@ fn describe(result: sys::CUresult) -> String {
 
 /// The result of a driver call as this crate's error.
 fn check(call: &'static str, result: sys::CUresult) -> Result<()> {
-    if result == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Error::Backend { backend: BACKEND, call, message: describe(result) }) }
+    if result == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Backend { backend: BACKEND, call, message: describe(result) })
+    }
 }
 
 /// Calls `sys::$f(args)` and turns a failure into `Error::Backend` naming `$f`.
@@ -135,8 +139,11 @@ fn check_driver_library() -> Result<()> {
     // SAFETY: `is_culib_present` found a candidate that loads; `culib` loads the
     // first such candidate of the same list, so it does not panic.
     let lib = unsafe { sys::culib() };
-    let missing: Vec<&str> =
-        REQUIRED_SYMBOLS.iter().copied().filter(|name| unsafe { lib.get::<unsafe extern "C" fn()>(*name) }.is_err()).collect();
+    let missing: Vec<&str> = REQUIRED_SYMBOLS
+        .iter()
+        .copied()
+        .filter(|name| unsafe { lib.get::<unsafe extern "C" fn()>(*name) }.is_err())
+        .collect();
     if !missing.is_empty() {
         return Err(unavailable(format!(
             "the CUDA driver library lacks {}: this backend needs a driver for CUDA 12.8 or newer",
@@ -201,12 +208,15 @@ impl CudaBackend {
         // SAFETY (every `cu!` below): plain driver calls with valid out-pointers.
         cu!(cuInit(0)).map_err(|e| unavailable(format!("cuInit failed: {}", message_of(&e))))?;
         let mut count: c_int = 0;
-        cu!(cuDeviceGetCount(&mut count)).map_err(|e| unavailable(format!("cuDeviceGetCount failed: {}", message_of(&e))))?;
+        cu!(cuDeviceGetCount(&mut count))
+            .map_err(|e| unavailable(format!("cuDeviceGetCount failed: {}", message_of(&e))))?;
         if count <= 0 {
             return Err(unavailable("the CUDA driver reports no device"));
         }
         if ordinal >= count as usize {
-            return Err(unavailable(format!("there is no CUDA device {ordinal}: the driver reports {count} (ordinals 0..{count})")));
+            return Err(unavailable(format!(
+                "there is no CUDA device {ordinal}: the driver reports {count} (ordinals 0..{count})"
+            )));
         }
         let mut device: sys::CUdevice = 0;
         cu!(cuDeviceGet(&mut device, ordinal as c_int))?;
@@ -264,12 +274,16 @@ impl CudaBackend {
         if let Some(ptx_cc) = ptx_cc
             && compute_capability < ptx_cc
         {
-            return Err(format!("{} is older than the PTX target {}: the PTX cannot run here", self.info.arch, ptx.arch));
+            return Err(format!(
+                "{} is older than the PTX target {}: the PTX cannot run here",
+                self.info.arch, ptx.arch
+            ));
         }
         let text = CString::new(ptx.text).map_err(|_| "the embedded PTX contains a NUL byte".to_string())?;
 
         let mut error_log = vec![0u8; JIT_LOG_BYTES];
-        let mut options = [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+        let mut options =
+            [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
         // Option values are passed as pointers; a size is the integer itself.
         let mut values: [*mut c_void; 2] = [error_log.as_mut_ptr() as *mut c_void, JIT_LOG_BYTES as *mut c_void];
         let mut module: sys::CUmodule = ptr::null_mut();
@@ -307,22 +321,34 @@ impl CudaBackend {
         let cname = CString::new(name).map_err(|_| format!("kernel name {name:?} contains a NUL byte"))?;
         let mut function: sys::CUfunction = ptr::null_mut();
         // SAFETY: the module is loaded; `cname` is NUL-terminated.
-        cu!(cuModuleGetFunction(&mut function, self.module, cname.as_ptr())).map_err(|e| format!("the PTX module has no usable {name}: {e}"))?;
+        cu!(cuModuleGetFunction(&mut function, self.module, cname.as_ptr()))
+            .map_err(|e| format!("the PTX module has no usable {name}: {e}"))?;
         // The dynamic limit is what the block may have beyond the kernel's static
         // shared memory (none for these kernels, but a static array would count).
         let mut static_smem: c_int = 0;
-        cu!(cuFuncGetAttribute(&mut static_smem, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function))
-            .map_err(|e| format!("{name}: {e}"))?;
+        cu!(cuFuncGetAttribute(
+            &mut static_smem,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+            function
+        ))
+        .map_err(|e| format!("{name}: {e}"))?;
         // No local memory (register spills or a stack), as no scratch on AMD: a
         // kernel that needs it is slower than its design and is refused.
         let mut local: c_int = 0;
-        cu!(cuFuncGetAttribute(&mut local, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function)).map_err(|e| format!("{name}: {e}"))?;
+        cu!(cuFuncGetAttribute(&mut local, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function))
+            .map_err(|e| format!("{name}: {e}"))?;
         if local > 0 {
-            return Err(format!("{name} uses {local} bytes of local memory per thread (register spills or a stack); refused, as scratch is on AMD"));
+            return Err(format!(
+                "{name} uses {local} bytes of local memory per thread (register spills or a stack); refused, as scratch is on AMD"
+            ));
         }
         let dynamic_max = (smem_optin - static_smem).max(0);
-        cu!(cuFuncSetAttribute(function, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_max))
-            .map_err(|e| format!("{name}: allowing {dynamic_max} bytes of dynamic shared memory failed: {e}"))?;
+        cu!(cuFuncSetAttribute(
+            function,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            dynamic_max
+        ))
+        .map_err(|e| format!("{name}: allowing {dynamic_max} bytes of dynamic shared memory failed: {e}"))?;
         Ok(function)
     }
 }
@@ -430,7 +456,13 @@ impl Backend for CudaBackend {
         cu!(cuCtxSynchronize())
     }
 
-    unsafe fn launch(&self, function: FunctionHandle, dims: LaunchDims, args: &PackedArgs, stream: Stream) -> Result<()> {
+    unsafe fn launch(
+        &self,
+        function: FunctionHandle,
+        dims: LaunchDims,
+        args: &PackedArgs,
+        stream: Stream,
+    ) -> Result<()> {
         let FunctionHandle::Gpu(function) = function else {
             return Err(Error::CodeObject("an emulator function handle was given to the CUDA backend".into()));
         };

@@ -157,20 +157,25 @@ fn load_runtime() -> Result<()> {
 }
 
 fn load_runtime_once() -> std::result::Result<(), String> {
-    let (hip, hip_path) = open_library("amdhip64").map_err(|e| format!("the HIP runtime is not installed: {e}; {INSTALL_HINT}"))?;
+    let (hip, hip_path) =
+        open_library("amdhip64").map_err(|e| format!("the HIP runtime is not installed: {e}; {INSTALL_HINT}"))?;
     let hip: &'static libloading::Library = Box::leak(Box::new(hip));
     // SAFETY: the symbol is `hipError_t hipRuntimeGetVersion(int*)`.
-    let version = match unsafe { hip.get::<unsafe extern "C" fn(*mut c_int) -> sys::hipError_t>(b"hipRuntimeGetVersion") } {
-        Ok(f) => {
-            let mut v: c_int = 0;
-            // SAFETY: `v` is writable; the library stays loaded.
-            (unsafe { f(&mut v) } == sys::hipError_t_hipSuccess).then_some(v)
-        }
-        Err(_) => None,
-    };
+    let version =
+        match unsafe { hip.get::<unsafe extern "C" fn(*mut c_int) -> sys::hipError_t>(b"hipRuntimeGetVersion") } {
+            Ok(f) => {
+                let mut v: c_int = 0;
+                // SAFETY: `v` is writable; the library stays loaded.
+                (unsafe { f(&mut v) } == sys::hipError_t_hipSuccess).then_some(v)
+            }
+            Err(_) => None,
+        };
     let version_text = |v: c_int| format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000);
     if let Some(v) = version.filter(|&v| v < MIN_HIP_VERSION) {
-        return Err(format!("the HIP runtime at {hip_path} is version {}, older than 6.4; {INSTALL_HINT}", version_text(v)));
+        return Err(format!(
+            "the HIP runtime at {hip_path} is version {}, older than 6.4; {INSTALL_HINT}",
+            version_text(v)
+        ));
     }
     // SAFETY: `hip` is the HIP runtime and is never unloaded.
     unsafe { sys::load(hip) }.map_err(|missing| {
@@ -197,7 +202,11 @@ fn describe(status: sys::hipError_t) -> String {
 
 /// Turns the status of HIP call `call` into a result.
 fn check(call: &'static str, status: sys::hipError_t) -> Result<()> {
-    if status == sys::hipError_t_hipSuccess { Ok(()) } else { Err(Error::Backend { backend: "hip", call, message: describe(status) }) }
+    if status == sys::hipError_t_hipSuccess {
+        Ok(())
+    } else {
+        Err(Error::Backend { backend: "hip", call, message: describe(status) })
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -240,7 +249,11 @@ impl HipBackend {
             return Err(unavailable(format!(
                 "the HIP runtime found no GPU ({}): is the amdgpu kernel driver loaded and are /dev/kfd and /dev/dri \
                  accessible to this user (groups render, video)?",
-                if status == sys::hipError_t_hipSuccess { "hipGetDeviceCount returned 0".to_string() } else { describe(status) }
+                if status == sys::hipError_t_hipSuccess {
+                    "hipGetDeviceCount returned 0".to_string()
+                } else {
+                    describe(status)
+                }
             )));
         }
         if status != sys::hipError_t_hipSuccess {
@@ -277,7 +290,14 @@ impl HipBackend {
             Err(reason) => (Err(reason), None),
         };
         Ok(HipBackend {
-            info: DeviceInfo { backend: BackendKind::Hip, name: props.name(), arch, wavefront_size, compute_units, kernels },
+            info: DeviceInfo {
+                backend: BackendKind::Hip,
+                name: props.name(),
+                arch,
+                wavefront_size,
+                compute_units,
+                kernels,
+            },
             ordinal: device,
             kernels: loaded,
         })
@@ -376,9 +396,11 @@ impl Backend for HipBackend {
 
     fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String> {
         match (&self.kernels, &self.info.kernels) {
-            (Some(k), Ok(processor)) => {
-                k.functions.get(name).copied().ok_or_else(|| format!("the {processor} code object has no kernel {name}"))
-            }
+            (Some(k), Ok(processor)) => k
+                .functions
+                .get(name)
+                .copied()
+                .ok_or_else(|| format!("the {processor} code object has no kernel {name}")),
             (_, Err(why)) => Err(why.clone()),
             (None, Ok(_)) => Err("no code object is loaded on this HIP device".into()),
         }
@@ -389,7 +411,9 @@ impl Backend for HipBackend {
         let mut ptr: *mut c_void = ptr::null_mut();
         // SAFETY: `ptr` is writable.
         check("hipMalloc", unsafe { sys::hipMalloc(&mut ptr, bytes) }).map_err(|e| match e {
-            Error::Backend { backend, call, message } => Error::Backend { backend, call, message: format!("{bytes} bytes: {message}") },
+            Error::Backend { backend, call, message } => {
+                Error::Backend { backend, call, message: format!("{bytes} bytes: {message}") }
+            }
             other => other,
         })?;
         Ok(ptr as u64)
@@ -408,7 +432,9 @@ impl Backend for HipBackend {
         }
         self.current()?;
         // SAFETY: the caller guarantees `dst` holds src.len() bytes.
-        check("hipMemcpyHtoD", unsafe { sys::hipMemcpyHtoD(dst as sys::hipDeviceptr_t, src.as_ptr() as *const c_void, src.len()) })
+        check("hipMemcpyHtoD", unsafe {
+            sys::hipMemcpyHtoD(dst as sys::hipDeviceptr_t, src.as_ptr() as *const c_void, src.len())
+        })
     }
 
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<()> {
@@ -417,7 +443,9 @@ impl Backend for HipBackend {
         }
         self.current()?;
         // SAFETY: the caller guarantees `src` holds dst.len() bytes.
-        check("hipMemcpyDtoH", unsafe { sys::hipMemcpyDtoH(dst.as_mut_ptr() as *mut c_void, src as sys::hipDeviceptr_t, dst.len()) })
+        check("hipMemcpyDtoH", unsafe {
+            sys::hipMemcpyDtoH(dst.as_mut_ptr() as *mut c_void, src as sys::hipDeviceptr_t, dst.len())
+        })
     }
 
     unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, stream: Stream) -> Result<()> {
@@ -427,7 +455,12 @@ impl Backend for HipBackend {
         self.current()?;
         // SAFETY: the caller guarantees both hold `bytes` bytes.
         check("hipMemcpyDtoDAsync", unsafe {
-            sys::hipMemcpyDtoDAsync(dst as sys::hipDeviceptr_t, src as sys::hipDeviceptr_t, bytes, stream.0 as sys::hipStream_t)
+            sys::hipMemcpyDtoDAsync(
+                dst as sys::hipDeviceptr_t,
+                src as sys::hipDeviceptr_t,
+                bytes,
+                stream.0 as sys::hipStream_t,
+            )
         })
     }
 
@@ -446,7 +479,13 @@ impl Backend for HipBackend {
         check("hipDeviceSynchronize", unsafe { sys::hipDeviceSynchronize() })
     }
 
-    unsafe fn launch(&self, function: FunctionHandle, dims: LaunchDims, args: &PackedArgs, stream: Stream) -> Result<()> {
+    unsafe fn launch(
+        &self,
+        function: FunctionHandle,
+        dims: LaunchDims,
+        args: &PackedArgs,
+        stream: Stream,
+    ) -> Result<()> {
         let FunctionHandle::Gpu(function) = function else {
             return Err(Error::CodeObject("a CPU emulator function was given to the HIP backend".into()));
         };
@@ -593,9 +632,15 @@ mod tests {
     fn hip_wave64_or_unknown_arch_has_a_reason() {
         let objs = objects(&["gfx1151", "gfx11-generic", "gfx12-generic"]);
         let why = choose_code_object("gfx942", 64, &objs).unwrap_err();
-        assert!(why.contains("gfx942") && why.contains("64-lane") && why.contains("gfx1151, gfx11-generic, gfx12-generic"), "{why}");
+        assert!(
+            why.contains("gfx942") && why.contains("64-lane") && why.contains("gfx1151, gfx11-generic, gfx12-generic"),
+            "{why}"
+        );
         let why = choose_code_object("gfx1201", 32, &objs[..2]).unwrap_err();
-        assert!(why.contains("gfx1201") && why.contains("gfx1151, gfx11-generic") && why.contains("gfx12-generic"), "{why}");
+        assert!(
+            why.contains("gfx1201") && why.contains("gfx1151, gfx11-generic") && why.contains("gfx12-generic"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -603,7 +648,8 @@ mod tests {
         // The real embedded objects: what a gfx1151 or gfx1201 device would load.
         for arch in ["gfx1151", "gfx1100", "gfx1201"] {
             if let Some(o) = select_code_object(arch, AMDGPU_CODE_OBJECTS) {
-                let chosen = choose_code_object(arch, 32, AMDGPU_CODE_OBJECTS).unwrap_or_else(|e| panic!("{arch}: {e}"));
+                let chosen =
+                    choose_code_object(arch, 32, AMDGPU_CODE_OBJECTS).unwrap_or_else(|e| panic!("{arch}: {e}"));
                 assert_eq!(chosen.processor, o.processor);
             }
         }

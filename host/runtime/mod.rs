@@ -132,7 +132,13 @@ pub(crate) trait Backend: Send + Sync {
     /// # Safety
     /// The arguments match the kernel and every pointer in them is valid for
     /// everything the kernel does with it.
-    unsafe fn launch(&self, function: FunctionHandle, dims: LaunchDims, args: &PackedArgs, stream: Stream) -> Result<()>;
+    unsafe fn launch(
+        &self,
+        function: FunctionHandle,
+        dims: LaunchDims,
+        args: &PackedArgs,
+        stream: Stream,
+    ) -> Result<()>;
     /// Milliseconds taken on `stream` by the work `f` enqueues (events on a GPU,
     /// the wall clock on the CPU). Synchronizes the stream.
     fn time(&self, stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
@@ -206,7 +212,10 @@ impl Device {
         #[cfg(not(feature = "cuda"))]
         {
             let _ = ordinal;
-            Err(Error::BackendUnavailable { backend: "cuda", reason: "this build has no CUDA support (cargo feature `cuda`)".into() })
+            Err(Error::BackendUnavailable {
+                backend: "cuda",
+                reason: "this build has no CUDA support (cargo feature `cuda`)".into(),
+            })
         }
     }
 
@@ -245,7 +254,8 @@ impl Device {
         if let Err(why) = &info.kernels {
             return Err(unavailable(why.clone()));
         }
-        let spec = kernels_device::entry::spec(name).ok_or_else(|| unavailable("no kernel of that name exists in this library".into()))?;
+        let spec = kernels_device::entry::spec(name)
+            .ok_or_else(|| unavailable("no kernel of that name exists in this library".into()))?;
         let function = self.backend.function(name).map_err(unavailable)?;
         Ok(Kernel { spec, function })
     }
@@ -266,7 +276,8 @@ impl Device {
 
     /// Allocates `len` elements of `T` on the device (contents undefined).
     pub fn alloc<T: Copy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        let bytes = len.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("len", format!("{len} elements overflow")))?;
+        let bytes =
+            len.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("len", format!("{len} elements overflow")))?;
         let ptr = if bytes == 0 { 0 } else { self.backend.alloc(bytes)? };
         Ok(DeviceBuffer { device: self.clone(), ptr, len, _t: std::marker::PhantomData })
     }
@@ -276,7 +287,12 @@ impl Device {
         let buf = self.alloc::<T>(data.len())?;
         if !data.is_empty() {
             // SAFETY: the buffer holds data.len() elements; T is plain data.
-            unsafe { self.backend.copy_to_device(buf.ptr, std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)))? };
+            unsafe {
+                self.backend.copy_to_device(
+                    buf.ptr,
+                    std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)),
+                )?
+            };
         }
         Ok(buf)
     }
@@ -345,7 +361,12 @@ impl<T: Copy> DeviceBuffer<T> {
         }
         if self.len > 0 {
             // SAFETY: same length, plain data.
-            unsafe { self.device.backend.copy_to_device(self.ptr, std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)))? };
+            unsafe {
+                self.device.backend.copy_to_device(
+                    self.ptr,
+                    std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)),
+                )?
+            };
         }
         Ok(())
     }

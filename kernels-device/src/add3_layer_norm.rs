@@ -9,7 +9,7 @@
 
 use core::f32::math::{mul_add, sqrt};
 
-use crate::geometry::add3_layer_norm::{CHUNKS, CHUNK_STRIDE, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};
+use crate::geometry::add3_layer_norm::{CHUNK_STRIDE, CHUNKS, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};
 use crate::num::Elem;
 use crate::wave;
 
@@ -155,7 +155,11 @@ impl<T: Elem, const N: usize> Kept<T, N> {
     }
     #[inline(always)]
     fn get(&self, k: usize, j: usize) -> f32 {
-        if T::BYTES == 2 { T::from_bits_u32((self.packed[k][j / 2] >> (16 * (j % 2))) & 0xFFFF).to_f32() } else { self.wide[k][j] }
+        if T::BYTES == 2 {
+            T::from_bits_u32((self.packed[k][j / 2] >> (16 * (j % 2))) & 0xFFFF).to_f32()
+        } else {
+            self.wide[k][j]
+        }
     }
 }
 
@@ -216,7 +220,9 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     // Quad accesses need every row to start 4-element aligned.
     // (A null bias passes the alignment test and is never read.)
     let quads = d % 4 == 0
-        && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize].iter().all(|p| p % (4 * T::BYTES) == 0);
+        && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize]
+            .iter()
+            .all(|p| p % (4 * T::BYTES) == 0);
     let slots = wave::workgroup_mem::<f32>();
 
     // x_new = T(f(T(f(a) + f(b))) + f(x)), kept in registers, and step 3 as
@@ -331,7 +337,12 @@ struct Row<T: Elem, const N: usize> {
 /// # Safety
 /// As for [`add3_layer_norm`].
 #[inline(always)]
-unsafe fn write_h<T: Elem, const N: usize, const HAS_BIAS: bool>(row: Row<T, N>, w: *const T, bias: *const T, h: *mut T) {
+unsafe fn write_h<T: Elem, const N: usize, const HAS_BIAS: bool>(
+    row: Row<T, N>,
+    w: *const T,
+    bias: *const T,
+    h: *mut T,
+) {
     let Row { kept, t, d32, base, quads, mean, r } = row;
     let vals = |k: usize, j: usize| kept.get(k, j);
     for_each_chunk!(N, k => {

@@ -257,7 +257,8 @@ fn schedule(
         let mut progressed = false;
         for w in 0..waves {
             let wave = &mut states[w * 32..(w + 1) * 32];
-            let waiting_on_exchange = wave.iter().filter(|s| matches!(s, LaneState::Waiting(SyncPoint::Exchange { .. }))).count();
+            let waiting_on_exchange =
+                wave.iter().filter(|s| matches!(s, LaneState::Waiting(SyncPoint::Exchange { .. }))).count();
             if waiting_on_exchange == 0 {
                 continue;
             }
@@ -288,7 +289,13 @@ fn schedule(
             for l in 0..32u32 {
                 let src = match ops[l as usize] {
                     Exchange::Xor(m) => l ^ m,
-                    Exchange::Down(d) => if l + d < 32 { l + d } else { l },
+                    Exchange::Down(d) => {
+                        if l + d < 32 {
+                            l + d
+                        } else {
+                            l
+                        }
+                    }
                     Exchange::Index(s) => s,
                 };
                 wave[l as usize] = LaneState::Ready(values[(src % 32) as usize]);
@@ -322,10 +329,8 @@ fn divergence(wg: [u32; 3], w: usize, wave: &[LaneState]) -> EmulatorError {
     };
     let done = at(|s| matches!(s, LaneState::Done));
     let barrier = at(|s| matches!(s, LaneState::Waiting(SyncPoint::Barrier)));
-    let mut msg = format!(
-        "divergent lane exchange in workgroup {wg:?}, wave {w}: lanes {} wait on {op:?}",
-        list(&exchanging)
-    );
+    let mut msg =
+        format!("divergent lane exchange in workgroup {wg:?}, wave {w}: lanes {} wait on {op:?}", list(&exchanging));
     if !done.is_empty() {
         msg += &format!(", but lanes {} have returned", list(&done));
     }

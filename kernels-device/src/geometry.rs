@@ -71,7 +71,10 @@ pub mod xielu {
     /// slower: 2 per thread with twice the threads (run 35), the next group
     /// loaded before this one is looked up (run 20).
     pub const TABLE_CHUNKS_IN_FLIGHT: usize = 5;
-    const _: () = assert!(TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80, "the table must be a power of two per sign, below infinity");
+    const _: () = assert!(
+        TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80,
+        "the table must be a power of two per sign, below infinity"
+    );
 }
 
 /// `add3_layer_norm`: the geometry is fixed by the bit-exact contract.
@@ -128,8 +131,16 @@ pub mod add3_layer_norm {
 pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     ("add3_layer_norm_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
     ("add3_layer_norm_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT),
-    ("add3_layer_norm_d4096_f16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT),
-    ("add3_layer_norm_d4096_bf16", add3_layer_norm::WORKGROUP_SIZE, add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT),
+    (
+        "add3_layer_norm_d4096_f16",
+        add3_layer_norm::WORKGROUP_SIZE,
+        add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT,
+    ),
+    (
+        "add3_layer_norm_d4096_bf16",
+        add3_layer_norm::WORKGROUP_SIZE,
+        add3_layer_norm::NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT,
+    ),
 ];
 
 /// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.

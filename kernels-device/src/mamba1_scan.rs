@@ -168,7 +168,16 @@ impl StepInputs {
     /// Loads steps `t .. t + UNROLL` (all in bounds).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn load<T: Elem>(t: usize, col_lane: u32, dt_c: *const T, x_c: *const T, b_c: *const T, c_c: *const T, dm: usize, n: usize) -> Self {
+    unsafe fn load<T: Elem>(
+        t: usize,
+        col_lane: u32,
+        dt_c: *const T,
+        x_c: *const T,
+        b_c: *const T,
+        c_c: *const T,
+        dm: usize,
+        n: usize,
+    ) -> Self {
         unsafe {
             let j = (col_lane % UNROLL as u32) as usize;
             let coop = if col_lane < UNROLL as u32 {
@@ -245,9 +254,16 @@ unsafe fn scan<T: Elem, const HALF: bool>(
     let b = wave::workgroup_id_y();
     let half = HALF;
     let per_wave = wave::WAVE_SIZE / lanes_per_channel(n);
-    let wave_first = wave::workgroup_id_x() as u64 * channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
+    let wave_first =
+        wave::workgroup_id_x() as u64 * channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
     // Uniform over the wave: the whole wave leaves.
-    if b >= batch || wave_first >= dm as u64 || len == 0 || n == 0 || n > MAX_N || wave::wave_id() >= WAVES_PER_WORKGROUP {
+    if b >= batch
+        || wave_first >= dm as u64
+        || len == 0
+        || n == 0
+        || n > MAX_N
+        || wave::wave_id() >= WAVES_PER_WORKGROUP
+    {
         return;
     }
     let lane = wave::lane_id();

@@ -96,10 +96,22 @@ struct Stage<T>([T; STAGE_VALUES as usize]);
 macro_rules! unroll_batch {
     ($u:ident => $body:block) => {{
         const _: () = assert!(QUADS_PER_BATCH >= 1 && QUADS_PER_BATCH <= 4, "unroll_batch! unrolls 1 to 4 quads");
-        { let $u: usize = 0; $body }
-        if QUADS_PER_BATCH > 1 { let $u: usize = 1; $body }
-        if QUADS_PER_BATCH > 2 { let $u: usize = 2; $body }
-        if QUADS_PER_BATCH > 3 { let $u: usize = 3; $body }
+        {
+            let $u: usize = 0;
+            $body
+        }
+        if QUADS_PER_BATCH > 1 {
+            let $u: usize = 1;
+            $body
+        }
+        if QUADS_PER_BATCH > 2 {
+            let $u: usize = 2;
+            $body
+        }
+        if QUADS_PER_BATCH > 3 {
+            let $u: usize = 3;
+            $body
+        }
     }};
 }
 
@@ -250,7 +262,14 @@ impl<T: Elem> RowPtrs<T> {
     unsafe fn new<const PAIRED: bool>(w: *const u32, s: *const T, b: *const T, row: u32, l: Layout) -> Self {
         let row_g = row as usize * l.groups as usize;
         let (start, first_g) = if PAIRED { (row_g & !1, (row_g & 1) as u32) } else { (row_g, 0) };
-        unsafe { RowPtrs { w: w.add(row as usize * l.words as usize) as *const Quad, s: s.add(start), b: b.add(start), first_g } }
+        unsafe {
+            RowPtrs {
+                w: w.add(row as usize * l.words as usize) as *const Quad,
+                s: s.add(start),
+                b: b.add(start),
+                first_g,
+            }
+        }
     }
 }
 
@@ -266,7 +285,13 @@ impl<T: Elem> RowPtrs<T> {
 /// reaches past the array: stacks have an even number of groups (rows are
 /// multiples of the group size), so the last element is the high half of a word.
 #[inline(always)]
-unsafe fn load_batch<T: Elem, const BITS: u32, const PAIRED: bool>(r: RowPtrs<T>, j: u32, lane: u32, n_quads: u32, gs_shift: u32) -> Batch {
+unsafe fn load_batch<T: Elem, const BITS: u32, const PAIRED: bool>(
+    r: RowPtrs<T>,
+    j: u32,
+    lane: u32,
+    n_quads: u32,
+    gs_shift: u32,
+) -> Batch {
     let mut batch = Batch::EMPTY;
     let wave_first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
     unroll_batch!(u => {
@@ -294,17 +319,22 @@ unsafe fn load_batch<T: Elem, const BITS: u32, const PAIRED: bool>(r: RowPtrs<T>
 /// group `g`.
 #[inline(always)]
 fn widen_raw<T: Elem, const PAIRED: bool>(word: u32, g: u32) -> f32 {
-    if PAIRED {
-        T::from_bits_u32((word >> ((g & 1) * 16)) & 0xFFFF).to_f32()
-    } else {
-        T::from_bits_u32(word).to_f32()
-    }
+    if PAIRED { T::from_bits_u32((word >> ((g & 1) * 16)) & 0xFFFF).to_f32() } else { T::from_bits_u32(word).to_f32() }
 }
 
 /// Adds this lane's part of batch `j` of a row to `acc`: for each of its quads,
 /// `s * sum_j x_j q_j + b * sum_j x_j` against the staged chunk.
 #[inline(always)]
-unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(batch: &Batch, lds: *const f32, first_g: u32, j: u32, lane: u32, n_quads: u32, gs_shift: u32, mut acc: f32) -> f32 {
+unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
+    batch: &Batch,
+    lds: *const f32,
+    first_g: u32,
+    j: u32,
+    lane: u32,
+    n_quads: u32,
+    gs_shift: u32,
+    mut acc: f32,
+) -> f32 {
     let chunk = vpq(BITS);
     let per_word = vpw(BITS) as usize;
     let first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32 + lane;
@@ -360,7 +390,11 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
         let (ni, nj) = if j + 1 < batches { (i, j + 1) } else { (i + 1, 0) };
         let more = ni < n_rows;
         let next_rp = if nj == 0 && more { unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(ni), l) } } else { rp };
-        let next = if more { unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.gs_shift) } } else { Batch::EMPTY };
+        let next = if more {
+            unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.gs_shift) }
+        } else {
+            Batch::EMPTY
+        };
         wave::schedule_fence();
         acc = unsafe { batch_dot::<T, BITS, PAIRED>(&cur, lds, rp.first_g, j, lane, n_quads, l.gs_shift, acc) };
         if nj == 0 {
@@ -383,7 +417,15 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
 /// This lane's partial of one row on single words, for weights that are not
 /// 16-byte aligned: lane `l` takes words `l + 32 i`.
 #[inline(always)]
-unsafe fn row_partial_words<T: Elem, const BITS: u32>(w: *const u32, s: *const T, b: *const T, lds: *const f32, words: u32, gs_shift: u32, lane: u32) -> f32 {
+unsafe fn row_partial_words<T: Elem, const BITS: u32>(
+    w: *const u32,
+    s: *const T,
+    b: *const T,
+    lds: *const f32,
+    words: u32,
+    gs_shift: u32,
+    lane: u32,
+) -> f32 {
     let chunk = vpq(BITS);
     let stride = chunk + PAD;
     let per_word = vpw(BITS);
@@ -558,10 +600,18 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
         let wide = (w1 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
         if bits == 4 {
             let st = || stage::<T, 4>(x, din, lds);
-            if wide { compute_rows::<T, 4, true>(w, s, b, lds, dff, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, dff, l, st, finish) }
+            if wide {
+                compute_rows::<T, 4, true>(w, s, b, lds, dff, l, st, finish)
+            } else {
+                compute_rows::<T, 4, false>(w, s, b, lds, dff, l, st, finish)
+            }
         } else {
             let st = || stage::<T, 8>(x, din, lds);
-            if wide { compute_rows::<T, 8, true>(w, s, b, lds, dff, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, dff, l, st, finish) }
+            if wide {
+                compute_rows::<T, 8, true>(w, s, b, lds, dff, l, st, finish)
+            } else {
+                compute_rows::<T, 8, false>(w, s, b, lds, dff, l, st, finish)
+            }
         }
     }
 }
@@ -614,10 +664,18 @@ pub unsafe fn moe_down<T: Elem>(
         let wide = (w2 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
         if bits == 4 {
             let st = || stage::<f32, 4>(a, dff, lds);
-            if wide { compute_rows::<T, 4, true>(w, s, b, lds, din, l, st, finish) } else { compute_rows::<T, 4, false>(w, s, b, lds, din, l, st, finish) }
+            if wide {
+                compute_rows::<T, 4, true>(w, s, b, lds, din, l, st, finish)
+            } else {
+                compute_rows::<T, 4, false>(w, s, b, lds, din, l, st, finish)
+            }
         } else {
             let st = || stage::<f32, 8>(a, dff, lds);
-            if wide { compute_rows::<T, 8, true>(w, s, b, lds, din, l, st, finish) } else { compute_rows::<T, 8, false>(w, s, b, lds, din, l, st, finish) }
+            if wide {
+                compute_rows::<T, 8, true>(w, s, b, lds, din, l, st, finish)
+            } else {
+                compute_rows::<T, 8, false>(w, s, b, lds, din, l, st, finish)
+            }
         }
     }
 }

@@ -7,10 +7,22 @@
 #[macro_export]
 macro_rules! unroll4 {
     ($i:ident => $body:block) => {{
-        { let $i: usize = 0; $body }
-        { let $i: usize = 1; $body }
-        { let $i: usize = 2; $body }
-        { let $i: usize = 3; $body }
+        {
+            let $i: usize = 0;
+            $body
+        }
+        {
+            let $i: usize = 1;
+            $body
+        }
+        {
+            let $i: usize = 2;
+            $body
+        }
+        {
+            let $i: usize = 3;
+            $body
+        }
     }};
 }
 

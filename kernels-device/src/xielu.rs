@@ -44,7 +44,10 @@
 //! (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::xielu::{ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN};
+use crate::geometry::xielu::{
+    ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS,
+    TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN,
+};
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
 use crate::wave;
 
@@ -82,7 +85,9 @@ fn xielu_one<T: Elem>(x: T, p: Params) -> T {
 #[inline(always)]
 fn fast_params<T: Elem>(p: Params) -> bool {
     let moderate = |m: f32| m.abs() >= BF16_FAST_PARAM.0 && m.abs() <= BF16_FAST_PARAM.1;
-    p.ep <= 0.0 && (!T::ROUND_NORMAL_IS_PARTIAL || (moderate(p.ap) && moderate(p.an) && moderate(p.be) && moderate(p.ep) && p.an > 0.0 && p.ep < 0.0))
+    p.ep <= 0.0
+        && (!T::ROUND_NORMAL_IS_PARTIAL
+            || (moderate(p.ap) && moderate(p.an) && moderate(p.be) && moderate(p.ep) && p.an > 0.0 && p.ep < 0.0))
 }
 
 /// Whether [`xielu_fast`] gives the model's bits for the value `v` (given
@@ -176,7 +181,8 @@ const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i
 fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
     let x = T::from_bits_u32(table_value(e));
     let v = x.to_f32();
-    let y: T = if e < TABLE_SPAN || v <= -BF16_EXPM1_SATURATES { xielu_fast_with_em(v, -1.0, p) } else { xielu_fast(x, p) };
+    let y: T =
+        if e < TABLE_SPAN || v <= -BF16_EXPM1_SATURATES { xielu_fast_with_em(v, -1.0, p) } else { xielu_fast(x, p) };
     y.to_bits_u32()
 }
 
@@ -250,7 +256,12 @@ unsafe fn lookup_chunk(chunk: Words, table: *const u16) -> (Words, bool) {
 /// `BF16_WORKGROUP_MEM_BYTES` of workgroup memory.
 #[inline(always)]
 pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) {
-    let p = Params { ap: round_to::<T>(alpha_p), an: round_to::<T>(alpha_n), be: round_to::<T>(beta), ep: round_to::<T>(eps) };
+    let p = Params {
+        ap: round_to::<T>(alpha_p),
+        an: round_to::<T>(alpha_n),
+        be: round_to::<T>(beta),
+        ep: round_to::<T>(eps),
+    };
     let fast = fast_params::<T>(p);
     let per_thread = ELEMS_PER_THREAD as u64;
     let stride = wave::num_workgroups_x() as u64 * wave::workgroup_size() as u64 * per_thread;
@@ -355,7 +366,7 @@ mod tests {
         (1e-3, 50.0, 3.0, -1.0),
         (0.5, 2.0, 0.25, -10.0), // eps below -BF16_EXPM1_SATURATES: min(v, eps) = eps there
         (-0.5, 0.3, 1.0, -1e-4),
-        (0.8, 0.8, 0.5, 0.0),  // eps = 0: fast in f32 and f16 only
+        (0.8, 0.8, 0.5, 0.0),    // eps = 0: fast in f32 and f16 only
         (0.8, -0.8, 0.5, -1e-6), // an < 0: fast in f32 and f16 only
     ];
 
@@ -371,7 +382,15 @@ mod tests {
                 }
                 fast_count += 1;
                 let (f, m) = (xielu_fast(x, p).to_f32(), xielu_one(x, p).to_f32());
-                assert!(f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()), "{} x = {:e}, params {:?}: fast {:e} model {:e}", T::NAME, x.to_f32(), (ap, an, be, ep), f, m);
+                assert!(
+                    f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()),
+                    "{} x = {:e}, params {:?}: fast {:e} model {:e}",
+                    T::NAME,
+                    x.to_f32(),
+                    (ap, an, be, ep),
+                    f,
+                    m
+                );
             }
         }
         fast_count
@@ -428,7 +447,14 @@ mod tests {
                 }
                 checked += 1;
                 let (f, m) = (xielu_fast(x, p).to_f32(), xielu_one(x, p).to_f32());
-                assert!(f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()), "x = {:e}, params {:?}: fast {:e} model {:e}", x.to_f32(), (ap, an, be, ep), f, m);
+                assert!(
+                    f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()),
+                    "x = {:e}, params {:?}: fast {:e} model {:e}",
+                    x.to_f32(),
+                    (ap, an, be, ep),
+                    f,
+                    m
+                );
             }
         }
         assert!(checked > 20 * 20480, "only {checked} fast evaluations were checked");
@@ -450,7 +476,18 @@ mod tests {
     fn table_slots_cover_exactly_the_table_range_once() {
         let mut seen = [false; TABLE_ENTRIES as usize];
         let (lo, hi) = (2f32.powi(TABLE_MIN_EXP), 2f32.powi(TABLE_MIN_EXP + TABLE_BINADES as i32));
-        let edges = [0, 1, TABLE_LO_BITS - 1, TABLE_LO_BITS, TABLE_LO_BITS + TABLE_SPAN - 1, TABLE_LO_BITS + TABLE_SPAN, 0x3F80, 0x7F80, 0x7FC0, 0x7FFF];
+        let edges = [
+            0,
+            1,
+            TABLE_LO_BITS - 1,
+            TABLE_LO_BITS,
+            TABLE_LO_BITS + TABLE_SPAN - 1,
+            TABLE_LO_BITS + TABLE_SPAN,
+            0x3F80,
+            0x7F80,
+            0x7FC0,
+            0x7FFF,
+        ];
         let mut others = [0u32; 2 * 10];
         for (i, &m) in edges.iter().enumerate() {
             others[2 * i] = m;
@@ -486,7 +523,13 @@ mod tests {
             }
             for e in 0..TABLE_ENTRIES {
                 let x = Bf16::from_bits_u32(table_value(e));
-                assert_eq!(table_entry::<Bf16>(e, p), xielu_one(x, p).to_bits_u32(), "entry {e}, x = {:e}, params {:?}", x.to_f32(), (ap, an, be, ep));
+                assert_eq!(
+                    table_entry::<Bf16>(e, p),
+                    xielu_one(x, p).to_bits_u32(),
+                    "entry {e}, x = {:e}, params {:?}",
+                    x.to_f32(),
+                    (ap, an, be, ep)
+                );
                 checked += 1;
             }
         }

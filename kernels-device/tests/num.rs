@@ -245,12 +245,37 @@ fn widening_all_f16_and_bf16_patterns() {
 /// either side of it.
 fn narrowing_specials() -> Vec<f32> {
     let mut v: Vec<u32> = vec![
-        0x0000_0000, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, // ±0, ±inf
-        0x7FC0_0000, 0xFFC0_0000, 0x7F80_0001, 0xFF80_0001, 0x7FBF_FFFF, 0x7FFF_FFFF, 0xFFFF_FFFF,
-        0x7F80_8000, 0x7F81_0000, 0x7F80_7FFF, 0x7FC0_8000, // NaNs whose top 16 bits look like inf
-        0x0000_0001, 0x8000_0001, 0x007F_FFFF, 0x807F_FFFF, 0x0040_0000, 0x0000_8000, 0x0000_7FFF,
-        0x0080_0000, 0x8080_0000, 0x7F7F_FFFF, 0xFF7F_FFFF, 0x7F7F_8000, 0x7F7F_7FFF, 0xFF7F_8000,
-        0x3F80_0000, 0xBF80_0000,
+        0x0000_0000,
+        0x8000_0000,
+        0x7F80_0000,
+        0xFF80_0000, // ±0, ±inf
+        0x7FC0_0000,
+        0xFFC0_0000,
+        0x7F80_0001,
+        0xFF80_0001,
+        0x7FBF_FFFF,
+        0x7FFF_FFFF,
+        0xFFFF_FFFF,
+        0x7F80_8000,
+        0x7F81_0000,
+        0x7F80_7FFF,
+        0x7FC0_8000, // NaNs whose top 16 bits look like inf
+        0x0000_0001,
+        0x8000_0001,
+        0x007F_FFFF,
+        0x807F_FFFF,
+        0x0040_0000,
+        0x0000_8000,
+        0x0000_7FFF,
+        0x0080_0000,
+        0x8080_0000,
+        0x7F7F_FFFF,
+        0xFF7F_FFFF,
+        0x7F7F_8000,
+        0x7F7F_7FFF,
+        0xFF7F_8000,
+        0x3F80_0000,
+        0xBF80_0000,
     ];
     let f = |x: f32| x.to_bits();
     for x in [65504.0f32, 65519.0, 65519.996, 65520.0, 65536.0, 1e5, -65520.0, -65504.0] {
@@ -589,7 +614,9 @@ fn expm1_nonpos_equals_expm1_for_x_at_most_0() {
             assert_eq!(expm1_nonpos_mismatch(x), 0.0, "expm1_nonpos({x:e})");
         }
     }
-    for x in [0.0, -0.0, f32::NEG_INFINITY, f32::NAN, -f32::NAN, -17.0, -17.000002, -16.999998, f32::MIN, -f32::MIN_POSITIVE] {
+    for x in
+        [0.0, -0.0, f32::NEG_INFINITY, f32::NAN, -f32::NAN, -17.0, -17.000002, -16.999998, f32::MIN, -f32::MIN_POSITIVE]
+    {
         assert_eq!(expm1_nonpos_mismatch(x), 0.0, "expm1_nonpos({x:e})");
     }
     let w = sweep(0x8000_0000, u32::MAX, 61, expm1_nonpos_mismatch);

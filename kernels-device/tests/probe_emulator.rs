@@ -52,15 +52,31 @@ fn probe_matches_the_definition_of_every_primitive() {
     let threads = (groups * WORKGROUP_SIZE) as usize;
     let mut out = vec![0xDEAD_BEEFu32; threads * WORDS_PER_LANE];
     let ptr = SyncPtr(out.as_mut_ptr());
-    let cfg = LaunchConfig { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES as usize };
-    unsafe { emulator::launch(&cfg, &|| kernels_device::probe::probe({ let p = &ptr; p.0 })) }.unwrap();
+    let cfg = LaunchConfig {
+        grid: [groups, 1, 1],
+        workgroup_size: WORKGROUP_SIZE,
+        workgroup_mem_bytes: WORKGROUP_MEM_BYTES as usize,
+    };
+    unsafe {
+        emulator::launch(&cfg, &|| {
+            kernels_device::probe::probe({
+                let p = &ptr;
+                p.0
+            })
+        })
+    }
+    .unwrap();
     for wg in 0..groups {
         for t in 0..WORKGROUP_SIZE {
             let g = (wg * WORKGROUP_SIZE + t) as usize;
             let got = &out[g * WORDS_PER_LANE..(g + 1) * WORDS_PER_LANE];
             let want = expected(wg, t, groups);
             for w in 0..WORDS_PER_LANE {
-                assert_eq!(got[w], want[w], "workgroup {wg} thread {t} word {w}: got {:#010x}, want {:#010x}", got[w], want[w]);
+                assert_eq!(
+                    got[w], want[w],
+                    "workgroup {wg} thread {t} word {w}: got {:#010x}, want {:#010x}",
+                    got[w], want[w]
+                );
             }
         }
     }
@@ -141,10 +157,40 @@ fn read_stream_folds_every_quad_once() {
     let mut out = vec![0u32; (groups * size) as usize];
     let (sp, op) = (SyncConstPtr(src[skip..].as_ptr()), SyncPtr(out.as_mut_ptr()));
     let cfg = LaunchConfig { grid: [groups, 1, 1], workgroup_size: size, workgroup_mem_bytes: 0 };
-    unsafe { emulator::launch(&cfg, &|| kernels_device::probe::read_stream({ let p = &sp; p.0 }, quads as u64, { let p = &op; p.0 })) }.unwrap();
+    unsafe {
+        emulator::launch(&cfg, &|| {
+            kernels_device::probe::read_stream(
+                {
+                    let p = &sp;
+                    p.0
+                },
+                quads as u64,
+                {
+                    let p = &op;
+                    p.0
+                },
+            )
+        })
+    }
+    .unwrap();
     assert_eq!(out.iter().fold(0, |a, w| a ^ w), want);
     // Dropping the last quad changes the fold: every quad is read.
     out.fill(0);
-    unsafe { emulator::launch(&cfg, &|| kernels_device::probe::read_stream({ let p = &sp; p.0 }, quads as u64 - 1, { let p = &op; p.0 })) }.unwrap();
+    unsafe {
+        emulator::launch(&cfg, &|| {
+            kernels_device::probe::read_stream(
+                {
+                    let p = &sp;
+                    p.0
+                },
+                quads as u64 - 1,
+                {
+                    let p = &op;
+                    p.0
+                },
+            )
+        })
+    }
+    .unwrap();
     assert_ne!(out.iter().fold(0, |a, w| a ^ w), want);
 }

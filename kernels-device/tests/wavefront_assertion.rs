@@ -16,7 +16,15 @@ fn check_for(cpu: &str, extra_flags: &str) -> (bool, String) {
     let out = Command::new(env!("CARGO"))
         .env_remove("RUSTFLAGS")
         .env("CARGO_ENCODED_RUSTFLAGS", flags)
-        .args(["check", "--target", "amdgcn-amd-amdhsa", "-Zbuild-std=core", "--profile", "gpu-kernels", "--manifest-path"])
+        .args([
+            "check",
+            "--target",
+            "amdgcn-amd-amdhsa",
+            "-Zbuild-std=core",
+            "--profile",
+            "gpu-kernels",
+            "--manifest-path",
+        ])
         .arg(manifest)
         .arg("--target-dir")
         .arg(target_dir)

@@ -14,9 +14,14 @@ use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer};
 /// that a run meant to exercise a GPU cannot pass on the emulator alone.
 pub fn devices() -> Vec<Device> {
     let mut out = Vec::new();
-    for (kind, expect_env) in [(BackendKind::Hip, "MLXCEL_AMDGPU_EXPECT_HIP"), (BackendKind::Cuda, "MLXCEL_AMDGPU_EXPECT_CUDA")] {
+    for (kind, expect_env) in
+        [(BackendKind::Hip, "MLXCEL_AMDGPU_EXPECT_HIP"), (BackendKind::Cuda, "MLXCEL_AMDGPU_EXPECT_CUDA")]
+    {
         let skipped = |why: String| {
-            assert!(std::env::var_os(expect_env).is_none(), "{expect_env} is set but the {kind} backend was skipped: {why}");
+            assert!(
+                std::env::var_os(expect_env).is_none(),
+                "{expect_env} is set but the {kind} backend was skipped: {why}"
+            );
             eprintln!("[backend] {kind}: skipped: {why}");
         };
         match Device::open(kind) {
