@@ -43,3 +43,83 @@ impl fmt::Display for Dtype {
         f.write_str(self.name())
     }
 }
+
+/// An activation element type of the typed API: `f32`, [`half::f16`] or
+/// [`half::bf16`]. Its [`Dtype`] picks the kernel instance, so a typed buffer
+/// can only reach the kernel compiled for its type.
+pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
+    const DTYPE: Dtype;
+    /// `v` rounded to this type (to nearest, ties to even).
+    fn from_f32(v: f32) -> Self;
+    /// The value widened to f32 (exact).
+    fn to_f32(self) -> f32;
+    /// The storage bits, zero-extended.
+    fn to_bits_u32(self) -> u32;
+}
+
+impl Element for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits()
+    }
+}
+impl Element for half::f16 {
+    const DTYPE: Dtype = Dtype::F16;
+    fn from_f32(v: f32) -> Self {
+        half::f16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+impl Element for half::bf16 {
+    const DTYPE: Dtype = Dtype::Bf16;
+    fn from_f32(v: f32) -> Self {
+        half::bf16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        half::bf16::to_f32(self)
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// Runs `$body` with the type alias `$t` bound to the [`Element`] of the
+/// run-time dtype `$dtype`: the one place a run-time dtype becomes a type (the C
+/// ABI, and tests that loop over dtypes).
+#[macro_export]
+macro_rules! with_element {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::Dtype::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::Dtype::F16 => {
+                type $t = $crate::half::f16;
+                $body
+            }
+            $crate::Dtype::Bf16 => {
+                type $t = $crate::half::bf16;
+                $body
+            }
+        }
+    };
+}

@@ -31,6 +31,7 @@ use crate::kernels::mamba1_scan::{self, ScanPointers};
 use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::{BackendKind, Device, Stream};
+use crate::with_element;
 
 /// Status of a C ABI call.
 #[allow(non_camel_case_types)]
@@ -92,7 +93,8 @@ fn status_of(error: &Error) -> MlxcelAmdgpuStatus {
         Error::InvalidArgument { .. } => MLXCEL_AMDGPU_INVALID_ARGUMENT,
         Error::Unavailable { .. } | Error::BackendUnavailable { .. } => MLXCEL_AMDGPU_UNAVAILABLE,
         Error::Backend { .. } => MLXCEL_AMDGPU_BACKEND_ERROR,
-        Error::CodeObject(_) | Error::Emulator(_) => MLXCEL_AMDGPU_INTERNAL,
+        Error::CodeObject(_) | Error::Emulator(_) | Error::Internal(_) => MLXCEL_AMDGPU_INTERNAL,
+        Error::Context { source, .. } => status_of(source),
     }
 }
 
@@ -228,7 +230,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_xielu(
 ) -> MlxcelAmdgpuStatus {
     guarded(|| {
         let params = XieluParams { alpha_p, alpha_n, beta, eps };
-        unsafe { xielu::launch(&device()?, dtype_of(dtype)?, x as u64, out as u64, n, params, Stream(stream)) }
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { xielu::launch::<T>(&device, x as u64, out as u64, n, params, Stream(stream)) })
     })
 }
 
@@ -270,7 +273,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_add3_layer_norm(
             x_new: x_new as u64,
             h: h as u64,
         };
-        unsafe { add3_layer_norm::launch(&device()?, dtype_of(dtype)?, p, rows, d, eps, Stream(stream)) }
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { add3_layer_norm::launch::<T>(&device, p, rows, d, eps, Stream(stream)) })
     })
 }
 
@@ -319,7 +323,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_mamba1_scan(
             y: y as u64,
             state_out: state_out as u64,
         };
-        unsafe { mamba1_scan::launch(&device()?, dtype_of(dtype)?, p, batch, len, dm, n, Stream(stream)) }
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { mamba1_scan::launch::<T>(&device, p, batch, len, dm, n, Stream(stream)) })
     })
 }
 
@@ -380,10 +385,10 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
     status: *mut u32,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
-    guarded(|| unsafe {
-        moe::fc1_relu2(
-            &device()?,
-            dtype_of(dtype)?,
+    guarded(|| {
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { moe::fc1_relu2::<T>(
+            &device,
             x as u64,
             idx as u64,
             quantized(w1, s1, b1),
@@ -391,7 +396,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
             &shape.into(),
             status as u64,
             Stream(stream),
-        )
+        ) })
     })
 }
 
@@ -414,10 +419,10 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
     status: *mut u32,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
-    guarded(|| unsafe {
-        moe::down(
-            &device()?,
-            dtype_of(dtype)?,
+    guarded(|| {
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { moe::down::<T>(
+            &device,
             idx as u64,
             quantized(w2, s2, b2),
             act as u64,
@@ -426,7 +431,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
             &shape.into(),
             status as u64,
             Stream(stream),
-        )
+        ) })
     })
 }
 
@@ -443,7 +448,10 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(
     din: u32,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
-    guarded(|| unsafe { moe::combine(&device()?, dtype_of(dtype)?, part as u64, out as u64, k, din, Stream(stream)) })
+    guarded(|| {
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { moe::combine::<T>(&device, part as u64, out as u64, k, din, Stream(stream)) })
+    })
 }
 
 /// The whole routed-expert forward of one token: `moe_fc1_relu2`, `moe_down`
@@ -485,6 +493,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
             scratch_len,
             status: status as u64,
         };
-        unsafe { moe::routed_forward(&device()?, dtype_of(dtype)?, p, &shape.into(), Stream(stream)) }
+        let device = device()?;
+        with_element!(dtype_of(dtype)?, T => unsafe { moe::routed_forward::<T>(&device, p, &shape.into(), Stream(stream)) })
     })
 }

@@ -19,7 +19,8 @@ pub mod reference;
 pub mod runtime;
 pub mod selftest;
 
-pub use dtype::Dtype;
+pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
+pub use half;
 pub use kernels_device;
 pub use runtime::{BackendKind, Device, DeviceBuffer, Kernel, Stream};

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::dtype::Dtype;
+use crate::dtype::{Dtype, Element};
 use crate::error::Result;
 use crate::kernels::add3_layer_norm::{self, Add3Buffers};
 use crate::kernels::mamba1_scan::{self, ScanBuffers};
@@ -13,6 +13,7 @@ use crate::kernels::moe::{self, MoeShape, QuantizedBuffers, RoutedBuffers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::reference::{self, data, layer_norm, metrics};
 use crate::runtime::{BackendKind, Device, DeviceBuffer, Stream};
+use crate::with_element;
 
 /// One row of the table.
 #[derive(Clone, Debug)]
@@ -54,20 +55,19 @@ fn reduced(device: &Device) -> bool {
     device.backend() == BackendKind::Cpu
 }
 
-fn upload(device: &Device, dtype: Dtype, values: &[f32]) -> Result<DeviceBuffer<u8>> {
-    device.upload(&reference::to_le_bytes(dtype, values))
+/// Uploads values (representable in `T`) as a `T` buffer.
+fn upload<T: Element>(device: &Device, values: &[f32]) -> Result<DeviceBuffer<T>> {
+    device.upload(&values.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>())
 }
 
-fn bits(dtype: Dtype, buf: &DeviceBuffer<u8>) -> Result<Vec<u32>> {
-    Ok(buf
-        .download()?
-        .chunks_exact(dtype.size())
-        .map(|c| {
-            let mut b = [0u8; 4];
-            b[..c.len()].copy_from_slice(c);
-            u32::from_le_bytes(b)
-        })
-        .collect())
+/// The storage bits of a downloaded buffer.
+fn bits<T: Element>(buf: &DeviceBuffer<T>) -> Result<Vec<u32>> {
+    Ok(buf.download()?.into_iter().map(T::to_bits_u32).collect())
+}
+
+/// The values of a downloaded buffer, widened to f32.
+fn values<T: Element>(buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
+    Ok(buf.download()?.into_iter().map(T::to_f32).collect())
 }
 
 /// The median time of `reps` launches of `f`, after one warm-up.
@@ -89,7 +89,8 @@ fn bit_exact_result(dtype: Dtype, got: &[u32], want: &[f32]) -> (String, bool) {
     }
 }
 
-fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+fn xielu_case<T: Element>(device: &Device) -> Result<Outcome> {
+    let dtype = T::DTYPE;
     let n = 21504; // one Apertus-8B decode token
     let shape = format!("n={n}");
     if !xielu::available(device, dtype) {
@@ -98,13 +99,13 @@ fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     }
     let p = XieluParams::APERTUS;
     let x = reference::round_all(dtype, &data::lcg_uniform(data::XIELU_LCG_SEED, n));
-    let input = upload(device, dtype, &x)?;
-    let mut out = device.alloc::<u8>(n * dtype.size())?;
+    let input = upload::<T>(device, &x)?;
+    let mut out = device.alloc::<T>(n)?;
     let want = reference::xielu::xielu(dtype, &x, p.alpha_p, p.alpha_n, p.beta, p.eps);
-    xielu::run(device, dtype, &input, &mut out, n, p, Stream::DEFAULT)?;
-    let (result, passed) = bit_exact_result(dtype, &bits(dtype, &out)?, &want);
+    xielu::run(device, &input, &mut out, n, p, Stream::DEFAULT)?;
+    let (result, passed) = bit_exact_result(dtype, &bits(&out)?, &want);
     let reps = if reduced(device) { 3 } else { 50 };
-    let millis = time_launches(device, reps, || xielu::run(device, dtype, &input, &mut out, n, p, Stream::DEFAULT))?;
+    let millis = time_launches(device, reps, || xielu::run(device, &input, &mut out, n, p, Stream::DEFAULT))?;
     Ok(Outcome {
         kernel: "xielu",
         dtype: Some(dtype),
@@ -116,7 +117,8 @@ fn xielu_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     })
 }
 
-fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+fn add3_case<T: Element>(device: &Device) -> Result<Outcome> {
+    let dtype = T::DTYPE;
     let (rows, d) = if reduced(device) { (2, 4096) } else { (1, 4096) };
     let shape = format!("rows={rows} D={d} bias");
     if !add3_layer_norm::available(device, dtype) {
@@ -125,18 +127,18 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     }
     let inp = data::add3_inputs(dtype, rows, d, true, 2024);
     let (a, b, x, w) = (
-        upload(device, dtype, &inp.a)?,
-        upload(device, dtype, &inp.b)?,
-        upload(device, dtype, &inp.x)?,
-        upload(device, dtype, &inp.w)?,
+        upload::<T>(device, &inp.a)?,
+        upload::<T>(device, &inp.b)?,
+        upload::<T>(device, &inp.x)?,
+        upload::<T>(device, &inp.w)?,
     );
-    let bias = upload(device, dtype, inp.bias.as_ref().unwrap())?;
-    let mut x_new = device.alloc::<u8>(rows * d * dtype.size())?;
-    let mut h = device.alloc::<u8>(rows * d * dtype.size())?;
+    let bias = upload::<T>(device, inp.bias.as_ref().unwrap())?;
+    let mut x_new = device.alloc::<T>(rows * d)?;
+    let mut h = device.alloc::<T>(rows * d)?;
     let eps = 1e-5;
     let mut launch = || {
         let bufs = Add3Buffers { a: &a, b: &b, x: &x, w: &w, bias: Some(&bias), x_new: &mut x_new, h: &mut h };
-        add3_layer_norm::run(device, dtype, bufs, rows as u32, d as u32, eps, Stream::DEFAULT)
+        add3_layer_norm::run(device, bufs, rows as u32, d as u32, eps, Stream::DEFAULT)
     };
     // The kernel is a pure function of its inputs: the outputs of the timed
     // launches are the ones checked.
@@ -144,8 +146,8 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     let millis = time_launches(device, reps, &mut launch)?;
     let (want_x, want_h) =
         layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), eps, rows, d);
-    let (rx, px) = bit_exact_result(dtype, &bits(dtype, &x_new)?, &want_x);
-    let (rh, ph) = bit_exact_result(dtype, &bits(dtype, &h)?, &want_h);
+    let (rx, px) = bit_exact_result(dtype, &bits(&x_new)?, &want_x);
+    let (rh, ph) = bit_exact_result(dtype, &bits(&h)?, &want_h);
     let result = if px && ph { rx } else { format!("x_new {rx}; h {rh}") };
     let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as u64;
     Ok(Outcome {
@@ -159,7 +161,8 @@ fn add3_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     })
 }
 
-fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
+fn mamba_case<T: Element>(device: &Device) -> Result<Outcome> {
+    let dtype = T::DTYPE;
     // Decode of Falcon-Mamba-7B's shape on a GPU; a short prefill on the emulator.
     let (len, dm, n) = if reduced(device) { (16, 64, 16) } else { (1, 8192, 16) };
     let shape = format!("B=1 L={len} Dm={dm} N={n}");
@@ -169,18 +172,15 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     }
     let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);
     let (x, dt, bm, cm) = (
-        upload(device, dtype, &inp.x)?,
-        upload(device, dtype, &inp.dt)?,
-        upload(device, dtype, &inp.bm)?,
-        upload(device, dtype, &inp.cm)?,
+        upload::<T>(device, &inp.x)?,
+        upload::<T>(device, &inp.dt)?,
+        upload::<T>(device, &inp.bm)?,
+        upload::<T>(device, &inp.cm)?,
     );
-    let (a, dskip, state_in) = (
-        upload(device, Dtype::F32, &inp.a)?,
-        upload(device, dtype, &inp.dskip)?,
-        upload(device, Dtype::F32, &inp.state_in)?,
-    );
-    let mut y = device.alloc::<u8>(len * dm * dtype.size())?;
-    let mut state_out = device.alloc::<u8>(dm * n * 4)?;
+    let (a, dskip, state_in) =
+        (upload::<f32>(device, &inp.a)?, upload::<T>(device, &inp.dskip)?, upload::<f32>(device, &inp.state_in)?);
+    let mut y = device.alloc::<T>(len * dm)?;
+    let mut state_out = device.alloc::<f32>(dm * n)?;
     let mut launch = || {
         let bufs = ScanBuffers {
             x: &x,
@@ -193,15 +193,15 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
             y: &mut y,
             state_out: &mut state_out,
         };
-        mamba1_scan::run(device, dtype, bufs, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
+        mamba1_scan::run(device, bufs, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
     };
     let reps = if reduced(device) { 3 } else { 50 };
     let millis = time_launches(device, reps, &mut launch)?;
     // The f32 contract (max error relative to max |want| below 1e-5) for y in f32
     // and for the state; for 16-bit y, within one rounding of the dtype.
     let (want_y, want_s) = reference::mamba::scan_f64(&inp);
-    let got_y = reference::from_le_bytes(dtype, &y.download()?);
-    let got_s = reference::from_le_bytes(Dtype::F32, &state_out.download()?);
+    let got_y = values(&y)?;
+    let got_s = values(&state_out)?;
     let err_y = metrics::max_rel(&got_y, &want_y);
     let err_s = metrics::max_rel(&got_s, &want_s);
     let bound_y = match dtype {
@@ -215,7 +215,8 @@ fn mamba_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
     Ok(Outcome { kernel: "mamba1_scan", dtype: Some(dtype), shape, result, passed, millis: Some(millis), bytes })
 }
 
-fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
+fn moe_case<T: Element>(device: &Device, bits: u32) -> Result<Outcome> {
+    let dtype = T::DTYPE;
     // Nemotron-3-Nano's layer with 16 of its 128 experts on a GPU (the weights of
     // unselected experts are never read); a reduced layer on the emulator.
     let (din, dff, e) = if reduced(device) { (512, 384, 16) } else { (2688, 1856, 16) };
@@ -230,19 +231,15 @@ fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
         ));
     }
     let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, 6, bits, 64, 77);
-    let words = |q: &reference::moe::Quantized| -> Result<DeviceBuffer<u8>> {
-        device.upload(&q.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>())
-    };
-    let (w1, s1, b1) =
-        (words(&inp.w1)?, upload(device, dtype, &inp.w1.scales)?, upload(device, dtype, &inp.w1.biases)?);
-    let (w2, s2, b2) =
-        (words(&inp.w2)?, upload(device, dtype, &inp.w2.scales)?, upload(device, dtype, &inp.w2.biases)?);
-    let x = upload(device, dtype, &inp.x)?;
-    let idx = device.upload(&inp.idx.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-    let scores = upload(device, Dtype::F32, &inp.scores)?;
-    let mut out = device.alloc::<u8>(din as usize * dtype.size())?;
+    let words = |q: &reference::moe::Quantized| -> Result<DeviceBuffer<u32>> { device.upload(&q.words) };
+    let (w1, s1, b1) = (words(&inp.w1)?, upload::<T>(device, &inp.w1.scales)?, upload::<T>(device, &inp.w1.biases)?);
+    let (w2, s2, b2) = (words(&inp.w2)?, upload::<T>(device, &inp.w2.scales)?, upload::<T>(device, &inp.w2.biases)?);
+    let x = upload::<T>(device, &inp.x)?;
+    let idx = device.upload(&inp.idx)?;
+    let scores = upload::<f32>(device, &inp.scores)?;
+    let mut out = device.alloc::<T>(din as usize)?;
     let mut scratch = device.alloc::<u8>(moe::scratch_bytes(6, din, dff))?;
-    let mut status = device.alloc::<u8>(4)?;
+    let mut status = device.alloc::<u32>(1)?;
     status.fill_bytes(0)?;
     let mut launch = || {
         let bufs = RoutedBuffers {
@@ -255,14 +252,14 @@ fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
             scratch: &mut scratch,
             status: Some(&mut status),
         };
-        moe::run_routed_forward(device, dtype, bufs, &shape, Stream::DEFAULT)
+        moe::run_routed_forward(device, bufs, &shape, Stream::DEFAULT)
     };
     let reps = if reduced(device) { 3 } else { 50 };
     let millis = time_launches(device, reps, &mut launch)?;
-    let got = reference::from_le_bytes(dtype, &out.download()?);
+    let got = values(&out)?;
     let want = reference::moe::dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, e as usize);
     let (nrms, nmax) = (metrics::nrms(&got, &want), metrics::nmax(&got, &want));
-    let status_ok = status.download()? == [0, 0, 0, 0];
+    let status_ok = status.download()? == [0];
     let passed = nrms < 5e-4 && nmax < 2e-2 && status_ok;
     let result = format!(
         "vs dense f32: nRMS {nrms:.1e} (< 5e-4), nMAX {nmax:.1e} (< 2e-2){}",
@@ -281,12 +278,12 @@ fn moe_case(device: &Device, dtype: Dtype, bits: u32) -> Result<Outcome> {
     })
 }
 
-fn moe4_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
-    moe_case(device, dtype, 4)
+fn moe4_case<T: Element>(device: &Device) -> Result<Outcome> {
+    moe_case::<T>(device, 4)
 }
 
-fn moe8_case(device: &Device, dtype: Dtype) -> Result<Outcome> {
-    moe_case(device, dtype, 8)
+fn moe8_case<T: Element>(device: &Device) -> Result<Outcome> {
+    moe_case::<T>(device, 8)
 }
 
 /// The probe kernel (every wave primitive: ids, shuffles, broadcast, wave sum,
@@ -306,7 +303,7 @@ fn probe_case(device: &Device) -> Result<Outcome> {
         let kernel = dev.kernel("probe")?;
         let mut out = dev.alloc::<u32>(words)?;
         out.fill_bytes(0)?;
-        let args = [crate::runtime::ArgValue::Ptr(out.ptr())];
+        let args = kernels_device::entry::ProbeArgs { out: out.ptr() }.values();
         let millis = time_launches(dev, 3, || unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) })?;
         Ok((out.download()?, millis))
     };
@@ -332,11 +329,11 @@ fn probe_case(device: &Device) -> Result<Outcome> {
 pub fn run(device: &Device) -> Vec<Outcome> {
     type Case = fn(&Device, Dtype) -> Result<Outcome>;
     let cases: [(&'static str, Case); 5] = [
-        ("xielu", xielu_case),
-        ("add3_layer_norm", add3_case),
-        ("mamba1_scan", mamba_case),
-        ("moe routed 4b", moe4_case),
-        ("moe routed 8b", moe8_case),
+        ("xielu", |d, t| with_element!(t, T => xielu_case::<T>(d))),
+        ("add3_layer_norm", |d, t| with_element!(t, T => add3_case::<T>(d))),
+        ("mamba1_scan", |d, t| with_element!(t, T => mamba_case::<T>(d))),
+        ("moe routed 4b", |d, t| with_element!(t, T => moe4_case::<T>(d))),
+        ("moe routed 8b", |d, t| with_element!(t, T => moe8_case::<T>(d))),
     ];
     let mut out = vec![probe_case(device).unwrap_or_else(|e| Outcome {
         kernel: "probe",

@@ -1,13 +1,15 @@
-//! Launcher of `add3_layer_norm` (spec/kernels.md section 2).
+//! Launcher of `add3_layer_norm` (docs/contracts.md).
 
 use kernels_device::geometry::add3_layer_norm::{
     MAX_D, MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE,
 };
 
-use super::{check_len, check_ptr, kernel_for, symbol};
-use crate::dtype::Dtype;
+pub use kernels_device::entry::Add3LayerNormArgs;
+
+use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
 
 /// Kernel name without the dtype suffix: the instance for any `d` up to
 /// `MAX_D`. Rows of at most `SHORT_MAX_D` run [`SHORT_KERNEL`], the same code
@@ -26,7 +28,9 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
 }
 
 /// The device pointers of one launch: inputs `a, b, x [rows, d]`, `w [d]`,
-/// optional `bias [d]` (0 for none); outputs `x_new, h [rows, d]`.
+/// optional `bias [d]` (0 for none); outputs `x_new, h [rows, d]`. Either
+/// output may be exactly one of `a`, `b`, `x` (in place); any other overlap
+/// with an output is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Add3Pointers {
     pub a: u64,
@@ -43,32 +47,33 @@ pub fn dims(rows: u32) -> LaunchDims {
     LaunchDims { grid: [rows, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES }
 }
 
-/// `x_new = a + b + x` (two roundings) and `h = LayerNorm(x_new; w, bias, eps)`.
-/// `rows = 0` is a no-op.
-///
-/// # Safety
-/// The pointers are device pointers of `device` to buffers of the sizes above.
-pub unsafe fn launch(
+/// Checks the scalars, then launches (nothing for `rows = 0`).
+fn enqueue_checked(
     device: &Device,
     dtype: Dtype,
-    p: Add3Pointers,
-    rows: u32,
-    d: u32,
-    eps: f32,
+    args: Add3LayerNormArgs,
+    capacity: Capacity,
     stream: Stream,
 ) -> Result<()> {
     // Both instances are looked up, as `available` does, whatever `d` is.
     let full = kernel_for(device, KERNEL, dtype)?;
     let short = kernel_for(device, SHORT_KERNEL, dtype)?;
+    let (rows, d, eps) = (args.rows, args.d, args.eps);
     let kernel = if kernel_base(d) == SHORT_KERNEL { short } else { full };
-    if d == 0 || d > MAX_D {
+    if d == 0 {
+        return Err(Error::invalid("d", "is 0; a row must have at least one element"));
+    }
+    if d > MAX_D {
         return Err(Error::invalid(
             "d",
-            format!("{d} is outside 1..={MAX_D}; rows longer than {MAX_D} need the unfused fallback"),
+            format!("{d} is more than {MAX_D}, the longest row these kernels hold; longer rows need the unfused pair"),
         ));
     }
+    if eps.is_nan() {
+        return Err(Error::invalid("eps", "is NaN; it must be a finite non-negative number"));
+    }
     if !eps.is_finite() || eps < 0.0 {
-        return Err(Error::invalid("eps", format!("{eps} must be finite and non-negative")));
+        return Err(Error::invalid("eps", format!("{eps} is not a finite non-negative number")));
     }
     if rows > MAX_ROWS {
         return Err(Error::invalid(
@@ -79,58 +84,60 @@ pub unsafe fn launch(
     if rows == 0 {
         return Ok(());
     }
-    let align = dtype.size();
-    for (name, ptr) in [("a", p.a), ("b", p.b), ("x", p.x), ("w", p.w), ("x_new", p.x_new), ("h", p.h)] {
-        check_ptr(name, ptr, align)?;
-    }
-    if p.bias != 0 {
-        check_ptr("bias", p.bias, align)?;
-    }
-    let args = [
-        ArgValue::Ptr(p.a),
-        ArgValue::Ptr(p.b),
-        ArgValue::Ptr(p.x),
-        ArgValue::Ptr(p.w),
-        ArgValue::Ptr(p.bias),
-        ArgValue::Ptr(p.x_new),
-        ArgValue::Ptr(p.h),
-        ArgValue::U32(rows),
-        ArgValue::U32(d),
-        ArgValue::F32(eps),
-    ];
-    unsafe { device.launch(&kernel, dims(rows), &args, stream) }
+    unsafe { enqueue(device, &kernel, dims(rows), &args.values(), &args.extents(), capacity, stream) }
 }
 
-/// Byte buffers of one [`run`].
-pub struct Add3Buffers<'a> {
-    pub a: &'a DeviceBuffer<u8>,
-    pub b: &'a DeviceBuffer<u8>,
-    pub x: &'a DeviceBuffer<u8>,
-    pub w: &'a DeviceBuffer<u8>,
-    pub bias: Option<&'a DeviceBuffer<u8>>,
-    pub x_new: &'a mut DeviceBuffer<u8>,
-    pub h: &'a mut DeviceBuffer<u8>,
+fn args(p: Add3Pointers, rows: u32, d: u32, eps: f32) -> Add3LayerNormArgs {
+    let Add3Pointers { a, b, x, w, bias, x_new, h } = p;
+    Add3LayerNormArgs { a, b, x, w, bias, x_new, h, rows, d, eps }
 }
 
-/// [`launch`] over byte buffers, checking their sizes.
-pub fn run(
+/// `x_new = a + b + x` (two roundings) and `h = LayerNorm(x_new; w, bias, eps)`.
+/// `rows = 0` is a no-op.
+///
+/// # Safety
+/// The pointers are device pointers of `device` to buffers of the sizes above.
+pub unsafe fn launch<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    bufs: Add3Buffers<'_>,
+    p: Add3Pointers,
     rows: u32,
     d: u32,
     eps: f32,
     stream: Stream,
 ) -> Result<()> {
-    let n = rows as usize * d as usize;
-    check_len("a", bufs.a, n, dtype)?;
-    check_len("b", bufs.b, n, dtype)?;
-    check_len("x", bufs.x, n, dtype)?;
-    check_len("x_new", bufs.x_new, n, dtype)?;
-    check_len("h", bufs.h, n, dtype)?;
-    check_len("w", bufs.w, d as usize, dtype)?;
+    enqueue_checked(device, T::DTYPE, args(p, rows, d, eps), &[], stream)
+}
+
+/// Typed buffers of one [`run`].
+pub struct Add3Buffers<'a, T> {
+    pub a: &'a DeviceBuffer<T>,
+    pub b: &'a DeviceBuffer<T>,
+    pub x: &'a DeviceBuffer<T>,
+    pub w: &'a DeviceBuffer<T>,
+    pub bias: Option<&'a DeviceBuffer<T>>,
+    pub x_new: &'a mut DeviceBuffer<T>,
+    pub h: &'a mut DeviceBuffer<T>,
+}
+
+/// [`launch`] over typed buffers, checking their sizes.
+pub fn run<T: Element>(
+    device: &Device,
+    bufs: Add3Buffers<'_, T>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+    stream: Stream,
+) -> Result<()> {
+    let mut capacity = vec![
+        ("a", bytes_of(bufs.a)),
+        ("b", bytes_of(bufs.b)),
+        ("x", bytes_of(bufs.x)),
+        ("w", bytes_of(bufs.w)),
+        ("x_new", bytes_of(bufs.x_new)),
+        ("h", bytes_of(bufs.h)),
+    ];
     if let Some(bias) = bufs.bias {
-        check_len("bias", bias, d as usize, dtype)?;
+        capacity.push(("bias", bytes_of(bias)));
     }
     let p = Add3Pointers {
         a: bufs.a.ptr(),
@@ -141,5 +148,5 @@ pub fn run(
         x_new: bufs.x_new.ptr(),
         h: bufs.h.ptr(),
     };
-    unsafe { launch(device, dtype, p, rows, d, eps, stream) }
+    enqueue_checked(device, T::DTYPE, args(p, rows, d, eps), &capacity, stream)
 }

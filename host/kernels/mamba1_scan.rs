@@ -1,4 +1,4 @@
-//! Launcher of `mamba1_scan` (spec/kernels.md section 3): the Mamba1 selective
+//! Launcher of `mamba1_scan` (docs/contracts.md): the Mamba1 selective
 //! scan, one wave per (batch, channel), lane `n` holding state column `n`.
 //!
 //! Every length runs the same sequential schedule (the time loop unrolled by 8
@@ -9,10 +9,12 @@
 
 use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_SIZE, channels_per_workgroup};
 
-use super::{check_len, check_ptr, kernel_for, symbol};
-use crate::dtype::Dtype;
+pub use kernels_device::entry::Mamba1ScanArgs;
+
+use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
 
 /// Kernel name without the dtype suffix.
 pub const KERNEL: &str = "mamba1_scan";
@@ -34,9 +36,9 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
 /// | `y` (out) | `[batch, len, dm]` | T |
 /// | `state_out` (out) | `[batch, dm, n]` | f32 |
 ///
-/// `state_in` and `state_out` may be the same buffer (an in-place update): each
-/// state element is read, once, by the lane that owns it before that lane
-/// writes it, and no other lane touches it.
+/// `state_out` may be exactly `state_in` (an in-place update): each state
+/// element is read, once, by the lane that owns it before that lane writes
+/// it, and no other lane touches it. Any other overlap with an output is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanPointers {
     pub x: u64,
@@ -125,18 +127,35 @@ pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
     }
 }
 
+fn args(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Mamba1ScanArgs {
+    let ScanPointers { x, dt, bm, cm, a, dskip, state_in, y, state_out } = p;
+    Mamba1ScanArgs { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n }
+}
+
+/// Checks the shape, then launches.
+fn enqueue_checked(
+    device: &Device,
+    dtype: Dtype,
+    args: Mamba1ScanArgs,
+    capacity: Capacity,
+    stream: Stream,
+) -> Result<()> {
+    let kernel = kernel_for(device, KERNEL, dtype)?;
+    let Mamba1ScanArgs { batch, len, dm, n, .. } = args;
+    sizes(dtype, batch, len, dm, n)?;
+    unsafe { enqueue(device, &kernel, dims(batch, dm, n), &args.values(), &args.extents(), capacity, stream) }
+}
+
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
 /// with `n` state columns: writes `y` and the final state (see [`ScanPointers`]).
-/// Every argument is checked (see [`sizes`]; pointers non-null and aligned to
-/// their element) before anything is launched.
+/// Every argument is checked (see [`sizes`]; pointers as the declaration
+/// says) before anything is launched.
 ///
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of at least the
-/// sizes of [`ScanPointers`]; `y` overlaps no input and no state buffer.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch(
+/// sizes of [`ScanPointers`].
+pub unsafe fn launch<T: Element>(
     device: &Device,
-    dtype: Dtype,
     p: ScanPointers,
     batch: u32,
     len: u32,
@@ -144,80 +163,46 @@ pub unsafe fn launch(
     n: u32,
     stream: Stream,
 ) -> Result<()> {
-    let kernel = kernel_for(device, KERNEL, dtype)?;
-    sizes(dtype, batch, len, dm, n)?;
-    let t = dtype.size();
-    for (name, ptr, align) in [
-        ("x", p.x, t),
-        ("dt", p.dt, t),
-        ("bm", p.bm, t),
-        ("cm", p.cm, t),
-        ("a", p.a, 4),
-        ("dskip", p.dskip, t),
-        ("state_in", p.state_in, 4),
-        ("y", p.y, t),
-        ("state_out", p.state_out, 4),
-    ] {
-        check_ptr(name, ptr, align)?;
-    }
-    let args = [
-        ArgValue::Ptr(p.x),
-        ArgValue::Ptr(p.dt),
-        ArgValue::Ptr(p.bm),
-        ArgValue::Ptr(p.cm),
-        ArgValue::Ptr(p.a),
-        ArgValue::Ptr(p.dskip),
-        ArgValue::Ptr(p.state_in),
-        ArgValue::Ptr(p.y),
-        ArgValue::Ptr(p.state_out),
-        ArgValue::U32(batch),
-        ArgValue::U32(len),
-        ArgValue::U32(dm),
-        ArgValue::U32(n),
-    ];
-    unsafe { device.launch(&kernel, dims(batch, dm, n), &args, stream) }
+    enqueue_checked(device, T::DTYPE, args(p, batch, len, dm, n), &[], stream)
 }
 
-/// Byte buffers of one [`run`]. `a`, `state_in` and `state_out` hold f32; the
-/// others the launch's dtype.
-pub struct ScanBuffers<'a> {
-    pub x: &'a DeviceBuffer<u8>,
-    pub dt: &'a DeviceBuffer<u8>,
-    pub bm: &'a DeviceBuffer<u8>,
-    pub cm: &'a DeviceBuffer<u8>,
-    pub a: &'a DeviceBuffer<u8>,
-    pub dskip: &'a DeviceBuffer<u8>,
+/// Typed buffers of one [`run`]: `a`, `state_in` and `state_out` hold f32, the
+/// others `T`.
+pub struct ScanBuffers<'a, T> {
+    pub x: &'a DeviceBuffer<T>,
+    pub dt: &'a DeviceBuffer<T>,
+    pub bm: &'a DeviceBuffer<T>,
+    pub cm: &'a DeviceBuffer<T>,
+    pub a: &'a DeviceBuffer<f32>,
+    pub dskip: &'a DeviceBuffer<T>,
     /// The state before the scan; `None`: `state_out` holds it and is updated in place.
-    pub state_in: Option<&'a DeviceBuffer<u8>>,
-    pub y: &'a mut DeviceBuffer<u8>,
-    pub state_out: &'a mut DeviceBuffer<u8>,
+    pub state_in: Option<&'a DeviceBuffer<f32>>,
+    pub y: &'a mut DeviceBuffer<T>,
+    pub state_out: &'a mut DeviceBuffer<f32>,
 }
 
-/// [`launch`] over byte buffers, checking the shape and then every buffer's size.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
+/// [`launch`] over typed buffers, checking the shape and then every buffer's size.
+pub fn run<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    bufs: ScanBuffers<'_>,
+    bufs: ScanBuffers<'_, T>,
     batch: u32,
     len: u32,
     dm: u32,
     n: u32,
     stream: Stream,
 ) -> Result<()> {
-    let sz = sizes(dtype, batch, len, dm, n)?;
-    check_len("x", bufs.x, sz.seq, dtype)?;
-    check_len("dt", bufs.dt, sz.seq, dtype)?;
-    check_len("bm", bufs.bm, sz.bc, dtype)?;
-    check_len("cm", bufs.cm, sz.bc, dtype)?;
-    check_len("a", bufs.a, sz.a, Dtype::F32)?;
-    check_len("dskip", bufs.dskip, sz.dskip, dtype)?;
-    if let Some(state_in) = bufs.state_in {
-        check_len("state_in", state_in, sz.state, Dtype::F32)?;
-    }
-    check_len("y", bufs.y, sz.seq, dtype)?;
-    check_len("state_out", bufs.state_out, sz.state, Dtype::F32)?;
     let state_out = bufs.state_out.ptr();
+    let capacity = [
+        ("x", bytes_of(bufs.x)),
+        ("dt", bytes_of(bufs.dt)),
+        ("bm", bytes_of(bufs.bm)),
+        ("cm", bytes_of(bufs.cm)),
+        ("a", bytes_of(bufs.a)),
+        ("dskip", bytes_of(bufs.dskip)),
+        ("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)),
+        ("y", bytes_of(bufs.y)),
+        ("state_out", bytes_of(bufs.state_out)),
+    ];
     let p = ScanPointers {
         x: bufs.x.ptr(),
         dt: bufs.dt.ptr(),
@@ -229,5 +214,5 @@ pub fn run(
         y: bufs.y.ptr(),
         state_out,
     };
-    unsafe { launch(device, dtype, p, batch, len, dm, n, stream) }
+    enqueue_checked(device, T::DTYPE, args(p, batch, len, dm, n), &capacity, stream)
 }

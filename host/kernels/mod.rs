@@ -1,51 +1,220 @@
-//! Typed launchers: one per kernel. Each validates every argument before it
-//! touches the device, finds the kernel for the dtype with [`Device::kernel`]
-//! (the same lookup as the availability predicates, so the two cannot
-//! disagree), packs the arguments and launches on the caller's stream.
+//! Typed launchers: one per kernel family. Each validates every argument before
+//! it touches the device, finds the kernel for the element type with
+//! [`Device::kernel`] (the same lookup as the availability predicates, so the
+//! two cannot disagree), and launches on the caller's stream.
 //!
+//! The pointer checks are not written per launcher: they come from the
+//! family's declaration in `kernels_device::entry` (see [`check_buffers`]).
 //! Launchers take raw device pointers (as the C ABI does) and are `unsafe`: the
-//! caller guarantees the buffers hold the sizes the arguments describe. Safe
-//! wrappers over [`DeviceBuffer`]s check those sizes too.
+//! caller guarantees the buffers hold the sizes the arguments describe. The
+//! safe `run` wrappers take typed [`crate::DeviceBuffer`]s and check those
+//! sizes too.
 
 pub mod add3_layer_norm;
 pub mod mamba1_scan;
 pub mod moe;
 pub mod xielu;
 
+use kernels_device::args::{ArgValue, BufferExtent, KernelSpec};
+
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer};
+use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
 
 /// The kernel symbol of `base` for `dtype`: `xielu_bf16`.
 pub fn symbol(base: &str, dtype: Dtype) -> String {
     format!("{base}_{}", dtype.name())
 }
 
-/// A device pointer argument must be non-null and aligned to `align` bytes.
-pub(crate) fn check_ptr(argument: &'static str, ptr: u64, align: usize) -> Result<()> {
-    if ptr == 0 {
-        return Err(Error::invalid(argument, "is a null pointer"));
-    }
-    if !ptr.is_multiple_of(align as u64) {
-        return Err(Error::invalid(argument, format!("pointer {ptr:#x} is not aligned to {align} bytes")));
-    }
-    Ok(())
-}
-
-/// A buffer argument of a safe wrapper must hold at least `elems` elements of `dtype`.
-pub(crate) fn check_len(argument: &'static str, buf: &DeviceBuffer<u8>, elems: usize, dtype: Dtype) -> Result<()> {
-    let need = elems.checked_mul(dtype.size()).ok_or_else(|| Error::invalid(argument, "size overflows"))?;
-    if buf.len() < need {
-        return Err(Error::invalid(
-            argument,
-            format!("holds {} bytes, needs {need} ({elems} {dtype} elements)", buf.len()),
-        ));
-    }
-    Ok(())
-}
-
 /// The kernel `base` for `dtype` on `device`, through the lookup the availability
 /// predicates use, so a launch fails exactly when its predicate says false.
-pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<crate::runtime::Kernel> {
+pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<Kernel> {
     device.kernel(&symbol(base, dtype))
+}
+
+/// The bytes a safe wrapper's buffer holds, by argument name.
+pub(crate) type Capacity<'a> = &'a [(&'static str, usize)];
+
+/// The byte size of a typed buffer, for [`Capacity`].
+pub(crate) fn bytes_of<T>(buf: &DeviceBuffer<T>) -> usize {
+    buf.len() * size_of::<T>()
+}
+
+/// One pointer argument's checked byte range.
+struct Range {
+    name: &'static str,
+    start: u64,
+    end: u64,
+    writes: bool,
+    may_equal: &'static [&'static str],
+}
+
+/// Checks every pointer of a launch against its kernel's declaration:
+/// - a pointer through which the launch touches no element is not checked (a
+///   launch of nothing may pass null);
+/// - otherwise it is non-null (unless the declaration allows null), aligned to
+///   its element, its extent in bytes fits in 64 bits without wrapping the
+///   address, and, for the safe wrappers, fits in the buffer (`capacity`);
+/// - no two ranges overlap where one of them is written, except an exact
+///   equality the declaration allows (an in-place launch).
+pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>], capacity: Capacity) -> Result<()> {
+    let mut ranges: Vec<Range> = Vec::new();
+    for (param, extent) in spec.params.iter().zip(extents) {
+        let Some(extent) = extent else { continue };
+        if extent.name != param.name {
+            return Err(Error::Internal(format!(
+                "kernel {}: extent of `{}` given for `{}`",
+                spec.name, extent.name, param.name
+            )));
+        }
+        let name = param.name;
+        let elem = param.elem_bytes as u64;
+        let bytes = extent.elems.and_then(|n| n.checked_mul(elem)).ok_or_else(|| {
+            Error::invalid(name, format!("its extent of {:?} {} elements overflows 64 bits", extent.elems, param.elem))
+        })?;
+        if bytes == 0 {
+            continue;
+        }
+        let ptr = extent.ptr;
+        if ptr == 0 {
+            if param.nullable {
+                continue;
+            }
+            return Err(Error::invalid(name, "is a null pointer"));
+        }
+        if !ptr.is_multiple_of(elem) {
+            return Err(Error::invalid(
+                name,
+                format!("pointer {ptr:#x} is not aligned to its {} element ({elem} bytes)", param.elem),
+            ));
+        }
+        let end = ptr.checked_add(bytes).ok_or_else(|| {
+            Error::invalid(name, format!("pointer {ptr:#x} plus its {bytes} bytes wraps the address space"))
+        })?;
+        if let Some(&(_, held)) = capacity.iter().find(|(n, _)| *n == name)
+            && (held as u64) < bytes
+        {
+            return Err(Error::invalid(
+                name,
+                format!("holds {held} bytes, needs {bytes} ({} {} elements)", bytes / elem, param.elem),
+            ));
+        }
+        ranges.push(Range {
+            name,
+            start: ptr,
+            end,
+            writes: param.access == kernels_device::args::Access::Write,
+            may_equal: param.may_equal,
+        });
+    }
+    for (i, a) in ranges.iter().enumerate() {
+        for b in &ranges[i + 1..] {
+            let overlap = a.start < b.end && b.start < a.end;
+            if !overlap || !(a.writes || b.writes) {
+                continue;
+            }
+            let exact = a.start == b.start && a.end == b.end;
+            if exact && (a.may_equal.contains(&b.name) || b.may_equal.contains(&a.name)) {
+                continue;
+            }
+            let allowed = |r: &Range| {
+                if r.may_equal.is_empty() {
+                    format!("`{}` may alias nothing", r.name)
+                } else {
+                    format!("`{}` may only be exactly `{}`", r.name, r.may_equal.join("` or `"))
+                }
+            };
+            return Err(Error::invalid(
+                b.name,
+                format!(
+                    "[{:#x}, {:#x}) overlaps `{}` [{:#x}, {:#x}); {}, {}",
+                    b.start,
+                    b.end,
+                    a.name,
+                    a.start,
+                    a.end,
+                    allowed(b),
+                    allowed(a)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a launch's pointers against the declaration ([`check_buffers`]) and
+/// enqueues it.
+///
+/// # Safety
+/// Every pointer in `values` is valid for everything the kernel does with it.
+pub(crate) unsafe fn enqueue(
+    device: &Device,
+    kernel: &Kernel,
+    dims: LaunchDims,
+    values: &[(&'static str, ArgValue)],
+    extents: &[Option<BufferExtent>],
+    capacity: Capacity,
+    stream: Stream,
+) -> Result<()> {
+    check_buffers(kernel.spec, extents, capacity)?;
+    unsafe { device.launch(kernel, dims, values, stream) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernels_device::entry::{Add3LayerNormArgs, XieluArgs, add3_layer_norm_bf16, xielu_f32};
+
+    fn xielu(x: u64, out: u64, n: u64) -> Result<()> {
+        let args = XieluArgs { x, out, n, alpha_p: 1.0, alpha_n: 1.0, beta: 0.5, eps: -1e-6 };
+        check_buffers(&xielu_f32::SPEC, &args.extents(), &[])
+    }
+
+    #[test]
+    fn xielu_allows_exactly_in_place_and_refuses_a_partial_overlap() {
+        xielu(0x1000, 0x1000, 64).unwrap();
+        xielu(0x1000, 0x2000, 1024).unwrap();
+        let err = xielu(0x1000, 0x1004, 64).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { argument: "out", message } if message.contains("`x`")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn null_misaligned_and_wrapping_pointers_are_named() {
+        assert!(matches!(xielu(0, 0x1000, 4), Err(Error::InvalidArgument { argument: "x", .. })));
+        assert!(matches!(xielu(0x1002, 0x2000, 4), Err(Error::InvalidArgument { argument: "x", .. })));
+        assert!(matches!(xielu(u64::MAX - 3, 0x2000, 4), Err(Error::InvalidArgument { argument: "x", .. })));
+        assert!(matches!(xielu(0x1000, 0x2000, u64::MAX), Err(Error::InvalidArgument { argument: "x", .. })));
+        // Nothing to touch: nothing checked.
+        xielu(0, 0, 0).unwrap();
+    }
+
+    fn add3(a: u64, b: u64, x: u64, x_new: u64, h: u64) -> Result<()> {
+        let args = Add3LayerNormArgs { a, b, x, w: 0x9000, bias: 0, x_new, h, rows: 4, d: 64, eps: 1e-5 };
+        check_buffers(&add3_layer_norm_bf16::SPEC, &args.extents(), &[])
+    }
+
+    #[test]
+    fn add3_outputs_may_be_exactly_a_row_input_but_not_each_other() {
+        let (a, b, x, p, q) = (0x10000, 0x20000, 0x30000, 0x40000, 0x50000);
+        add3(a, b, x, p, q).unwrap();
+        add3(a, b, x, a, b).unwrap();
+        add3(a, b, x, x, a).unwrap();
+        // Inputs may overlap each other: both are only read.
+        add3(a, a, a, p, q).unwrap();
+        assert!(matches!(add3(a, b, x, p, p), Err(Error::InvalidArgument { argument: "h", .. })));
+        assert!(matches!(add3(a, b, x, a + 2, q), Err(Error::InvalidArgument { argument: "x_new", .. })));
+    }
+
+    #[test]
+    fn a_buffer_too_small_for_its_extent_is_refused() {
+        let args = XieluArgs { x: 0x1000, out: 0x2000, n: 10, alpha_p: 1.0, alpha_n: 1.0, beta: 0.5, eps: -1e-6 };
+        let err = check_buffers(&xielu_f32::SPEC, &args.extents(), &[("x", 40), ("out", 36)]).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { argument: "out", message } if message.contains("holds 36 bytes, needs 40")),
+            "{err}"
+        );
+    }
 }

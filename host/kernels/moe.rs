@@ -1,5 +1,4 @@
-//! Launchers of `moe_fc1_relu2`, `moe_down` and `moe_combine` (spec/kernels.md
-//! section 4): the squared-ReLU routed experts of Nemotron-H over MLX affine
+//! Launchers of `moe_fc1_relu2`, `moe_down` and `moe_combine` (docs/contracts.md): the squared-ReLU routed experts of Nemotron-H over MLX affine
 //! quantized weights, for one token.
 //!
 //! Shapes (`T` is the activation dtype; `E = n_experts`, `K = k`):
@@ -47,10 +46,12 @@ use kernels_device::geometry::moe::{
     workgroups,
 };
 
-use super::{check_ptr, kernel_for, symbol};
-use crate::dtype::Dtype;
+pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args};
+
+use super::{Capacity, bytes_of, check_buffers, enqueue, kernel_for, symbol};
+use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{ArgValue, Device, DeviceBuffer, Kernel, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
 
 /// Kernel names without the dtype suffix.
 pub const FC1_KERNEL: &str = "moe_fc1_relu2";
@@ -133,6 +134,14 @@ impl MoeShape {
         Ok(())
     }
 
+    fn of_fc1(a: &MoeFc1Relu2Args) -> MoeShape {
+        MoeShape { n_experts: a.n_experts, k: a.k, din: a.din, dff: a.dff, bits: a.bits, group_size: a.group_size }
+    }
+
+    fn of_down(a: &MoeDownArgs) -> MoeShape {
+        MoeShape { n_experts: a.n_experts, k: a.k, din: a.din, dff: a.dff, bits: a.bits, group_size: a.group_size }
+    }
+
     /// u32 words of a stack `[E, rows, cols*bits/32]`, if it does not overflow.
     fn matrix_words(&self, rows: u32, cols: u32) -> Option<u64> {
         (self.n_experts as u64).checked_mul(rows as u64)?.checked_mul(cols as u64 * self.bits as u64 / 32)
@@ -194,35 +203,12 @@ pub fn combine_dims(din: u32) -> LaunchDims {
     }
 }
 
-fn check_quantized(names: [&'static str; 3], p: QuantizedPointers, dtype: Dtype) -> Result<()> {
-    check_ptr(names[0], p.w, 4)?;
-    check_ptr(names[1], p.scales, dtype.size())?;
-    check_ptr(names[2], p.biases, dtype.size())
+fn fc1_args(x: u64, idx: u64, w1: QuantizedPointers, act: u64, shape: &MoeShape, status: u64) -> MoeFc1Relu2Args {
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let QuantizedPointers { w: w1, scales: s1, biases: b1 } = w1;
+    MoeFc1Relu2Args { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }
 }
 
-fn check_status(status: u64) -> Result<()> {
-    if status != 0 { check_ptr("status", status, 4) } else { Ok(()) }
-}
-
-fn fc1_args(x: u64, idx: u64, w1: QuantizedPointers, act: u64, shape: &MoeShape, status: u64) -> [ArgValue; 13] {
-    [
-        ArgValue::Ptr(x),
-        ArgValue::Ptr(idx),
-        ArgValue::Ptr(w1.w),
-        ArgValue::Ptr(w1.scales),
-        ArgValue::Ptr(w1.biases),
-        ArgValue::Ptr(act),
-        ArgValue::U32(shape.n_experts),
-        ArgValue::U32(shape.k),
-        ArgValue::U32(shape.din),
-        ArgValue::U32(shape.dff),
-        ArgValue::U32(shape.bits),
-        ArgValue::U32(shape.group_size),
-        ArgValue::Ptr(status),
-    ]
-}
-
-#[allow(clippy::too_many_arguments)]
 fn down_args(
     idx: u64,
     w2: QuantizedPointers,
@@ -231,27 +217,46 @@ fn down_args(
     part: u64,
     shape: &MoeShape,
     status: u64,
-) -> [ArgValue; 14] {
-    [
-        ArgValue::Ptr(idx),
-        ArgValue::Ptr(w2.w),
-        ArgValue::Ptr(w2.scales),
-        ArgValue::Ptr(w2.biases),
-        ArgValue::Ptr(act),
-        ArgValue::Ptr(scores),
-        ArgValue::Ptr(part),
-        ArgValue::U32(shape.n_experts),
-        ArgValue::U32(shape.k),
-        ArgValue::U32(shape.din),
-        ArgValue::U32(shape.dff),
-        ArgValue::U32(shape.bits),
-        ArgValue::U32(shape.group_size),
-        ArgValue::Ptr(status),
-    ]
+) -> MoeDownArgs {
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
+    MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
 }
 
-fn combine_args(part: u64, out: u64, k: u32, din: u32) -> [ArgValue; 4] {
-    [ArgValue::Ptr(part), ArgValue::Ptr(out), ArgValue::U32(k), ArgValue::U32(din)]
+fn check_combine_shape(k: u32, din: u32) -> Result<()> {
+    if k == 0 || k > MAX_K {
+        return Err(Error::invalid("k", format!("{k} is outside 1..={MAX_K}")));
+    }
+    if din == 0 {
+        return Err(Error::invalid("din", "is 0; the hidden size must be at least 1"));
+    }
+    Ok(())
+}
+
+fn enqueue_fc1(device: &Device, dtype: Dtype, args: MoeFc1Relu2Args, capacity: Capacity, stream: Stream) -> Result<()> {
+    let kernel = kernel_for(device, FC1_KERNEL, dtype)?;
+    let shape = MoeShape::of_fc1(&args);
+    shape.validate()?;
+    unsafe { enqueue(device, &kernel, fc1_dims(&shape), &args.values(), &args.extents(), capacity, stream) }
+}
+
+fn enqueue_down(device: &Device, dtype: Dtype, args: MoeDownArgs, capacity: Capacity, stream: Stream) -> Result<()> {
+    let kernel = kernel_for(device, DOWN_KERNEL, dtype)?;
+    let shape = MoeShape::of_down(&args);
+    shape.validate()?;
+    unsafe { enqueue(device, &kernel, down_dims(&shape), &args.values(), &args.extents(), capacity, stream) }
+}
+
+fn enqueue_combine(
+    device: &Device,
+    dtype: Dtype,
+    args: MoeCombineArgs,
+    capacity: Capacity,
+    stream: Stream,
+) -> Result<()> {
+    let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
+    check_combine_shape(args.k, args.din)?;
+    unsafe { enqueue(device, &kernel, combine_dims(args.din), &args.values(), &args.extents(), capacity, stream) }
 }
 
 /// `act[k, f] = relu(sum_i x[i] * w1[idx[k], f, i])^2` (f32) for every slot k.
@@ -260,9 +265,8 @@ fn combine_args(part: u64, out: u64, k: u32, din: u32) -> [ArgValue; 4] {
 /// The pointers are device pointers of `device` to buffers of the shapes in the
 /// module documentation; `status` may be 0 (null).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn fc1_relu2(
+pub unsafe fn fc1_relu2<T: Element>(
     device: &Device,
-    dtype: Dtype,
     x: u64,
     idx: u64,
     w1: QuantizedPointers,
@@ -271,14 +275,7 @@ pub unsafe fn fc1_relu2(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    let kernel = kernel_for(device, FC1_KERNEL, dtype)?;
-    shape.validate()?;
-    check_ptr("x", x, dtype.size())?;
-    check_ptr("idx", idx, 4)?;
-    check_quantized(["w1", "s1", "b1"], w1, dtype)?;
-    check_ptr("act", act, 4)?;
-    check_status(status)?;
-    unsafe { device.launch(&kernel, fc1_dims(shape), &fc1_args(x, idx, w1, act, shape, status), stream) }
+    enqueue_fc1(device, T::DTYPE, fc1_args(x, idx, w1, act, shape, status), &[], stream)
 }
 
 /// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k.
@@ -286,9 +283,8 @@ pub unsafe fn fc1_relu2(
 /// # Safety
 /// As for [`fc1_relu2`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn down(
+pub unsafe fn down<T: Element>(
     device: &Device,
-    dtype: Dtype,
     idx: u64,
     w2: QuantizedPointers,
     act: u64,
@@ -298,49 +294,22 @@ pub unsafe fn down(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    let kernel = kernel_for(device, DOWN_KERNEL, dtype)?;
-    shape.validate()?;
-    check_ptr("idx", idx, 4)?;
-    check_quantized(["w2", "s2", "b2"], w2, dtype)?;
-    check_ptr("act", act, 4)?;
-    check_ptr("scores", scores, 4)?;
-    check_ptr("part", part, 4)?;
-    check_status(status)?;
-    unsafe { device.launch(&kernel, down_dims(shape), &down_args(idx, w2, act, scores, part, shape, status), stream) }
+    enqueue_down(device, T::DTYPE, down_args(idx, w2, act, scores, part, shape, status), &[], stream)
 }
 
 /// `out[h] = T(sum_k part[k, h])`: the sum in f32 over k ascending, one rounding.
 ///
 /// # Safety
-/// `part` holds `[k, din]` f32, `out` `[din]` elements of `dtype`, on `device`.
-pub unsafe fn combine(
+/// `part` holds `[k, din]` f32, `out` `[din]` elements of `T`, on `device`.
+pub unsafe fn combine<T: Element>(
     device: &Device,
-    dtype: Dtype,
     part: u64,
     out: u64,
     k: u32,
     din: u32,
     stream: Stream,
 ) -> Result<()> {
-    let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
-    check_combine(dtype, part, out, k, din)?;
-    unsafe { device.launch(&kernel, combine_dims(din), &combine_args(part, out, k, din), stream) }
-}
-
-fn check_combine(dtype: Dtype, part: u64, out: u64, k: u32, din: u32) -> Result<()> {
-    if k == 0 || k > MAX_K {
-        return Err(Error::invalid("k", format!("{k} is outside 1..={MAX_K}")));
-    }
-    if din == 0 {
-        return Err(Error::invalid("din", "is 0"));
-    }
-    (k as u64)
-        .checked_mul(din as u64)
-        .and_then(|n| n.checked_mul(4))
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| Error::invalid("part", "size overflows"))?;
-    check_ptr("part", part, 4)?;
-    check_ptr("out", out, dtype.size())
+    enqueue_combine(device, T::DTYPE, MoeCombineArgs { part, out, k, din }, &[], stream)
 }
 
 /// Bytes of the f32 scratch of [`routed_forward`]: `act [K, Dff]` at offset 0,
@@ -363,13 +332,70 @@ pub struct RoutedPointers {
     pub scores: u64,
     pub w1: QuantizedPointers,
     pub w2: QuantizedPointers,
-    /// `[Din]` of `dtype`.
+    /// `[Din]` of `T`.
     pub out: u64,
     /// f32 scratch of `scratch_len` bytes, at least [`scratch_bytes`].
     pub scratch: u64,
     pub scratch_len: usize,
     /// One u32 or 0 (see the module documentation).
     pub status: u64,
+}
+
+/// The whole forward's three launches, every argument checked before the first.
+fn enqueue_routed(
+    device: &Device,
+    dtype: Dtype,
+    p: RoutedPointers,
+    shape: &MoeShape,
+    capacity: Capacity,
+    stream: Stream,
+) -> Result<()> {
+    let kernels: [Kernel; 3] = [
+        kernel_for(device, FC1_KERNEL, dtype)?,
+        kernel_for(device, DOWN_KERNEL, dtype)?,
+        kernel_for(device, COMBINE_KERNEL, dtype)?,
+    ];
+    shape.validate()?;
+    if p.scratch == 0 {
+        return Err(Error::invalid("scratch", "is a null pointer"));
+    }
+    let need = scratch_bytes(shape.k, shape.din, shape.dff);
+    if p.scratch_len < need {
+        return Err(Error::invalid(
+            "scratch",
+            format!("holds {} bytes, needs {need} (act [K, Dff] and part [K, Din] in f32)", p.scratch_len),
+        ));
+    }
+    let act = p.scratch;
+    let part = p.scratch.checked_add(part_offset(shape.k, shape.dff) as u64).ok_or_else(|| {
+        Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
+    })?;
+    let fc1 = fc1_args(p.x, p.idx, p.w1, act, shape, p.status);
+    let down = down_args(p.idx, p.w2, act, p.scores, part, shape, p.status);
+    let combine = MoeCombineArgs { part, out: p.out, k: shape.k, din: shape.din };
+    check_buffers(kernels[0].spec, &fc1.extents(), capacity)?;
+    check_buffers(kernels[1].spec, &down.extents(), capacity)?;
+    check_buffers(kernels[2].spec, &combine.extents(), capacity)?;
+    // The scratch must not overlap any input or the output either.
+    for (name, ptr, bytes) in [
+        ("x", p.x, shape.din as u64 * dtype.size() as u64),
+        ("out", p.out, shape.din as u64 * dtype.size() as u64),
+        ("idx", p.idx, shape.k as u64 * 4),
+        ("scores", p.scores, shape.k as u64 * 4),
+        ("status", p.status, if p.status == 0 { 0 } else { 4 }),
+    ] {
+        if bytes != 0 && ptr < p.scratch.saturating_add(need as u64) && p.scratch < ptr.saturating_add(bytes) {
+            return Err(Error::invalid(
+                "scratch",
+                format!("overlaps `{name}`; the scratch must be a buffer of its own"),
+            ));
+        }
+    }
+    unsafe {
+        device.launch(&kernels[0], fc1_dims(shape), &fc1.values(), stream)?;
+        device.launch(&kernels[1], down_dims(shape), &down.values(), stream)?;
+        device.launch(&kernels[2], combine_dims(shape.din), &combine.values(), stream)
+    }
 }
 
 /// The whole routed-expert forward, `out = T(sum_k scores[k] * down_k(relu(fc1_k(x))^2))`:
@@ -380,46 +406,13 @@ pub struct RoutedPointers {
 /// # Safety
 /// As for [`fc1_relu2`]; `scratch` is a device buffer of `scratch_len` bytes
 /// that nothing else uses until the stream has run these kernels.
-pub unsafe fn routed_forward(
+pub unsafe fn routed_forward<T: Element>(
     device: &Device,
-    dtype: Dtype,
     p: RoutedPointers,
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    let kernels: [Kernel; 3] = [
-        kernel_for(device, FC1_KERNEL, dtype)?,
-        kernel_for(device, DOWN_KERNEL, dtype)?,
-        kernel_for(device, COMBINE_KERNEL, dtype)?,
-    ];
-    shape.validate()?;
-    check_ptr("x", p.x, dtype.size())?;
-    check_ptr("idx", p.idx, 4)?;
-    check_ptr("scores", p.scores, 4)?;
-    check_quantized(["w1", "s1", "b1"], p.w1, dtype)?;
-    check_quantized(["w2", "s2", "b2"], p.w2, dtype)?;
-    check_ptr("out", p.out, dtype.size())?;
-    check_ptr("scratch", p.scratch, 4)?;
-    check_status(p.status)?;
-    let need = scratch_bytes(shape.k, shape.din, shape.dff);
-    if p.scratch_len < need {
-        return Err(Error::invalid(
-            "scratch",
-            format!("holds {} bytes, needs {need} (act [K, Dff] and part [K, Din] in f32)", p.scratch_len),
-        ));
-    }
-    let act = p.scratch;
-    let part = p.scratch + part_offset(shape.k, shape.dff) as u64;
-    unsafe {
-        device.launch(&kernels[0], fc1_dims(shape), &fc1_args(p.x, p.idx, p.w1, act, shape, p.status), stream)?;
-        device.launch(
-            &kernels[1],
-            down_dims(shape),
-            &down_args(p.idx, p.w2, act, p.scores, part, shape, p.status),
-            stream,
-        )?;
-        device.launch(&kernels[2], combine_dims(shape.din), &combine_args(part, p.out, shape.k, shape.din), stream)
-    }
+    enqueue_routed(device, T::DTYPE, p, shape, &[], stream)
 }
 
 /// Refuses an expert id that is not below `n_experts`, for callers that hold
@@ -432,154 +425,128 @@ pub fn check_expert_ids(idx: &[u32], n_experts: u32) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------
-// Safe wrappers over byte buffers
+// Safe wrappers over typed buffers
 // ---------------------------------------------------------------------------
 
-/// A byte buffer argument must hold `elems` elements of `elem_bytes` bytes each.
-fn check_bytes(
-    argument: &'static str,
-    buf: &DeviceBuffer<u8>,
-    elems: usize,
-    elem_bytes: usize,
-    what: &str,
-) -> Result<()> {
-    let need = elems.checked_mul(elem_bytes).ok_or_else(|| Error::invalid(argument, "size overflows"))?;
-    if buf.len() < need {
-        return Err(Error::invalid(
-            argument,
-            format!("holds {} bytes, needs {need} ({elems} {what} elements)", buf.len()),
-        ));
-    }
-    Ok(())
-}
-
-/// The byte buffers of one quantized expert stack.
+/// The typed buffers of one quantized expert stack.
 #[derive(Clone, Copy)]
-pub struct QuantizedBuffers<'a> {
-    pub w: &'a DeviceBuffer<u8>,
-    pub scales: &'a DeviceBuffer<u8>,
-    pub biases: &'a DeviceBuffer<u8>,
+pub struct QuantizedBuffers<'a, T> {
+    pub w: &'a DeviceBuffer<u32>,
+    pub scales: &'a DeviceBuffer<T>,
+    pub biases: &'a DeviceBuffer<T>,
 }
 
-impl QuantizedBuffers<'_> {
-    fn check(&self, names: [&'static str; 3], words: usize, groups: usize, dtype: Dtype) -> Result<QuantizedPointers> {
-        check_bytes(names[0], self.w, words, 4, "u32")?;
-        check_bytes(names[1], self.scales, groups, dtype.size(), dtype.name())?;
-        check_bytes(names[2], self.biases, groups, dtype.size(), dtype.name())?;
-        Ok(QuantizedPointers { w: self.w.ptr(), scales: self.scales.ptr(), biases: self.biases.ptr() })
+impl<T> QuantizedBuffers<'_, T> {
+    fn pointers(&self) -> QuantizedPointers {
+        QuantizedPointers { w: self.w.ptr(), scales: self.scales.ptr(), biases: self.biases.ptr() }
+    }
+
+    fn capacity(&self, names: [&'static str; 3]) -> [(&'static str, usize); 3] {
+        [(names[0], bytes_of(self.w)), (names[1], bytes_of(self.scales)), (names[2], bytes_of(self.biases))]
     }
 }
 
-fn status_ptr(status: Option<&mut DeviceBuffer<u8>>) -> Result<u64> {
-    match status {
-        Some(s) => {
-            check_bytes("status", s, 1, 4, "u32")?;
-            Ok(s.ptr())
-        }
-        None => Ok(0),
-    }
-}
-
-/// [`fc1_relu2`] over byte buffers, checking their sizes.
+/// [`fc1_relu2`] over typed buffers, checking their sizes.
 #[allow(clippy::too_many_arguments)]
-pub fn run_fc1_relu2(
+pub fn run_fc1_relu2<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    x: &DeviceBuffer<u8>,
-    idx: &DeviceBuffer<u8>,
-    w1: QuantizedBuffers<'_>,
-    act: &mut DeviceBuffer<u8>,
+    x: &DeviceBuffer<T>,
+    idx: &DeviceBuffer<u32>,
+    w1: QuantizedBuffers<'_, T>,
+    act: &mut DeviceBuffer<f32>,
     shape: &MoeShape,
-    status: Option<&mut DeviceBuffer<u8>>,
+    status: Option<&mut DeviceBuffer<u32>>,
     stream: Stream,
 ) -> Result<()> {
-    shape.validate()?;
-    check_bytes("x", x, shape.din as usize, dtype.size(), dtype.name())?;
-    check_bytes("idx", idx, shape.k as usize, 4, "u32")?;
-    let w = w1.check(["w1", "s1", "b1"], shape.w1_words(), shape.w1_groups(), dtype)?;
-    check_bytes("act", act, shape.k as usize * shape.dff as usize, 4, "f32")?;
-    let status = status_ptr(status)?;
-    unsafe { fc1_relu2(device, dtype, x.ptr(), idx.ptr(), w, act.ptr(), shape, status, stream) }
+    let mut capacity = vec![("x", bytes_of(x)), ("idx", bytes_of(idx)), ("act", bytes_of(act))];
+    capacity.extend(w1.capacity(["w1", "s1", "b1"]));
+    let status = status.map_or(0, |s| {
+        capacity.push(("status", bytes_of(s)));
+        s.ptr()
+    });
+    let args = fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), shape, status);
+    enqueue_fc1(device, T::DTYPE, args, &capacity, stream)
 }
 
-/// [`down`] over byte buffers, checking their sizes.
+/// [`down`] over typed buffers, checking their sizes.
 #[allow(clippy::too_many_arguments)]
-pub fn run_down(
+pub fn run_down<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    idx: &DeviceBuffer<u8>,
-    w2: QuantizedBuffers<'_>,
-    act: &DeviceBuffer<u8>,
-    scores: &DeviceBuffer<u8>,
-    part: &mut DeviceBuffer<u8>,
+    idx: &DeviceBuffer<u32>,
+    w2: QuantizedBuffers<'_, T>,
+    act: &DeviceBuffer<f32>,
+    scores: &DeviceBuffer<f32>,
+    part: &mut DeviceBuffer<f32>,
     shape: &MoeShape,
-    status: Option<&mut DeviceBuffer<u8>>,
+    status: Option<&mut DeviceBuffer<u32>>,
     stream: Stream,
 ) -> Result<()> {
-    shape.validate()?;
-    check_bytes("idx", idx, shape.k as usize, 4, "u32")?;
-    let w = w2.check(["w2", "s2", "b2"], shape.w2_words(), shape.w2_groups(), dtype)?;
-    check_bytes("act", act, shape.k as usize * shape.dff as usize, 4, "f32")?;
-    check_bytes("scores", scores, shape.k as usize, 4, "f32")?;
-    check_bytes("part", part, shape.k as usize * shape.din as usize, 4, "f32")?;
-    let status = status_ptr(status)?;
-    unsafe { down(device, dtype, idx.ptr(), w, act.ptr(), scores.ptr(), part.ptr(), shape, status, stream) }
+    let mut capacity =
+        vec![("idx", bytes_of(idx)), ("act", bytes_of(act)), ("scores", bytes_of(scores)), ("part", bytes_of(part))];
+    capacity.extend(w2.capacity(["w2", "s2", "b2"]));
+    let status = status.map_or(0, |s| {
+        capacity.push(("status", bytes_of(s)));
+        s.ptr()
+    });
+    let args = down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), shape, status);
+    enqueue_down(device, T::DTYPE, args, &capacity, stream)
 }
 
-/// [`combine`] over byte buffers, checking their sizes.
-pub fn run_combine(
+/// [`combine`] over typed buffers, checking their sizes.
+pub fn run_combine<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    part: &DeviceBuffer<u8>,
-    out: &mut DeviceBuffer<u8>,
+    part: &DeviceBuffer<f32>,
+    out: &mut DeviceBuffer<T>,
     k: u32,
     din: u32,
     stream: Stream,
 ) -> Result<()> {
-    check_bytes("part", part, k as usize * din as usize, 4, "f32")?;
-    check_bytes("out", out, din as usize, dtype.size(), dtype.name())?;
-    unsafe { combine(device, dtype, part.ptr(), out.ptr(), k, din, stream) }
+    let capacity = [("part", bytes_of(part)), ("out", bytes_of(out))];
+    enqueue_combine(device, T::DTYPE, MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }, &capacity, stream)
 }
 
-/// The byte buffers of one [`run_routed_forward`].
-pub struct RoutedBuffers<'a> {
-    pub x: &'a DeviceBuffer<u8>,
-    pub idx: &'a DeviceBuffer<u8>,
-    pub scores: &'a DeviceBuffer<u8>,
-    pub w1: QuantizedBuffers<'a>,
-    pub w2: QuantizedBuffers<'a>,
-    pub out: &'a mut DeviceBuffer<u8>,
+/// The typed buffers of one [`run_routed_forward`].
+pub struct RoutedBuffers<'a, T> {
+    pub x: &'a DeviceBuffer<T>,
+    pub idx: &'a DeviceBuffer<u32>,
+    pub scores: &'a DeviceBuffer<f32>,
+    pub w1: QuantizedBuffers<'a, T>,
+    pub w2: QuantizedBuffers<'a, T>,
+    pub out: &'a mut DeviceBuffer<T>,
     /// At least [`scratch_bytes`] bytes.
     pub scratch: &'a mut DeviceBuffer<u8>,
-    pub status: Option<&'a mut DeviceBuffer<u8>>,
+    pub status: Option<&'a mut DeviceBuffer<u32>>,
 }
 
-/// [`routed_forward`] over byte buffers, checking their sizes.
-pub fn run_routed_forward(
+/// [`routed_forward`] over typed buffers, checking their sizes.
+pub fn run_routed_forward<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    bufs: RoutedBuffers<'_>,
+    bufs: RoutedBuffers<'_, T>,
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    shape.validate()?;
-    check_bytes("x", bufs.x, shape.din as usize, dtype.size(), dtype.name())?;
-    check_bytes("idx", bufs.idx, shape.k as usize, 4, "u32")?;
-    check_bytes("scores", bufs.scores, shape.k as usize, 4, "f32")?;
-    let w1 = bufs.w1.check(["w1", "s1", "b1"], shape.w1_words(), shape.w1_groups(), dtype)?;
-    let w2 = bufs.w2.check(["w2", "s2", "b2"], shape.w2_words(), shape.w2_groups(), dtype)?;
-    check_bytes("out", bufs.out, shape.din as usize, dtype.size(), dtype.name())?;
-    let status = status_ptr(bufs.status)?;
+    let mut capacity = vec![
+        ("x", bytes_of(bufs.x)),
+        ("idx", bytes_of(bufs.idx)),
+        ("scores", bytes_of(bufs.scores)),
+        ("out", bytes_of(bufs.out)),
+    ];
+    capacity.extend(bufs.w1.capacity(["w1", "s1", "b1"]));
+    capacity.extend(bufs.w2.capacity(["w2", "s2", "b2"]));
+    let status = bufs.status.map_or(0, |s| {
+        capacity.push(("status", bytes_of(s)));
+        s.ptr()
+    });
     let p = RoutedPointers {
         x: bufs.x.ptr(),
         idx: bufs.idx.ptr(),
         scores: bufs.scores.ptr(),
-        w1,
-        w2,
+        w1: bufs.w1.pointers(),
+        w2: bufs.w2.pointers(),
         out: bufs.out.ptr(),
         scratch: bufs.scratch.ptr(),
         scratch_len: bufs.scratch.len(),
         status,
     };
-    unsafe { routed_forward(device, dtype, p, shape, stream) }
+    enqueue_routed(device, T::DTYPE, p, shape, &capacity, stream)
 }

@@ -1,14 +1,16 @@
-//! Launcher of `xielu` (spec/kernels.md section 1).
+//! Launcher of `xielu` (docs/contracts.md).
 
 use kernels_device::geometry::xielu::{
     BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
     TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
 };
 
-use super::{check_len, check_ptr, kernel_for, symbol};
-use crate::dtype::Dtype;
+pub use kernels_device::entry::XieluArgs;
+
+use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{ArgValue, Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
 
 /// Kernel name without the dtype suffix.
 pub const KERNEL: &str = "xielu";
@@ -58,61 +60,66 @@ pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     }
 }
 
-/// `out[i] = xielu(x[i])` for `i < n`. `x` and `out` may be the same buffer.
-/// `n = 0` is a no-op (and the pointers may then be null).
+/// Checks the scalars, then launches (nothing for `n = 0`).
+fn enqueue_checked(device: &Device, dtype: Dtype, args: XieluArgs, capacity: Capacity, stream: Stream) -> Result<()> {
+    let kernel = kernel_for(device, KERNEL, dtype)?;
+    for (name, v) in [("alpha_p", args.alpha_p), ("alpha_n", args.alpha_n), ("beta", args.beta), ("eps", args.eps)] {
+        if !v.is_finite() {
+            return Err(Error::invalid(name, format!("{v} is not a finite number")));
+        }
+    }
+    if args.n == 0 {
+        return Ok(());
+    }
+    let dims = dims(args.n, dtype, device.info().compute_units);
+    unsafe { enqueue(device, &kernel, dims, &args.values(), &args.extents(), capacity, stream) }
+}
+
+/// `out[i] = xielu(x[i])` for `i < n`. `out` may be exactly `x` (in place);
+/// any other overlap is refused. `n = 0` is a no-op (and the pointers may
+/// then be null).
 ///
 /// # Safety
-/// `x` and `out` are device pointers of `device` to at least `n` elements of `dtype`.
-pub unsafe fn launch(
+/// `x` and `out` are device pointers of `device` to at least `n` elements of `T`.
+pub unsafe fn launch<T: Element>(
     device: &Device,
-    dtype: Dtype,
     x: u64,
     out: u64,
     n: u64,
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    let kernel = kernel_for(device, KERNEL, dtype)?;
-    for (name, v) in
-        [("alpha_p", params.alpha_p), ("alpha_n", params.alpha_n), ("beta", params.beta), ("eps", params.eps)]
-    {
-        if !v.is_finite() {
-            return Err(Error::InvalidArgument { argument: name, message: format!("{v} is not finite") });
-        }
-    }
-    if n == 0 {
-        return Ok(());
-    }
-    check_ptr("x", x, dtype.size())?;
-    check_ptr("out", out, dtype.size())?;
-    unsafe { device.launch(&kernel, dims(n, dtype, device.info().compute_units), &args(x, out, n, params), stream) }
+    enqueue_checked(device, T::DTYPE, args(x, out, n, params), &[], stream)
 }
 
-/// The kernel's arguments, in the order of its signature (for [`launch`], and
-/// for tests that launch `xielu_*` on a grid of their own).
-pub fn args(x: u64, out: u64, n: u64, params: XieluParams) -> [ArgValue; 7] {
-    [
-        ArgValue::Ptr(x),
-        ArgValue::Ptr(out),
-        ArgValue::U64(n),
-        ArgValue::F32(params.alpha_p),
-        ArgValue::F32(params.alpha_n),
-        ArgValue::F32(params.beta),
-        ArgValue::F32(params.eps),
-    ]
+/// The kernel's arguments by name (for [`launch`], and for tests that launch
+/// `xielu_*` on a grid of their own).
+pub fn args(x: u64, out: u64, n: u64, params: XieluParams) -> XieluArgs {
+    let XieluParams { alpha_p, alpha_n, beta, eps } = params;
+    XieluArgs { x, out, n, alpha_p, alpha_n, beta, eps }
 }
 
-/// [`launch`] over byte buffers holding `n` elements of `dtype`.
-pub fn run(
+/// [`launch`] over typed buffers of at least `n` elements.
+pub fn run<T: Element>(
     device: &Device,
-    dtype: Dtype,
-    x: &DeviceBuffer<u8>,
-    out: &mut DeviceBuffer<u8>,
+    x: &DeviceBuffer<T>,
+    out: &mut DeviceBuffer<T>,
     n: usize,
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    check_len("x", x, n, dtype)?;
-    check_len("out", out, n, dtype)?;
-    unsafe { launch(device, dtype, x.ptr(), out.ptr(), n as u64, params, stream) }
+    let capacity = [("x", bytes_of(x)), ("out", bytes_of(out))];
+    enqueue_checked(device, T::DTYPE, args(x.ptr(), out.ptr(), n as u64, params), &capacity, stream)
+}
+
+/// [`run`] in place: `buf[i] = xielu(buf[i])` for `i < n`.
+pub fn run_in_place<T: Element>(
+    device: &Device,
+    buf: &mut DeviceBuffer<T>,
+    n: usize,
+    params: XieluParams,
+    stream: Stream,
+) -> Result<()> {
+    let capacity = [("x", bytes_of(buf)), ("out", bytes_of(buf))];
+    enqueue_checked(device, T::DTYPE, args(buf.ptr(), buf.ptr(), n as u64, params), &capacity, stream)
 }

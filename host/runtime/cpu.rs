@@ -67,6 +67,7 @@ impl Backend for CpuBackend {
             return Err(Error::Backend {
                 backend: "cpu",
                 call: "alloc",
+                code: 0,
                 message: format!("out of memory allocating {bytes} bytes"),
             });
         }
@@ -74,7 +75,7 @@ impl Backend for CpuBackend {
         Ok(ptr as u64)
     }
 
-    unsafe fn free(&self, ptr: u64) {
+    unsafe fn free(&self, ptr: u64, _stream: Stream) {
         if let Some(layout) = self.allocations.lock().unwrap().remove(&ptr) {
             // SAFETY: allocated above with this layout.
             unsafe { dealloc(ptr as *mut u8, layout) };
@@ -91,7 +92,8 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, _stream: Stream) -> Result<()> {
+    unsafe fn copy_device(&self, dst: u64, src: u64, bytes: usize, stream: Stream) -> Result<()> {
+        no_stream(stream)?;
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
         Ok(())
     }
@@ -110,8 +112,9 @@ impl Backend for CpuBackend {
         function: FunctionHandle,
         dims: LaunchDims,
         args: &PackedArgs,
-        _stream: Stream,
+        stream: Stream,
     ) -> Result<()> {
+        no_stream(stream)?;
         let FunctionHandle::Cpu(entry) = function else {
             return Err(Error::CodeObject("a GPU function handle was given to the CPU backend".into()));
         };
@@ -133,9 +136,24 @@ impl Backend for CpuBackend {
         .map_err(|e| Error::Emulator(e.0))
     }
 
-    fn time(&self, _stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+    fn time(&self, stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        no_stream(stream)?;
         let start = std::time::Instant::now();
         f()?;
         Ok(start.elapsed().as_secs_f64() * 1e3)
+    }
+}
+
+/// The CPU backend has no streams: it runs every launch to completion before
+/// returning. Any stream but NULL is refused, so that a stream meant for a GPU
+/// runtime is caught in CPU testing instead of being ignored.
+fn no_stream(stream: Stream) -> Result<()> {
+    if stream == Stream::DEFAULT {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "stream",
+            format!("{:p} is not NULL; the CPU backend runs launches synchronously and has no streams", stream.0),
+        ))
     }
 }

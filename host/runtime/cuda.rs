@@ -107,7 +107,7 @@ fn check(call: &'static str, result: sys::CUresult) -> Result<()> {
     if result == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::Backend { backend: BACKEND, call, message: describe(result) })
+        Err(Error::Backend { backend: BACKEND, call, code: result as i32, message: describe(result) })
     }
 }
 
@@ -403,16 +403,17 @@ impl Backend for CudaBackend {
         self.make_current()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // cuMemAlloc refuses 0 bytes.
-        cu!(cuMemAlloc_v2(&mut ptr, bytes.max(1)))?;
+        cu!(cuMemAllocAsync(&mut ptr, bytes.max(1), std::ptr::null_mut()))?;
         Ok(ptr)
     }
 
-    unsafe fn free(&self, ptr: u64) {
+    unsafe fn free(&self, ptr: u64, stream: Stream) {
         if ptr == 0 || self.make_current().is_err() {
             return;
         }
-        // SAFETY: the caller guarantees `ptr` came from `alloc` and is freed once.
-        let _ = cu!(cuMemFree_v2(ptr));
+        // SAFETY: the caller guarantees `ptr` came from `alloc` and is freed
+        // once, after the work enqueued on `stream` before it.
+        let _ = cu!(cuMemFreeAsync(ptr, stream.0 as sys::CUstream));
     }
 
     unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {

@@ -205,7 +205,7 @@ fn check(call: &'static str, status: sys::hipError_t) -> Result<()> {
     if status == sys::hipError_t_hipSuccess {
         Ok(())
     } else {
-        Err(Error::Backend { backend: "hip", call, message: describe(status) })
+        Err(Error::Backend { backend: "hip", call, code: status as i32, message: describe(status) })
     }
 }
 
@@ -360,10 +360,10 @@ fn load_module(object: &EmbeddedCodeObject) -> Result<Kernels> {
         let mut function: sys::hipFunction_t = ptr::null_mut();
         // SAFETY: a loaded module and a NUL-terminated name.
         let status = unsafe { sys::hipModuleGetFunction(&mut function, module.0, name.as_ptr()) };
-        if let Err(Error::Backend { backend, call, message }) = check("hipModuleGetFunction", status) {
+        if let Err(e) = check("hipModuleGetFunction", status) {
             // SAFETY: loaded above, unloaded once.
             unsafe { sys::hipModuleUnload(module.0) };
-            return Err(Error::Backend { backend, call, message: format!("kernel {}: {message}", spec.name) });
+            return Err(e.context(format!("kernel {}", spec.name)));
         }
         functions.insert(spec.name, FunctionHandle::Gpu(function as *mut c_void));
     }
@@ -410,20 +410,17 @@ impl Backend for HipBackend {
         self.current()?;
         let mut ptr: *mut c_void = ptr::null_mut();
         // SAFETY: `ptr` is writable.
-        check("hipMalloc", unsafe { sys::hipMalloc(&mut ptr, bytes) }).map_err(|e| match e {
-            Error::Backend { backend, call, message } => {
-                Error::Backend { backend, call, message: format!("{bytes} bytes: {message}") }
-            }
-            other => other,
-        })?;
+        check("hipMallocAsync", unsafe { sys::hipMallocAsync(&mut ptr, bytes, ptr::null_mut()) })
+            .map_err(|e| e.context(format!("allocating {bytes} bytes")))?;
         Ok(ptr as u64)
     }
 
-    unsafe fn free(&self, ptr: u64) {
+    unsafe fn free(&self, ptr: u64, stream: Stream) {
         // A failure here has nowhere to go: the memory is lost either way.
         let _ = self.current();
-        // SAFETY: the caller passes a pointer from `alloc`, once.
-        unsafe { sys::hipFree(ptr as *mut c_void) };
+        // SAFETY: the caller passes a pointer from `alloc`, once; the free
+        // happens after the work enqueued on `stream` before it.
+        unsafe { sys::hipFreeAsync(ptr as *mut c_void, stream.0 as sys::hipStream_t) };
     }
 
     unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {

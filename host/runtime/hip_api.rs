@@ -140,8 +140,8 @@ hip_api! {
         kernel_params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) -> hipError_t;
-    fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> hipError_t;
-    fn hipFree(ptr: *mut c_void) -> hipError_t;
+    fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: hipStream_t) -> hipError_t;
+    fn hipFreeAsync(ptr: *mut c_void, stream: hipStream_t) -> hipError_t;
     fn hipMemcpyHtoD(dst: hipDeviceptr_t, src: *const c_void, size: usize) -> hipError_t;
     fn hipMemcpyDtoH(dst: *mut c_void, src: hipDeviceptr_t, size: usize) -> hipError_t;
     fn hipMemcpyDtoDAsync(dst: hipDeviceptr_t, src: hipDeviceptr_t, size: usize, stream: hipStream_t) -> hipError_t;

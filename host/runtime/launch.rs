@@ -1,38 +1,20 @@
 //! Launch geometry and the packed kernel argument buffer.
 
-use kernels_device::args::{ArgKind, KernelSpec};
+pub use kernels_device::args::ArgValue;
+use kernels_device::args::KernelSpec;
 
 use crate::error::{Error, Result};
 
-/// One kernel argument value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ArgValue {
-    /// A device pointer.
-    Ptr(u64),
-    U32(u32),
-    U64(u64),
-    F32(f32),
-}
-
-impl ArgValue {
-    fn kind(self) -> ArgKind {
-        match self {
-            ArgValue::Ptr(_) => ArgKind::Ptr,
-            ArgValue::U32(_) => ArgKind::U32,
-            ArgValue::U64(_) => ArgKind::U64,
-            ArgValue::F32(_) => ArgKind::F32,
-        }
+/// The little-endian bytes of an argument value (8 bytes; the first
+/// `kind().size()` are the value).
+fn bytes_of(value: ArgValue) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    match value {
+        ArgValue::Ptr(v) | ArgValue::U64(v) => out.copy_from_slice(&v.to_le_bytes()),
+        ArgValue::U32(v) => out[..4].copy_from_slice(&v.to_le_bytes()),
+        ArgValue::F32(v) => out[..4].copy_from_slice(&v.to_le_bytes()),
     }
-
-    fn bytes(self) -> [u8; 8] {
-        let mut out = [0u8; 8];
-        match self {
-            ArgValue::Ptr(v) | ArgValue::U64(v) => out.copy_from_slice(&v.to_le_bytes()),
-            ArgValue::U32(v) => out[..4].copy_from_slice(&v.to_le_bytes()),
-            ArgValue::F32(v) => out[..4].copy_from_slice(&v.to_le_bytes()),
-        }
-        out
-    }
+    out
 }
 
 /// Grid and workgroup of a launch: `grid` workgroups along x, y, z of
@@ -64,10 +46,12 @@ pub struct PackedArgs {
 }
 
 impl PackedArgs {
-    /// Packs `values` for `spec`, refusing a count or kind that does not match.
-    pub fn pack(spec: &KernelSpec, values: &[ArgValue]) -> Result<PackedArgs> {
+    /// Packs `values` for `spec`: the values come by name, and each must be
+    /// the parameter of that name at that position, of that kind. A mismatch
+    /// is a defect of the launcher ([`Error::Internal`]), never sent.
+    pub fn pack(spec: &KernelSpec, values: &[(&str, ArgValue)]) -> Result<PackedArgs> {
         if values.len() != spec.params.len() {
-            return Err(Error::CodeObject(format!(
+            return Err(Error::Internal(format!(
                 "kernel {} takes {} arguments, the launcher passed {}",
                 spec.name,
                 spec.params.len(),
@@ -77,15 +61,21 @@ impl PackedArgs {
         let (offsets, len) = spec.layout();
         let offsets: Vec<usize> = offsets.collect();
         let mut bytes = vec![0u8; len];
-        for ((param, value), &offset) in spec.params.iter().zip(values).zip(&offsets) {
+        for ((param, &(name, value)), &offset) in spec.params.iter().zip(values).zip(&offsets) {
+            if param.name != name {
+                return Err(Error::Internal(format!(
+                    "kernel {}: the launcher passed `{name}` where the kernel takes `{}`",
+                    spec.name, param.name
+                )));
+            }
             if param.kind != value.kind() {
-                return Err(Error::CodeObject(format!(
+                return Err(Error::Internal(format!(
                     "kernel {} argument `{}` is {:?}, the launcher passed {:?}",
                     spec.name, param.name, param.kind, value
                 )));
             }
             let size = param.kind.size();
-            bytes[offset..offset + size].copy_from_slice(&value.bytes()[..size]);
+            bytes[offset..offset + size].copy_from_slice(&bytes_of(value)[..size]);
         }
         let mut words = vec![0u64; len.div_ceil(8)];
         for (i, chunk) in bytes.chunks(8).enumerate() {
@@ -113,5 +103,41 @@ impl PackedArgs {
     /// Pointers to each argument inside the buffer (CUDA's `kernelParams`).
     pub fn arg_pointers(&self) -> Vec<*mut std::ffi::c_void> {
         self.offsets.iter().map(|&o| unsafe { self.as_ptr().add(o) } as *mut std::ffi::c_void).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernels_device::entry::{Add3LayerNormArgs, add3_layer_norm_f32};
+
+    fn add3_args() -> Add3LayerNormArgs {
+        Add3LayerNormArgs { a: 16, b: 32, x: 48, w: 64, bias: 0, x_new: 80, h: 96, rows: 2, d: 8, eps: 1e-5 }
+    }
+
+    #[test]
+    fn arguments_are_packed_at_the_declared_offsets() {
+        let packed = PackedArgs::pack(&add3_layer_norm_f32::SPEC, &add3_args().values()).unwrap();
+        let bytes = unsafe { std::slice::from_raw_parts(packed.as_ptr(), packed.len()) };
+        // x_new is the sixth pointer (offset 40), h the seventh (48), rows at 56.
+        assert_eq!(&bytes[40..48], &80u64.to_le_bytes());
+        assert_eq!(&bytes[48..56], &96u64.to_le_bytes());
+        assert_eq!(&bytes[56..60], &2u32.to_le_bytes());
+        assert_eq!(packed.len(), 68);
+    }
+
+    #[test]
+    fn two_same_typed_arguments_swapped_are_refused() {
+        let mut values = add3_args().values();
+        values.swap(5, 6); // x_new <-> h: same kind, same size
+        let err = PackedArgs::pack(&add3_layer_norm_f32::SPEC, &values).unwrap_err();
+        assert!(matches!(&err, Error::Internal(m) if m.contains("`h` where the kernel takes `x_new`")), "{err}");
+    }
+
+    #[test]
+    fn a_missing_argument_is_refused() {
+        let values = add3_args().values();
+        let err = PackedArgs::pack(&add3_layer_norm_f32::SPEC, &values[..9]).unwrap_err();
+        assert!(matches!(err, Error::Internal(_)));
     }
 }

@@ -88,7 +88,9 @@ unsafe impl Send for FunctionHandle {}
 unsafe impl Sync for FunctionHandle {}
 
 /// A stream of the backend (`hipStream_t`, `CUstream`), owned by the caller.
-/// [`Stream::DEFAULT`] is the default (null) stream. The CPU backend ignores it.
+/// [`Stream::DEFAULT`] is the null stream: on HIP and CUDA the default
+/// (legacy) stream of the device, which waits for and is waited on by every
+/// blocking stream. The CPU backend has no streams and refuses any other value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stream(pub *mut c_void);
 
@@ -107,9 +109,12 @@ pub(crate) trait Backend: Send + Sync {
     /// The loaded function for the symbol `name`, or why there is none.
     fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String>;
     fn alloc(&self, bytes: usize) -> Result<u64>;
+    /// Frees `ptr` in the order of `stream`: after the work enqueued on it
+    /// before, without waiting for the device.
+    ///
     /// # Safety
     /// `ptr` came from `alloc` of this backend and is freed once.
-    unsafe fn free(&self, ptr: u64);
+    unsafe fn free(&self, ptr: u64, stream: Stream);
     /// # Safety
     /// `dst` points to at least `src.len()` bytes of device memory.
     unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()>;
@@ -269,7 +274,13 @@ impl Device {
     ///
     /// # Safety
     /// Every pointer in `args` is valid for everything the kernel does with it.
-    pub unsafe fn launch(&self, kernel: &Kernel, dims: LaunchDims, args: &[ArgValue], stream: Stream) -> Result<()> {
+    pub unsafe fn launch(
+        &self,
+        kernel: &Kernel,
+        dims: LaunchDims,
+        args: &[(&str, ArgValue)],
+        stream: Stream,
+    ) -> Result<()> {
         let packed = PackedArgs::pack(kernel.spec, args)?;
         unsafe { self.backend.launch(kernel.function, dims, &packed, stream) }
     }
@@ -279,7 +290,7 @@ impl Device {
         let bytes =
             len.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("len", format!("{len} elements overflow")))?;
         let ptr = if bytes == 0 { 0 } else { self.backend.alloc(bytes)? };
-        Ok(DeviceBuffer { device: self.clone(), ptr, len, _t: std::marker::PhantomData })
+        Ok(DeviceBuffer { device: self.clone(), ptr, len, stream: Stream::DEFAULT, _t: std::marker::PhantomData })
     }
 
     /// Allocates and fills a buffer with `data`.
@@ -317,15 +328,19 @@ impl Device {
     }
 }
 
-/// A typed allocation of device memory, freed on drop.
+/// A typed allocation of device memory, freed on drop in the order of its
+/// stream ([`DeviceBuffer::set_stream`], the default stream unless set): the
+/// memory is released after the work enqueued on that stream before the drop,
+/// without a device-wide synchronize.
 pub struct DeviceBuffer<T> {
     device: Device,
     ptr: u64,
     len: usize,
+    stream: Stream,
     _t: std::marker::PhantomData<T>,
 }
 
-impl<T: Copy> DeviceBuffer<T> {
+impl<T> DeviceBuffer<T> {
     /// The device pointer (0 for an empty buffer).
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -339,6 +354,20 @@ impl<T: Copy> DeviceBuffer<T> {
         self.len == 0
     }
 
+    /// Bytes the buffer holds.
+    pub fn bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The stream whose order the buffer is freed in. Set it to the stream the
+    /// buffer is used on when that stream does not synchronize with the
+    /// default stream (a non-blocking stream).
+    pub fn set_stream(&mut self, stream: Stream) {
+        self.stream = stream;
+    }
+}
+
+impl<T: Copy> DeviceBuffer<T> {
     /// Copies the buffer to the host (waits for the device first).
     pub fn download(&self) -> Result<Vec<T>> {
         self.device.synchronize()?;
@@ -384,10 +413,9 @@ impl<T: Copy> DeviceBuffer<T> {
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         if self.ptr != 0 {
-            // Pending work may still use the buffer: wait before freeing.
-            let _ = self.device.backend.synchronize();
-            // SAFETY: allocated by this backend, freed once.
-            unsafe { self.device.backend.free(self.ptr) };
+            // SAFETY: allocated by this backend, freed once, after the work
+            // enqueued on the buffer's stream.
+            unsafe { self.device.backend.free(self.ptr, self.stream) };
         }
     }
 }

@@ -22,11 +22,79 @@ impl ArgKind {
     }
 }
 
-/// One named argument of a kernel entry point.
+/// How a kernel uses the memory a pointer argument points to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Not a pointer: a value passed in the argument buffer.
+    Value,
+    /// Read only.
+    Read,
+    /// Written (and possibly read).
+    Write,
+}
+
+/// One named argument of a kernel entry point, as its family declares it
+/// (see [`crate::entry`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Param {
     pub name: &'static str,
     pub kind: ArgKind,
+    /// For pointers, what the kernel does with the memory; [`Access::Value`] otherwise.
+    pub access: Access,
+    /// For pointers, the size of one element, which is also the alignment the
+    /// pointer needs; the size of the value otherwise.
+    pub elem_bytes: usize,
+    /// The element type's name (`f32`, `bf16`, `u32`), for messages.
+    pub elem: &'static str,
+    /// A null pointer is allowed (the kernel then skips that buffer).
+    pub nullable: bool,
+    /// The other arguments this pointer may be exactly equal to (the same
+    /// address and extent: an in-place launch the kernel supports). Any other
+    /// overlap with a written buffer is refused.
+    pub may_equal: &'static [&'static str],
+}
+
+impl Param {
+    /// Whether this argument is a pointer.
+    pub const fn is_pointer(&self) -> bool {
+        !matches!(self.access, Access::Value)
+    }
+}
+
+/// One argument value, as the host packs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ArgValue {
+    /// A device pointer.
+    Ptr(u64),
+    U32(u32),
+    U64(u64),
+    F32(f32),
+}
+
+impl ArgValue {
+    pub const fn kind(self) -> ArgKind {
+        match self {
+            ArgValue::Ptr(_) => ArgKind::Ptr,
+            ArgValue::U32(_) => ArgKind::U32,
+            ArgValue::U64(_) => ArgKind::U64,
+            ArgValue::F32(_) => ArgKind::F32,
+        }
+    }
+}
+
+/// The value of one pointer argument of a launch and the elements the launch
+/// touches through it (`None`: the count overflows 64 bits), as a family's
+/// argument struct computes them from its declaration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferExtent {
+    pub name: &'static str,
+    pub ptr: u64,
+    pub elems: Option<u64>,
+}
+
+/// The product of a buffer's dimensions in 64 bits, `None` if it overflows.
+pub fn extent(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
 /// An exported kernel: its symbol and its explicit arguments, in order.
@@ -55,6 +123,46 @@ impl KernelSpec {
 /// A Rust type that may be a kernel argument.
 pub trait KernelArg: Copy {
     const KIND: ArgKind;
+}
+
+/// A scalar argument type: how a value of it is packed.
+pub trait ScalarArg: KernelArg {
+    fn value(self) -> ArgValue;
+}
+impl ScalarArg for u32 {
+    fn value(self) -> ArgValue {
+        ArgValue::U32(self)
+    }
+}
+impl ScalarArg for u64 {
+    fn value(self) -> ArgValue {
+        ArgValue::U64(self)
+    }
+}
+impl ScalarArg for f32 {
+    fn value(self) -> ArgValue {
+        ArgValue::F32(self)
+    }
+}
+
+/// The name of an element type, for messages and specs.
+pub trait ElemName {
+    const NAME: &'static str;
+}
+impl ElemName for f32 {
+    const NAME: &'static str = "f32";
+}
+impl ElemName for f16 {
+    const NAME: &'static str = "f16";
+}
+impl ElemName for crate::num::Bf16 {
+    const NAME: &'static str = "bf16";
+}
+impl ElemName for u32 {
+    const NAME: &'static str = "u32";
+}
+impl ElemName for u64 {
+    const NAME: &'static str = "u64";
 }
 
 impl<T> KernelArg for *const T {

@@ -1,108 +1,385 @@
-//! The exported kernel entry points: one unmangled symbol per kernel and dtype.
+//! The kernel families and their exported entry points: the one declaration of
+//! every kernel's arguments.
 //!
-//! [`kernels!`] stamps out, from one list:
-//! - on GPU targets, an `extern "gpu-kernel"` function per entry (raw pointers
-//!   and scalars only: a struct by value would silently become a pointer on amdgpu);
-//! - everywhere, [`KERNELS`], the names and argument lists the host checks the
-//!   code objects against and packs launches with;
+//! Each family is declared once, with its instances (one symbol per dtype, or
+//! per specialization) and its parameters in signature order. Every parameter
+//! says how it is passed and used:
+//!
+//! - `read T [dims]`, `write T [dims]`: a pointer to `T` elements, read only or
+//!   written, through which the kernel touches `dims` elements (a product of
+//!   expressions over the family's scalar parameters);
+//! - `read_nullable`, `write_nullable`: the same, but null is allowed (the
+//!   kernel then skips that buffer);
+//! - `write_grid T`: a pointer whose extent depends on the launch grid (the
+//!   diagnostic kernels); its launcher checks it;
+//! - `value T`: a scalar;
+//! - `= a | b`: the pointer may be exactly equal to `a` or `b` (an in-place
+//!   launch the kernel supports); any other overlap with a written buffer is
+//!   refused by the host.
+//!
+//! [`families!`] derives from it:
+//! - on GPU targets, an `extern "gpu-kernel"` function per instance (raw
+//!   pointers and scalars only: a struct by value would silently become a
+//!   pointer on amdgpu);
+//! - everywhere, [`KERNELS`]: each instance's parameters with their kind,
+//!   access, element size, nullability and aliases, which the host packs
+//!   launches with and checks the code objects against;
+//! - everywhere, one argument struct per family (for example [`XieluArgs`]),
+//!   whose fields are the parameters by name, with the packed values and the
+//!   extent of every pointer derived from the declaration;
 //! - on the host, [`emulated`], which maps a symbol to a function that reads a
 //!   packed argument buffer and runs the same body in the emulator.
 
-use crate::args::{KernelArg, KernelSpec, Param};
+use crate::args::{Access, ArgKind, ArgValue, BufferExtent, ElemName, KernelArg, KernelSpec, Param, ScalarArg};
 use crate::geometry::add3_layer_norm as add3;
+use crate::geometry::moe::values_per_word;
+use crate::num::Bf16;
 
-macro_rules! kernels {
-    ($( $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) => $body:path; )*) => {
-        $(
+/// The Rust type of a parameter in the entry point's signature.
+macro_rules! param_type {
+    (read, $t:ty) => { *const $t };
+    (read_nullable, $t:ty) => { *const $t };
+    (write, $t:ty) => { *mut $t };
+    (write_nullable, $t:ty) => { *mut $t };
+    (write_grid, $t:ty) => { *mut $t };
+    (value, $t:ty) => { $t };
+}
+
+/// The type of a parameter's field in the family's argument struct.
+macro_rules! field_type {
+    (value, $t:ty) => {
+        $t
+    };
+    ($access:ident, $t:ty) => {
+        u64
+    };
+}
+
+macro_rules! access_of {
+    (value) => {
+        Access::Value
+    };
+    (read) => {
+        Access::Read
+    };
+    (read_nullable) => {
+        Access::Read
+    };
+    ($write:ident) => {
+        Access::Write
+    };
+}
+
+macro_rules! nullable_of {
+    (read_nullable) => {
+        true
+    };
+    (write_nullable) => {
+        true
+    };
+    ($other:ident) => {
+        false
+    };
+}
+
+macro_rules! kind_of {
+    (value, $t:ty) => {
+        <$t as KernelArg>::KIND
+    };
+    ($access:ident, $t:ty) => {
+        ArgKind::Ptr
+    };
+}
+
+macro_rules! value_of {
+    (value, $v:expr) => {
+        ScalarArg::value($v)
+    };
+    ($access:ident, $v:expr) => {
+        ArgValue::Ptr($v)
+    };
+}
+
+/// The extent of a pointer parameter (`None` for a value), from its dimensions.
+macro_rules! extent_of {
+    (value, $name:ident, $ptr:expr, ) => { None };
+    (write_grid, $name:ident, $ptr:expr, ) => { None };
+    ($access:ident, $name:ident, $ptr:expr, $($dim:expr),+) => {
+        Some(BufferExtent { name: stringify!($name), ptr: $ptr, elems: crate::args::extent(&[$(($dim) as u64),+]) })
+    };
+}
+
+/// One instance of a family: its entry point, its emulated entry and its spec,
+/// in a module named after the symbol (where `T` is the instance's dtype).
+macro_rules! instance {
+    ($sym:ident, $t:ty, $body:path, {
+        $( $pn:ident : $access:ident $pt:ty $( [ $($dim:expr),+ ] )? $( = $($alias:ident)|+ )? ),* $(,)?
+    }) => {
+        #[allow(non_snake_case, unused_imports, clippy::too_many_arguments)]
+        pub mod $sym {
+            use super::*;
+            /// The element type of this instance.
+            pub type T = $t;
+
             #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
             #[unsafe(no_mangle)]
             #[allow(unused_unsafe)]
-            pub unsafe extern "gpu-kernel" fn $name($($arg: $ty),*) {
-                unsafe { $body($($arg),*) }
+            pub unsafe extern "gpu-kernel" fn $sym($($pn: param_type!($access, $pt)),*) {
+                unsafe { $body($($pn),*) }
             }
+
+            /// The host version of the entry point: reads a packed argument
+            /// buffer (see [`crate::args::ArgReader`]) and runs the kernel body
+            /// for the calling emulator lane.
+            #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+            #[allow(unused_mut, unused_variables, unused_unsafe)]
+            pub unsafe fn emulated(args: *const u8) {
+                unsafe {
+                    let mut reader = crate::args::ArgReader::new(args);
+                    $( let $pn: param_type!($access, $pt) = reader.next(); )*
+                    $body($($pn),*)
+                }
+            }
+
+            /// The instance's parameters, from the family's declaration.
+            pub const SPEC: KernelSpec = KernelSpec {
+                name: stringify!($sym),
+                params: &[$( Param {
+                    name: stringify!($pn),
+                    kind: kind_of!($access, $pt),
+                    access: access_of!($access),
+                    elem_bytes: core::mem::size_of::<$pt>(),
+                    elem: <$pt as ElemName>::NAME,
+                    nullable: nullable_of!($access),
+                    may_equal: &[$($(stringify!($alias)),+)?],
+                } ),*],
+            };
+        }
+    };
+}
+
+/// The argument struct of a family: one field per parameter, by name.
+macro_rules! family_args {
+    ($(#[$doc:meta])* $args:ident, [$($sym:ident),*], {
+        $( $pn:ident : $access:ident $pt:ty $( [ $($dim:expr),+ ] )? $( = $($alias:ident)|+ )? ),* $(,)?
+    }) => {
+        $(#[$doc])*
+        ///
+        /// Pointer fields are device addresses (0 for null); the others are the
+        /// kernel's scalars. The field order is the kernel's signature.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub struct $args {
+            $( pub $pn: field_type!($access, $pt), )*
+        }
+
+        impl $args {
+            /// The symbols of the family's instances.
+            pub const INSTANCES: &'static [&'static str] = &[$(stringify!($sym)),*];
+            /// Parameters in signature order.
+            pub const ARITY: usize = <[&str]>::len(&[$(stringify!($pn)),*]);
+
+            /// The packed values, by name, in signature order.
+            pub fn values(&self) -> [(&'static str, ArgValue); Self::ARITY] {
+                [$( (stringify!($pn), value_of!($access, self.$pn)) ),*]
+            }
+
+            /// The extent of every pointer parameter with declared dimensions
+            /// (`None` for values and grid-sized pointers), computed from the
+            /// scalars as the declaration says.
+            #[allow(unused_variables, clippy::unnecessary_cast)]
+            pub fn extents(&self) -> [Option<BufferExtent>; Self::ARITY] {
+                let Self { $($pn),* } = *self;
+                [$( extent_of!($access, $pn, self.$pn, $($($dim),+)?) ),*]
+            }
+        }
+    };
+}
+
+macro_rules! families {
+    ($(
+        $(#[$doc:meta])*
+        family $args:ident {
+            instances { $( $sym:ident : $t:ty => $body:path; )+ }
+            params $params:tt
+        }
+    )*) => {
+        $(
+            $( instance!($sym, $t, $body, $params); )+
+            family_args!($(#[$doc])* $args, [$($sym),+], $params);
         )*
 
         /// Every exported kernel, with its explicit arguments in order.
-        pub const KERNELS: &[KernelSpec] = &[
-            $( KernelSpec {
-                name: stringify!($name),
-                params: &[$( Param { name: stringify!($arg), kind: <$ty as KernelArg>::KIND } ),*],
-            }, )*
-        ];
+        pub const KERNELS: &[KernelSpec] = &[$($($sym::SPEC,)+)*];
 
         /// The host version of an entry point: reads a packed argument buffer
-        /// (see [`crate::args::ArgReader`]) and runs the kernel body for the
-        /// calling emulator lane.
+        /// and runs the kernel body for the calling emulator lane.
         #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
         pub type EmulatedEntry = unsafe fn(*const u8);
 
         /// The host version of the entry point called `name`, if there is one.
         #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
         pub fn emulated(name: &str) -> Option<EmulatedEntry> {
-            $(
-                #[allow(non_snake_case, unused_mut, unused_variables, unused_unsafe)]
-                unsafe fn $name(args: *const u8) {
-                    unsafe {
-                        let mut reader = crate::args::ArgReader::new(args);
-                        $( let $arg: $ty = reader.next(); )*
-                        $body($($arg),*)
-                    }
-                }
-            )*
             match name {
-                $( stringify!($name) => Some($name as EmulatedEntry), )*
+                $($( stringify!($sym) => Some($sym::emulated as EmulatedEntry), )+)*
                 _ => None,
             }
         }
     };
 }
 
-use crate::num::Bf16;
+families! {
+    /// `probe`: each thread writes what it sees of the wave primitives.
+    family ProbeArgs {
+        instances { probe: u32 => crate::probe::probe; }
+        params { out: write_grid u32 }
+    }
 
-kernels! {
-    probe(out: *mut u32) => crate::probe::probe;
-    empty() => crate::probe::empty;
-    read_stream(src: *const u32, quads: u64, out: *mut u32) => crate::probe::read_stream;
+    /// `empty`: the launch floor.
+    family EmptyArgs {
+        instances { empty: u32 => crate::probe::empty; }
+        params {}
+    }
 
-    xielu_f32(x: *const f32, out: *mut f32, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<f32>;
-    xielu_f16(x: *const f16, out: *mut f16, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<f16>;
-    xielu_bf16(x: *const Bf16, out: *mut Bf16, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) => crate::xielu::xielu::<Bf16>;
+    /// `read_stream`: the read-bandwidth yardstick (one fold word per thread).
+    family ReadStreamArgs {
+        instances { read_stream: u32 => crate::probe::read_stream; }
+        params { src: read u32 [quads, 4], quads: value u64, out: write_grid u32 }
+    }
 
-    add3_layer_norm_f32(a: *const f32, b: *const f32, x: *const f32, w: *const f32, bias: *const f32, x_new: *mut f32, h: *mut f32, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<f32, { add3::CHUNKS }>;
-    add3_layer_norm_f16(a: *const f16, b: *const f16, x: *const f16, w: *const f16, bias: *const f16, x_new: *mut f16, h: *mut f16, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<f16, { add3::CHUNKS }>;
-    add3_layer_norm_bf16(a: *const Bf16, b: *const Bf16, x: *const Bf16, w: *const Bf16, bias: *const Bf16, x_new: *mut Bf16, h: *mut Bf16, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<Bf16, { add3::CHUNKS }>;
-    add3_layer_norm_d4096_f32(a: *const f32, b: *const f32, x: *const f32, w: *const f32, bias: *const f32, x_new: *mut f32, h: *mut f32, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<f32, { add3::SHORT_CHUNKS }>;
-    add3_layer_norm_d4096_f16(a: *const f16, b: *const f16, x: *const f16, w: *const f16, bias: *const f16, x_new: *mut f16, h: *mut f16, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<f16, { add3::SHORT_CHUNKS }>;
-    add3_layer_norm_d4096_bf16(a: *const Bf16, b: *const Bf16, x: *const Bf16, w: *const Bf16, bias: *const Bf16, x_new: *mut Bf16, h: *mut Bf16, rows: u32, d: u32, eps: f32)
-        => crate::add3_layer_norm::add3_layer_norm::<Bf16, { add3::SHORT_CHUNKS }>;
+    /// `xielu`: `out[i] = xielu(x[i])` for `i < n`.
+    family XieluArgs {
+        instances {
+            xielu_f32: f32 => crate::xielu::xielu::<T>;
+            xielu_f16: f16 => crate::xielu::xielu::<T>;
+            xielu_bf16: Bf16 => crate::xielu::xielu::<T>;
+        }
+        params {
+            x: read T [n],
+            out: write T [n] = x,
+            n: value u64,
+            alpha_p: value f32,
+            alpha_n: value f32,
+            beta: value f32,
+            eps: value f32,
+        }
+    }
 
-    moe_fc1_relu2_f32(x: *const f32, idx: *const u32, w1: *const u32, s1: *const f32, b1: *const f32, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
-        => crate::moe::moe_fc1_relu2::<f32>;
-    moe_fc1_relu2_f16(x: *const f16, idx: *const u32, w1: *const u32, s1: *const f16, b1: *const f16, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
-        => crate::moe::moe_fc1_relu2::<f16>;
-    moe_fc1_relu2_bf16(x: *const Bf16, idx: *const u32, w1: *const u32, s1: *const Bf16, b1: *const Bf16, act: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
-        => crate::moe::moe_fc1_relu2::<Bf16>;
-    moe_down_f32(idx: *const u32, w2: *const u32, s2: *const f32, b2: *const f32, act: *const f32, scores: *const f32, part: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
-        => crate::moe::moe_down::<f32>;
-    moe_down_f16(idx: *const u32, w2: *const u32, s2: *const f16, b2: *const f16, act: *const f32, scores: *const f32, part: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
-        => crate::moe::moe_down::<f16>;
-    moe_down_bf16(idx: *const u32, w2: *const u32, s2: *const Bf16, b2: *const Bf16, act: *const f32, scores: *const f32, part: *mut f32, n_experts: u32, k: u32, din: u32, dff: u32, bits: u32, group_size: u32, status: *mut u32)
-        => crate::moe::moe_down::<Bf16>;
-    moe_combine_f32(part: *const f32, out: *mut f32, k: u32, din: u32) => crate::moe::moe_combine::<f32>;
-    moe_combine_f16(part: *const f32, out: *mut f16, k: u32, din: u32) => crate::moe::moe_combine::<f16>;
-    moe_combine_bf16(part: *const f32, out: *mut Bf16, k: u32, din: u32) => crate::moe::moe_combine::<Bf16>;
+    /// `add3_layer_norm`: `x_new = a + b + x`, `h = LayerNorm(x_new; w, bias, eps)`,
+    /// one row per workgroup. Each thread reads `a`, `b`, `x` at the positions it
+    /// later writes, and keeps `x_new` in registers, so either output may be
+    /// exactly one of the three row inputs; `w` and `bias` are read by every row.
+    family Add3LayerNormArgs {
+        instances {
+            add3_layer_norm_f32: f32 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
+            add3_layer_norm_f16: f16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
+            add3_layer_norm_bf16: Bf16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
+            add3_layer_norm_d4096_f32: f32 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
+            add3_layer_norm_d4096_f16: f16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
+            add3_layer_norm_d4096_bf16: Bf16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
+        }
+        params {
+            a: read T [rows, d],
+            b: read T [rows, d],
+            x: read T [rows, d],
+            w: read T [d],
+            bias: read_nullable T [d],
+            x_new: write T [rows, d] = a | b | x,
+            h: write T [rows, d] = a | b | x,
+            rows: value u32,
+            d: value u32,
+            eps: value f32,
+        }
+    }
 
-    mamba1_scan_f32(x: *const f32, dt: *const f32, bm: *const f32, cm: *const f32, a: *const f32, dskip: *const f32, state_in: *const f32, y: *mut f32, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
-        => crate::mamba1_scan::mamba1_scan::<f32>;
-    mamba1_scan_f16(x: *const f16, dt: *const f16, bm: *const f16, cm: *const f16, a: *const f32, dskip: *const f16, state_in: *const f32, y: *mut f16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
-        => crate::mamba1_scan::mamba1_scan::<f16>;
-    mamba1_scan_bf16(x: *const Bf16, dt: *const Bf16, bm: *const Bf16, cm: *const Bf16, a: *const f32, dskip: *const Bf16, state_in: *const f32, y: *mut Bf16, state_out: *mut f32, batch: u32, len: u32, dm: u32, n: u32)
-        => crate::mamba1_scan::mamba1_scan::<Bf16>;
+    /// `moe_fc1_relu2`: `act[k, f] = relu(x . w1[idx[k], f])^2` for every slot k.
+    family MoeFc1Relu2Args {
+        instances {
+            moe_fc1_relu2_f32: f32 => crate::moe::moe_fc1_relu2::<T>;
+            moe_fc1_relu2_f16: f16 => crate::moe::moe_fc1_relu2::<T>;
+            moe_fc1_relu2_bf16: Bf16 => crate::moe::moe_fc1_relu2::<T>;
+        }
+        params {
+            x: read T [din],
+            idx: read u32 [k],
+            w1: read u32 [n_experts, dff, din / values_per_word(bits)],
+            s1: read T [n_experts, dff, din / group_size],
+            b1: read T [n_experts, dff, din / group_size],
+            act: write f32 [k, dff],
+            n_experts: value u32,
+            k: value u32,
+            din: value u32,
+            dff: value u32,
+            bits: value u32,
+            group_size: value u32,
+            status: write_nullable u32 [1],
+        }
+    }
+
+    /// `moe_down`: `part[k, h] = scores[k] * (act[k] . w2[idx[k], h])` for every slot k.
+    family MoeDownArgs {
+        instances {
+            moe_down_f32: f32 => crate::moe::moe_down::<T>;
+            moe_down_f16: f16 => crate::moe::moe_down::<T>;
+            moe_down_bf16: Bf16 => crate::moe::moe_down::<T>;
+        }
+        params {
+            idx: read u32 [k],
+            w2: read u32 [n_experts, din, dff / values_per_word(bits)],
+            s2: read T [n_experts, din, dff / group_size],
+            b2: read T [n_experts, din, dff / group_size],
+            act: read f32 [k, dff],
+            scores: read f32 [k],
+            part: write f32 [k, din],
+            n_experts: value u32,
+            k: value u32,
+            din: value u32,
+            dff: value u32,
+            bits: value u32,
+            group_size: value u32,
+            status: write_nullable u32 [1],
+        }
+    }
+
+    /// `moe_combine`: `out[h] = T(sum_k part[k, h])`.
+    family MoeCombineArgs {
+        instances {
+            moe_combine_f32: f32 => crate::moe::moe_combine::<T>;
+            moe_combine_f16: f16 => crate::moe::moe_combine::<T>;
+            moe_combine_bf16: Bf16 => crate::moe::moe_combine::<T>;
+        }
+        params {
+            part: read f32 [k, din],
+            out: write T [din],
+            k: value u32,
+            din: value u32,
+        }
+    }
+
+    /// `mamba1_scan`: the selective scan. Each state element is read once, by
+    /// the lane that owns it, before that lane writes it, so `state_out` may be
+    /// exactly `state_in` (an in-place update).
+    family Mamba1ScanArgs {
+        instances {
+            mamba1_scan_f32: f32 => crate::mamba1_scan::mamba1_scan::<T>;
+            mamba1_scan_f16: f16 => crate::mamba1_scan::mamba1_scan::<T>;
+            mamba1_scan_bf16: Bf16 => crate::mamba1_scan::mamba1_scan::<T>;
+        }
+        params {
+            x: read T [batch, len, dm],
+            dt: read T [batch, len, dm],
+            bm: read T [batch, len, n],
+            cm: read T [batch, len, n],
+            a: read f32 [dm, n],
+            dskip: read T [dm],
+            state_in: read f32 [batch, dm, n],
+            y: write T [batch, len, dm],
+            state_out: write f32 [batch, dm, n] = state_in,
+            batch: value u32,
+            len: value u32,
+            dm: value u32,
+            n: value u32,
+        }
+    }
 }
 
 /// The spec of the kernel called `name`.
