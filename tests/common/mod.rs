@@ -1,71 +1,202 @@
-//! Shared by the kernel tests: every backend present, and data movement helpers.
+//! Shared by the kernel tests: a harness that runs each case once per backend
+//! (and per dtype), typed data movement helpers.
+//!
+//! Kernel test files use `harness = false` and build their trials with
+//! [`Suite`]: every case becomes one test per backend and dtype, named
+//! `case::backend::dtype`, so one failure does not hide the others. A backend
+//! that is absent makes its tests *ignored with the reason* in the normal
+//! output, and the run ends with a summary of which backends ran.
+//!
+//! `MLXCEL_AMDGPU_EXPECT_HIP=1` (on the AMD machine) and `MLXCEL_AMDGPU_EXPECT_CUDA=1`
+//! (on the NVIDIA one) make the tests of an absent HIP or CUDA backend fail
+//! instead, so that a run meant to exercise a GPU cannot pass on the emulator alone.
 #![allow(dead_code)]
 
-use mlxcel_amdgpu::reference::{self, Dtype};
-use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer};
+use std::sync::OnceLock;
 
-/// Every backend present on this machine that can run the kernels: the CPU
-/// emulator always; HIP and CUDA when a device exists and a kernel binary for it
-/// is loaded. Anything skipped is skipped with a printed reason (for example a
-/// wave64 AMD GPU, which has a HIP device but no kernels).
-///
-/// `MLXCEL_AMDGPU_EXPECT_HIP=1` (on the AMD machine) and `MLXCEL_AMDGPU_EXPECT_CUDA=1`
-/// (on the NVIDIA one) turn a skipped HIP or CUDA device into a test failure, so
-/// that a run meant to exercise a GPU cannot pass on the emulator alone.
-pub fn devices() -> Vec<Device> {
-    let mut out = Vec::new();
-    for (kind, expect_env) in
-        [(BackendKind::Hip, "MLXCEL_AMDGPU_EXPECT_HIP"), (BackendKind::Cuda, "MLXCEL_AMDGPU_EXPECT_CUDA")]
-    {
-        let skipped = |why: String| {
-            assert!(
-                std::env::var_os(expect_env).is_none(),
-                "{expect_env} is set but the {kind} backend was skipped: {why}"
-            );
-            eprintln!("[backend] {kind}: skipped: {why}");
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use mlxcel_amdgpu::half::{bf16, f16};
+use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element};
+
+/// One backend of this machine: the device, or why it cannot run the kernels.
+pub struct Backend {
+    pub kind: BackendKind,
+    pub device: Result<Device, String>,
+    /// The variable that makes this backend's absence a failure.
+    pub expect_env: Option<&'static str>,
+}
+
+/// The backends, opened once per test binary: HIP and CUDA when a device exists
+/// and a kernel binary for it is loaded, the CPU emulator always.
+pub fn backends() -> &'static [Backend] {
+    static BACKENDS: OnceLock<Vec<Backend>> = OnceLock::new();
+    BACKENDS.get_or_init(|| {
+        let gpu = |kind, env| {
+            let device = match Device::open(kind) {
+                Ok(d) => match &d.info().kernels {
+                    Ok(_) => Ok(d),
+                    Err(why) => Err(format!("{} ({}) has no kernels: {why}", d.info().name, d.info().arch)),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            Backend { kind, device, expect_env: Some(env) }
         };
-        match Device::open(kind) {
-            Ok(d) => match &d.info().kernels {
-                Ok(k) => {
-                    eprintln!("[backend] {kind}: {} ({}), kernels: {k}", d.info().name, d.info().arch);
-                    out.push(d);
-                }
-                Err(why) => skipped(format!("{} ({}) has no kernels: {why}", d.info().name, d.info().arch)),
-            },
-            Err(e) => skipped(e.to_string()),
-        }
+        vec![
+            gpu(BackendKind::Hip, "MLXCEL_AMDGPU_EXPECT_HIP"),
+            gpu(BackendKind::Cuda, "MLXCEL_AMDGPU_EXPECT_CUDA"),
+            Backend { kind: BackendKind::Cpu, device: Ok(Device::cpu()), expect_env: None },
+        ]
+    })
+}
+
+/// The device of `kind`, or what to do without it: ignore the test with the
+/// reason, or fail it when the backend was expected.
+fn device_or_skip(kind: BackendKind) -> Result<Result<Device, Completion>, Failed> {
+    let backend = backends().iter().find(|b| b.kind == kind).expect("every kind is listed");
+    match &backend.device {
+        Ok(d) => Ok(Ok(d.clone())),
+        Err(why) => match backend.expect_env {
+            Some(env) if std::env::var_os(env).is_some() => {
+                Err(format!("{env} is set but the {kind} backend is absent: {why}").into())
+            }
+            _ => Ok(Err(Completion::ignored_with(format!("no {kind} device: {why}")))),
+        },
     }
-    out.push(Device::cpu());
-    out
 }
 
-/// Uploads values (representable in `dtype`) as the bytes of a `dtype` buffer.
-pub fn upload(dev: &Device, dtype: Dtype, values: &[f32]) -> DeviceBuffer<u8> {
-    dev.upload(&reference::to_le_bytes(dtype, values)).unwrap()
+/// Runs `f`, turning a panic into a failure with its message.
+fn catch(f: impl FnOnce()) -> Result<(), Failed> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        Failed::from(msg.unwrap_or_else(|| "panicked".into()))
+    })
 }
 
-/// A `dtype` buffer of `n` elements filled with a sentinel byte pattern, so an
-/// element the kernel failed to write is noticed.
-pub fn sentinel(dev: &Device, dtype: Dtype, n: usize) -> DeviceBuffer<u8> {
-    let mut buf = dev.alloc::<u8>(n * dtype.size()).unwrap();
+/// The trials of one test binary.
+#[derive(Default)]
+pub struct Suite {
+    trials: Vec<Trial>,
+}
+
+/// A case generic over the element type, instantiated for each dtype.
+pub type Typed = [(Dtype, fn(&Device)); 3];
+
+/// `case::<f32>`, `case::<f16>`, `case::<bf16>` for [`Suite::per_backend_and_dtype`].
+#[macro_export]
+macro_rules! typed {
+    ($case:ident) => {
+        [
+            (mlxcel_amdgpu::Dtype::F32, $case::<f32> as fn(&mlxcel_amdgpu::Device)),
+            (mlxcel_amdgpu::Dtype::F16, $case::<mlxcel_amdgpu::half::f16> as fn(&mlxcel_amdgpu::Device)),
+            (mlxcel_amdgpu::Dtype::Bf16, $case::<mlxcel_amdgpu::half::bf16> as fn(&mlxcel_amdgpu::Device)),
+        ]
+    };
+}
+
+impl Suite {
+    pub fn new() -> Suite {
+        Suite::default()
+    }
+
+    /// `name::backend::dtype` for every backend and dtype.
+    pub fn per_backend_and_dtype(&mut self, name: &str, cases: Typed) -> &mut Self {
+        for b in backends() {
+            for (dtype, case) in cases {
+                let kind = b.kind;
+                self.trials.push(Trial::ignorable_test(
+                    format!("{name}::{kind}::{dtype}"),
+                    move || match device_or_skip(kind)? {
+                        Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
+                        Err(skip) => Ok(skip),
+                    },
+                ));
+            }
+        }
+        self
+    }
+
+    /// `name::backend` for every backend.
+    pub fn per_backend(&mut self, name: &str, case: fn(&Device)) -> &mut Self {
+        for b in backends() {
+            let kind = b.kind;
+            self.trials.push(Trial::ignorable_test(format!("{name}::{kind}"), move || match device_or_skip(kind)? {
+                Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
+                Err(skip) => Ok(skip),
+            }));
+        }
+        self
+    }
+
+    /// `name::dtype` on the CPU emulator only (negative controls, checks of the
+    /// host side that do not depend on a GPU).
+    pub fn cpu_per_dtype(&mut self, name: &str, cases: Typed) -> &mut Self {
+        for (dtype, case) in cases {
+            self.trials.push(Trial::test(format!("{name}::{dtype}"), move || catch(|| case(&Device::cpu()))));
+        }
+        self
+    }
+
+    /// One test, `name`.
+    pub fn single(&mut self, name: &str, case: fn()) -> &mut Self {
+        self.trials.push(Trial::test(name.to_string(), move || catch(case)));
+        self
+    }
+
+    /// A test that is ignored unless asked for (`-- --ignored`), with the reason.
+    pub fn ignored(&mut self, name: &str, reason: &'static str, case: fn()) -> &mut Self {
+        self.trials.push(
+            Trial::ignorable_test(format!("{name} (ignored: {reason})"), move || {
+                catch(case).map(|()| Completion::Completed)
+            })
+            .with_ignored_flag(true),
+        );
+        self
+    }
+
+    /// Runs the trials and prints which backends ran and why the others did not.
+    pub fn run(&mut self) -> ! {
+        let args = Arguments::from_args();
+        let conclusion = libtest_mimic::run(&args, std::mem::take(&mut self.trials));
+        if !args.list {
+            eprintln!("\nbackends:");
+            for b in backends() {
+                match &b.device {
+                    Ok(d) => eprintln!("  {:<4} ran on {} ({})", b.kind.name(), d.info().name, d.info().arch),
+                    Err(why) => eprintln!("  {:<4} skipped: {why}", b.kind.name()),
+                }
+            }
+        }
+        conclusion.exit()
+    }
+}
+
+/// A buffer of `values`, each rounded to `T`.
+pub fn upload<T: Element>(dev: &Device, values: &[f32]) -> DeviceBuffer<T> {
+    dev.upload(&values.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>()).unwrap()
+}
+
+/// A buffer of `n` elements filled with a sentinel byte pattern, so an element
+/// the kernel failed to write is noticed.
+pub fn sentinel<T: Element>(dev: &Device, n: usize) -> DeviceBuffer<T> {
+    let mut buf = dev.alloc::<T>(n).unwrap();
     buf.fill_bytes(0x7B).unwrap();
     buf
 }
 
-/// The storage bits of a downloaded `dtype` buffer.
-pub fn download_bits(dtype: Dtype, buf: &DeviceBuffer<u8>) -> Vec<u32> {
-    let bytes = buf.download().unwrap();
-    bytes
-        .chunks_exact(dtype.size())
-        .map(|c| {
-            let mut b = [0u8; 4];
-            b[..c.len()].copy_from_slice(c);
-            u32::from_le_bytes(b)
-        })
-        .collect()
+/// The storage bits of a downloaded buffer.
+pub fn download_bits<T: Element>(buf: &DeviceBuffer<T>) -> Vec<u32> {
+    buf.download().unwrap().into_iter().map(T::to_bits_u32).collect()
+}
+
+/// The values of a downloaded buffer, widened to f32.
+pub fn download_values<T: Element>(buf: &DeviceBuffer<T>) -> Vec<f32> {
+    buf.download().unwrap().into_iter().map(T::to_f32).collect()
 }
 
 /// A label for messages: `cpu/bf16`.
-pub fn label(dev: &Device, dtype: Dtype) -> String {
-    format!("{}/{}", dev.backend(), dtype)
+pub fn label<T: Element>(dev: &Device) -> String {
+    format!("{}/{}", dev.backend(), T::DTYPE)
 }
+
+/// Keeps the imports of the element types used by the `typed!` macro alive.
+pub type Elements = (f32, f16, bf16);
