@@ -43,6 +43,10 @@ fn main() {
         println!("cargo::rerun-if-changed={path}");
     }
     println!("cargo::rerun-if-env-changed={TARGETS_ENV}");
+    // The shared library's SONAME carries the ABI version (MLXCEL_AMDGPU_ABI_VERSION).
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo::rustc-cdylib-link-arg=-Wl,-soname,libmlxcel_amdgpu.so.1");
+    }
     // The host triple, for tests that run the llvm-tools of the sysroot.
     println!("cargo::rustc-env=HOST_TRIPLE={}", env::var("HOST").unwrap());
 

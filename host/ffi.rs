@@ -4,16 +4,31 @@
 //! - Every launch function returns a [`MlxcelAmdgpuStatus`]; on anything but
 //!   `MLXCEL_AMDGPU_OK`, `mlxcel_amdgpu_last_error()` returns a message saying
 //!   what was wrong (thread-local, valid until the next call on the same thread).
+//! - The contracts (math, rounding, limits, aliasing) are in `docs/contracts.md`
+//!   of the repository; the limits are also constants of this header.
 //! - Buffers are device pointers owned by the caller; `stream` is the caller's
-//!   `hipStream_t` (or `CUstream` on the CUDA backend; ignored on the CPU
-//!   backend), NULL for the default stream. Launches are asynchronous.
-//! - One process-wide device, opened on first use: the backend named by
-//!   `mlxcel_amdgpu_select_backend` if it was called first, else the one named
-//!   by `MLXCEL_AMDGPU_BACKEND`, else HIP device 0. There is no fallback to
-//!   another backend: the pointers a caller passes belong to one runtime, and
-//!   the CPU emulator must never be handed HIP device pointers. When the device
-//!   cannot be opened, every predicate answers false and every launch returns
-//!   `MLXCEL_AMDGPU_UNAVAILABLE` with the reason (the attempt is made once).
+//!   `hipStream_t` (or `CUstream` on the CUDA backend), NULL for the default
+//!   (legacy) stream of the selected device, which synchronizes with every
+//!   blocking stream. The CPU backend has no streams and refuses any stream but
+//!   NULL. Launches are asynchronous on GPUs and complete before returning on
+//!   the CPU backend.
+//! - Buffers may not overlap a buffer the kernel writes, except the exact
+//!   aliases each function lists (an in-place launch); any other overlap is
+//!   refused with `MLXCEL_AMDGPU_INVALID_ARGUMENT` naming both arguments.
+//!   Read-only inputs may overlap each other.
+//! - One process-wide device, opened on first use: the backend and ordinal
+//!   named by `mlxcel_amdgpu_select_device` (or `_select_backend`, ordinal 0)
+//!   if it was called first, else the backend named by `MLXCEL_AMDGPU_BACKEND`,
+//!   else HIP device 0. There is no fallback to another backend: the pointers a
+//!   caller passes belong to one runtime, and the CPU emulator must never be
+//!   handed HIP device pointers. When the device cannot be opened, or the last
+//!   select failed, every predicate answers false and every launch returns
+//!   `MLXCEL_AMDGPU_UNAVAILABLE` with the reason.
+//! - Threads: every function may be called from any thread, concurrently. The
+//!   launches of one thread on one stream keep their order. A select that runs
+//!   while launches are in flight on other threads is not ordered with them: a
+//!   launch uses the device that was selected when it started. Select once at
+//!   start-up.
 //! - `mlxcel_amdgpu_<kernel>_available(dtype)` answers with the same lookup the
 //!   launch uses: when it says false, the launch fails with
 //!   `MLXCEL_AMDGPU_UNAVAILABLE` and touches no memory.
@@ -32,6 +47,46 @@ use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::{BackendKind, Device, Stream};
 use crate::with_element;
+
+/// The version of this C ABI, bumped on every incompatible change of this
+/// header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
+pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 1;
+
+/// `add3_layer_norm`: the longest row `d` (longer rows need the unfused pair).
+pub const MLXCEL_AMDGPU_ADD3_MAX_D: u32 = 6656;
+/// `add3_layer_norm`: the most rows of one launch.
+pub const MLXCEL_AMDGPU_ADD3_MAX_ROWS: u32 = 16777215;
+/// `mamba1_scan`: the largest state size `n` (one column per lane of a wave).
+pub const MLXCEL_AMDGPU_MAMBA1_MAX_N: u32 = 32;
+/// `mamba1_scan`: the largest `batch`.
+pub const MLXCEL_AMDGPU_MAMBA1_MAX_BATCH: u32 = 65535;
+/// MoE: the most expert slots `k` of one token.
+pub const MLXCEL_AMDGPU_MOE_MAX_K: u32 = 65535;
+/// MoE: the largest `din` and `dff` (a staged row fits in workgroup memory).
+pub const MLXCEL_AMDGPU_MOE_MAX_COLS: u32 = 12288;
+/// MoE: the supported `bits`, as a mask of `1 << bits` (4 and 8).
+pub const MLXCEL_AMDGPU_MOE_BITS_MASK: u32 = (1 << 4) | (1 << 8);
+/// MoE: the supported `group_size` values, as the sum of the powers of two
+/// they are (32, 64 and 128); `din` and `dff` are multiples of the group size.
+pub const MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK: u32 = 32 | 64 | 128;
+/// Every pointer must be aligned to its element: 4 bytes for f32 and u32
+/// buffers (MoE weights, ids, scores, scratch, state), 2 bytes for f16 and
+/// bf16 buffers. This is that rule's largest alignment.
+pub const MLXCEL_AMDGPU_MAX_POINTER_ALIGNMENT: u32 = 4;
+
+// The header's limits are written as numbers for C; they must be the kernels'.
+const _: () = {
+    use kernels_device::geometry::{add3_layer_norm as add3, mamba1_scan as scan, moe as m};
+    assert!(MLXCEL_AMDGPU_ADD3_MAX_D == add3::MAX_D);
+    assert!(MLXCEL_AMDGPU_ADD3_MAX_ROWS == add3::MAX_ROWS);
+    assert!(MLXCEL_AMDGPU_MAMBA1_MAX_N == scan::MAX_N);
+    assert!(MLXCEL_AMDGPU_MAMBA1_MAX_BATCH == scan::MAX_BATCH);
+    assert!(MLXCEL_AMDGPU_MOE_MAX_K == m::MAX_K);
+    assert!(MLXCEL_AMDGPU_MOE_MAX_COLS == m::MAX_COLS);
+    assert!(MLXCEL_AMDGPU_MOE_BITS_MASK == (1 << m::BITS[0]) | (1 << m::BITS[1]));
+    assert!(MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK == m::GROUP_SIZES[0] | m::GROUP_SIZES[1] | m::GROUP_SIZES[2]);
+    assert!(m::BITS.len() == 2 && m::GROUP_SIZES.len() == 3);
+};
 
 /// Status of a C ABI call.
 #[allow(non_camel_case_types)]
@@ -148,30 +203,56 @@ pub extern "C" fn mlxcel_amdgpu_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// Opens the process-wide device on backend `name` ("hip", "cuda" or "cpu"),
-/// replacing any device opened before. Optional: without it, the first call
-/// opens the default device.
+/// Opens device `ordinal` of backend `name` ("hip", "cuda" or "cpu"; the CPU
+/// backend has only ordinal 0) as the process-wide device, replacing any device
+/// opened before. If it fails, no device is selected afterwards: every
+/// predicate answers false and every launch returns `MLXCEL_AMDGPU_UNAVAILABLE`
+/// saying the select failed, until a select succeeds. Optional: without it,
+/// the first call opens the default device.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_select_device(name: *const c_char, ordinal: u32) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let opened = (|| {
+            if name.is_null() {
+                return Err(Error::invalid("name", "is a null pointer"));
+            }
+            let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+            let kind = BackendKind::parse(&name)
+                .ok_or_else(|| Error::invalid("name", format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
+            Device::open_ordinal(kind, ordinal as usize)
+        })();
+        let stored = opened.clone().map_err(|e| Error::BackendUnavailable {
+            backend: "selected",
+            reason: format!("no device is selected because the last select failed: {e}"),
+        });
+        *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(stored);
+        opened.map(|_| ())
+    })
+}
+
+/// [`mlxcel_amdgpu_select_device`] with ordinal 0.
 ///
 /// # Safety
 /// `name` is a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mlxcel_amdgpu_select_backend(name: *const c_char) -> MlxcelAmdgpuStatus {
-    guarded(|| {
-        if name.is_null() {
-            return Err(Error::invalid("name", "is a null pointer"));
-        }
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let kind = BackendKind::parse(&name)
-            .ok_or_else(|| Error::invalid("name", format!("{name:?} is not a backend; use hip, cuda or cpu")))?;
-        let d = Device::open(kind)?;
-        *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(Ok(d));
-        Ok(())
-    })
+    unsafe { mlxcel_amdgpu_select_device(name, 0) }
+}
+
+/// The version of this C ABI, [`MLXCEL_AMDGPU_ABI_VERSION`] of the library that
+/// is loaded. A caller compiled against another header version should refuse
+/// to use the library.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_abi_version() -> u32 {
+    MLXCEL_AMDGPU_ABI_VERSION
 }
 
 /// Writes a one-line description of the device (backend, name, architecture,
 /// wave size, loaded kernels) into `buf` of `len` bytes, NUL-terminated and
-/// truncated if needed.
+/// truncated if needed. On failure `buf` (if usable) holds the empty string.
 ///
 /// # Safety
 /// `buf` points to `len` writable bytes.
@@ -181,6 +262,9 @@ pub unsafe extern "C" fn mlxcel_amdgpu_describe_device(buf: *mut c_char, len: us
         if buf.is_null() || len == 0 {
             return Err(Error::invalid("buf", "must point to at least one byte"));
         }
+        // Empty until the description is written, so a caller that skips the
+        // status never prints leftover bytes.
+        unsafe { *buf = 0 };
         let d = device()?;
         let i = d.info();
         let text = format!(
@@ -211,7 +295,9 @@ pub extern "C" fn mlxcel_amdgpu_xielu_available(dtype: u32) -> bool {
     predicate(|d| dtype_of(dtype).is_ok_and(|t| xielu::available(d, t)))
 }
 
-/// `out[i] = xielu(x[i])`, i < n (spec section 1). `x` may equal `out`.
+/// `out[i] = xielu(x[i])`, i < n (docs/contracts.md, "xielu"; `alpha_p` and
+/// `alpha_n` arrive already softplus-ed). Aliasing: `out` may be exactly `x`
+/// (in place); any other overlap is refused.
 ///
 /// # Safety
 /// `x` and `out` are device pointers to `n` elements of `dtype`; `stream` is a
@@ -241,9 +327,19 @@ pub extern "C" fn mlxcel_amdgpu_add3_layer_norm_available(dtype: u32) -> bool {
     predicate(|d| dtype_of(dtype).is_ok_and(|t| add3_layer_norm::available(d, t)))
 }
 
+/// Whether `add3_layer_norm` for `dtype` can run on the device with `rows`
+/// rows of `d` elements: the same checks the launch makes of the shape.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_add3_layer_norm_supports(dtype: u32, rows: u32, d: u32) -> bool {
+    predicate(|dev| dtype_of(dtype).is_ok_and(|t| add3_layer_norm::supports(dev, t, rows, d)))
+}
+
 /// `x_new = (a + b) + x`, `h = LayerNorm(x_new; w, bias, eps)` over rows of
-/// `d` elements (spec section 2), byte-identical to MLX's unfused pair.
-/// `bias` may be NULL. `d` must be in 1..=6656.
+/// `d` elements (docs/contracts.md, "add3_layer_norm"), byte-identical to
+/// MLX's unfused pair. `bias` may be NULL. `d` must be in
+/// 1..=`MLXCEL_AMDGPU_ADD3_MAX_D`. Aliasing: `x_new` may be exactly one of `a`,
+/// `b`, `x`, and so may `h`, but `x_new` and `h` never overlap; any other
+/// overlap with an output is refused.
 ///
 /// # Safety
 /// `a, b, x, x_new, h` are device pointers to `rows * d` elements of `dtype`,
@@ -284,11 +380,19 @@ pub extern "C" fn mlxcel_amdgpu_mamba1_scan_available(dtype: u32) -> bool {
     predicate(|d| dtype_of(dtype).is_ok_and(|t| mamba1_scan::available(d, t)))
 }
 
-/// The Mamba1 selective scan (spec section 3) over `len` steps of `batch`
+/// Whether `mamba1_scan` for `dtype` can run on the device with this shape:
+/// the same checks the launch makes of it.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_mamba1_scan_supports(dtype: u32, batch: u32, len: u32, dm: u32, n: u32) -> bool {
+    predicate(|dev| dtype_of(dtype).is_ok_and(|t| mamba1_scan::supports(dev, t, batch, len, dm, n)))
+}
+
+/// The Mamba1 selective scan (docs/contracts.md) over `len` steps of `batch`
 /// sequences of `dm` channels with `n` (1..=32) state columns:
 /// `x, dt, y [batch, len, dm]`, `bm, cm [batch, len, n]` and `dskip [dm]` of
 /// `dtype`; `a [dm, n]`, `state_in` and `state_out [batch, dm, n]` f32.
-/// `state_in` may equal `state_out` (an in-place update).
+/// Aliasing: `state_out` may be exactly `state_in` (an in-place update); any
+/// other overlap with `y` or `state_out` is refused.
 ///
 /// # Safety
 /// The pointers are device pointers to buffers of those sizes; `y` overlaps
@@ -354,6 +458,13 @@ impl From<MlxcelAmdgpuMoeShape> for MoeShape {
     }
 }
 
+/// Whether the MoE kernels for `dtype` can all run on the device with `shape`:
+/// the same checks the launches make of it.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_supports(dtype: u32, shape: MlxcelAmdgpuMoeShape) -> bool {
+    predicate(|dev| dtype_of(dtype).is_ok_and(|t| moe::supports(dev, t, &shape.into())))
+}
+
 /// Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
 /// `part`).
 #[unsafe(no_mangle)]
@@ -368,7 +479,8 @@ fn quantized(w: *const u32, scales: *const c_void, biases: *const c_void) -> Qua
 /// `act[k, f] = relu(x . dequant(w1[idx[k], f, :]))^2` (f32 `[k, dff]`).
 /// `status` (one u32, zeroed by the caller, or NULL) receives `1 + k` for the
 /// first slot whose expert id is `>= n_experts`; that slot's rows become NaN and
-/// no out-of-range memory is read.
+/// no out-of-range memory is read. Aliasing: none; `act` may not overlap any
+/// other buffer.
 ///
 /// # Safety
 /// Device pointers of the shapes in `host/kernels/moe.rs`; `stream` as for xielu.

@@ -7,6 +7,40 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The version of this C ABI, bumped on every incompatible change of this
+// header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
+#define MLXCEL_AMDGPU_ABI_VERSION 1
+
+// `add3_layer_norm`: the longest row `d` (longer rows need the unfused pair).
+#define MLXCEL_AMDGPU_ADD3_MAX_D 6656
+
+// `add3_layer_norm`: the most rows of one launch.
+#define MLXCEL_AMDGPU_ADD3_MAX_ROWS 16777215
+
+// `mamba1_scan`: the largest state size `n` (one column per lane of a wave).
+#define MLXCEL_AMDGPU_MAMBA1_MAX_N 32
+
+// `mamba1_scan`: the largest `batch`.
+#define MLXCEL_AMDGPU_MAMBA1_MAX_BATCH 65535
+
+// MoE: the most expert slots `k` of one token.
+#define MLXCEL_AMDGPU_MOE_MAX_K 65535
+
+// MoE: the largest `din` and `dff` (a staged row fits in workgroup memory).
+#define MLXCEL_AMDGPU_MOE_MAX_COLS 12288
+
+// MoE: the supported `bits`, as a mask of `1 << bits` (4 and 8).
+#define MLXCEL_AMDGPU_MOE_BITS_MASK ((1 << 4) | (1 << 8))
+
+// MoE: the supported `group_size` values, as the sum of the powers of two
+// they are (32, 64 and 128); `din` and `dff` are multiples of the group size.
+#define MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK ((32 | 64) | 128)
+
+// Every pointer must be aligned to its element: 4 bytes for f32 and u32
+// buffers (MoE weights, ids, scores, scratch, state), 2 bytes for f16 and
+// bf16 buffers. This is that rule's largest alignment.
+#define MLXCEL_AMDGPU_MAX_POINTER_ALIGNMENT 4
+
 // Status of a C ABI call.
 typedef enum MlxcelAmdgpuStatus {
   // Success.
@@ -47,17 +81,31 @@ extern "C" {
 // Valid until the next call of this library on the same thread.
 const char *mlxcel_amdgpu_last_error(void);
 
-// Opens the process-wide device on backend `name` ("hip", "cuda" or "cpu"),
-// replacing any device opened before. Optional: without it, the first call
-// opens the default device.
+// Opens device `ordinal` of backend `name` ("hip", "cuda" or "cpu"; the CPU
+// backend has only ordinal 0) as the process-wide device, replacing any device
+// opened before. If it fails, no device is selected afterwards: every
+// predicate answers false and every launch returns `MLXCEL_AMDGPU_UNAVAILABLE`
+// saying the select failed, until a select succeeds. Optional: without it,
+// the first call opens the default device.
+//
+// # Safety
+// `name` is a NUL-terminated string.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_select_device(const char *name, uint32_t ordinal);
+
+// [`mlxcel_amdgpu_select_device`] with ordinal 0.
 //
 // # Safety
 // `name` is a NUL-terminated string.
 enum MlxcelAmdgpuStatus mlxcel_amdgpu_select_backend(const char *name);
 
+// The version of this C ABI, [`MLXCEL_AMDGPU_ABI_VERSION`] of the library that
+// is loaded. A caller compiled against another header version should refuse
+// to use the library.
+uint32_t mlxcel_amdgpu_abi_version(void);
+
 // Writes a one-line description of the device (backend, name, architecture,
 // wave size, loaded kernels) into `buf` of `len` bytes, NUL-terminated and
-// truncated if needed.
+// truncated if needed. On failure `buf` (if usable) holds the empty string.
 //
 // # Safety
 // `buf` points to `len` writable bytes.
@@ -66,7 +114,9 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_describe_device(char *buf, uintptr_t len);
 // Whether `xielu` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
 bool mlxcel_amdgpu_xielu_available(uint32_t dtype);
 
-// `out[i] = xielu(x[i])`, i < n (spec section 1). `x` may equal `out`.
+// `out[i] = xielu(x[i])`, i < n (docs/contracts.md, "xielu"; `alpha_p` and
+// `alpha_n` arrive already softplus-ed). Aliasing: `out` may be exactly `x`
+// (in place); any other overlap is refused.
 //
 // # Safety
 // `x` and `out` are device pointers to `n` elements of `dtype`; `stream` is a
@@ -84,9 +134,16 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_xielu(uint32_t dtype,
 // Whether `add3_layer_norm` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
 bool mlxcel_amdgpu_add3_layer_norm_available(uint32_t dtype);
 
+// Whether `add3_layer_norm` for `dtype` can run on the device with `rows`
+// rows of `d` elements: the same checks the launch makes of the shape.
+bool mlxcel_amdgpu_add3_layer_norm_supports(uint32_t dtype, uint32_t rows, uint32_t d);
+
 // `x_new = (a + b) + x`, `h = LayerNorm(x_new; w, bias, eps)` over rows of
-// `d` elements (spec section 2), byte-identical to MLX's unfused pair.
-// `bias` may be NULL. `d` must be in 1..=6656.
+// `d` elements (docs/contracts.md, "add3_layer_norm"), byte-identical to
+// MLX's unfused pair. `bias` may be NULL. `d` must be in
+// 1..=`MLXCEL_AMDGPU_ADD3_MAX_D`. Aliasing: `x_new` may be exactly one of `a`,
+// `b`, `x`, and so may `h`, but `x_new` and `h` never overlap; any other
+// overlap with an output is refused.
 //
 // # Safety
 // `a, b, x, x_new, h` are device pointers to `rows * d` elements of `dtype`,
@@ -107,11 +164,20 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_add3_layer_norm(uint32_t dtype,
 // Whether `mamba1_scan` for `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device.
 bool mlxcel_amdgpu_mamba1_scan_available(uint32_t dtype);
 
-// The Mamba1 selective scan (spec section 3) over `len` steps of `batch`
+// Whether `mamba1_scan` for `dtype` can run on the device with this shape:
+// the same checks the launch makes of it.
+bool mlxcel_amdgpu_mamba1_scan_supports(uint32_t dtype,
+                                        uint32_t batch,
+                                        uint32_t len,
+                                        uint32_t dm,
+                                        uint32_t n);
+
+// The Mamba1 selective scan (docs/contracts.md) over `len` steps of `batch`
 // sequences of `dm` channels with `n` (1..=32) state columns:
 // `x, dt, y [batch, len, dm]`, `bm, cm [batch, len, n]` and `dskip [dm]` of
 // `dtype`; `a [dm, n]`, `state_in` and `state_out [batch, dm, n]` f32.
-// `state_in` may equal `state_out` (an in-place update).
+// Aliasing: `state_out` may be exactly `state_in` (an in-place update); any
+// other overlap with `y` or `state_out` is refused.
 //
 // # Safety
 // The pointers are device pointers to buffers of those sizes; `y` overlaps
@@ -136,6 +202,10 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_mamba1_scan(uint32_t dtype,
 // `dtype` (an [`MlxcelAmdgpuDtype`]) can all run on the device.
 bool mlxcel_amdgpu_moe_available(uint32_t dtype);
 
+// Whether the MoE kernels for `dtype` can all run on the device with `shape`:
+// the same checks the launches make of it.
+bool mlxcel_amdgpu_moe_supports(uint32_t dtype, struct MlxcelAmdgpuMoeShape shape);
+
 // Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
 // `part`).
 uintptr_t mlxcel_amdgpu_moe_scratch_bytes(uint32_t k, uint32_t din, uint32_t dff);
@@ -143,7 +213,8 @@ uintptr_t mlxcel_amdgpu_moe_scratch_bytes(uint32_t k, uint32_t din, uint32_t dff
 // `act[k, f] = relu(x . dequant(w1[idx[k], f, :]))^2` (f32 `[k, dff]`).
 // `status` (one u32, zeroed by the caller, or NULL) receives `1 + k` for the
 // first slot whose expert id is `>= n_experts`; that slot's rows become NaN and
-// no out-of-range memory is read.
+// no out-of-range memory is read. Aliasing: none; `act` may not overlap any
+// other buffer.
 //
 // # Safety
 // Device pointers of the shapes in `host/kernels/moe.rs`; `stream` as for xielu.

@@ -32,7 +32,18 @@ fn library_dir() -> PathBuf {
 fn cpp_consumer_calls_the_abi_end_to_end() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib_dir = library_dir();
-    assert!(lib_dir.join("libmlxcel_amdgpu.so").exists(), "no libmlxcel_amdgpu.so in {}", lib_dir.display());
+    let built = lib_dir.join("libmlxcel_amdgpu.so");
+    assert!(built.exists(), "no libmlxcel_amdgpu.so in {}", built.display());
+    // Installed as a package would install it: the file named by its SONAME,
+    // and the development link to it.
+    let soname = soname_of(&built);
+    assert_eq!(soname, "libmlxcel_amdgpu.so.1", "the SONAME carries MLXCEL_AMDGPU_ABI_VERSION");
+    let lib_dir = std::env::temp_dir().join(format!("mlxcel_amdgpu_lib_{}", std::process::id()));
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    std::fs::copy(&built, lib_dir.join(&soname)).unwrap();
+    let link = lib_dir.join("libmlxcel_amdgpu.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&soname, &link).unwrap();
     let exe = std::env::temp_dir().join(format!("mlxcel_amdgpu_consumer_{}", std::process::id()));
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = Command::new(&cxx)
@@ -50,8 +61,23 @@ fn cpp_consumer_calls_the_abi_end_to_end() {
     assert!(out.status.success(), "compiling consumer.cpp failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let run = Command::new(&exe).env_remove("MLXCEL_AMDGPU_BACKEND").output().unwrap();
     std::fs::remove_file(&exe).ok();
+    std::fs::remove_dir_all(&lib_dir).ok();
     let stdout = String::from_utf8_lossy(&run.stdout);
     println!("{stdout}");
     assert!(run.status.success(), "the C++ consumer failed:\n{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     assert!(stdout.contains("C ABI consumer: all checks passed"));
+}
+
+/// The DT_SONAME of a shared library, read with the sysroot's llvm-readobj.
+fn soname_of(lib: &Path) -> String {
+    let sysroot = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc --print sysroot");
+    let sysroot = String::from_utf8(sysroot.stdout).unwrap();
+    let readobj = Path::new(sysroot.trim()).join("lib/rustlib").join(env!("HOST_TRIPLE")).join("bin/llvm-readobj");
+    let out = Command::new(&readobj).arg("--dynamic-table").arg(lib).output().expect("run llvm-readobj");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.contains("SONAME")).unwrap_or_else(|| panic!("no SONAME in {text}"));
+    line.rsplit('[').next().unwrap().trim_end_matches(']').trim().to_string()
 }

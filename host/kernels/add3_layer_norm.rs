@@ -47,6 +47,32 @@ pub fn dims(rows: u32) -> LaunchDims {
     LaunchDims { grid: [rows, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES }
 }
 
+/// Checks a shape against the kernels' limits: `d` in 1..=`MAX_D`, `rows` at
+/// most `MAX_ROWS` (the shape-aware predicate and the launch share it).
+pub fn check_shape(rows: u32, d: u32) -> Result<()> {
+    if d == 0 {
+        return Err(Error::invalid("d", "is 0; a row must have at least one element"));
+    }
+    if d > MAX_D {
+        return Err(Error::invalid(
+            "d",
+            format!("{d} is more than {MAX_D}, the longest row these kernels hold; longer rows need the unfused pair"),
+        ));
+    }
+    if rows > MAX_ROWS {
+        return Err(Error::invalid(
+            "rows",
+            format!("{rows} is more than one launch takes ({MAX_ROWS}); split the rows"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a launch of this shape for `dtype` can run on `device` (see [`available`]).
+pub fn supports(device: &Device, dtype: Dtype, rows: u32, d: u32) -> bool {
+    available(device, dtype) && check_shape(rows, d).is_ok()
+}
+
 /// Checks the scalars, then launches (nothing for `rows = 0`).
 fn enqueue_checked(
     device: &Device,
@@ -60,26 +86,12 @@ fn enqueue_checked(
     let short = kernel_for(device, SHORT_KERNEL, dtype)?;
     let (rows, d, eps) = (args.rows, args.d, args.eps);
     let kernel = if kernel_base(d) == SHORT_KERNEL { short } else { full };
-    if d == 0 {
-        return Err(Error::invalid("d", "is 0; a row must have at least one element"));
-    }
-    if d > MAX_D {
-        return Err(Error::invalid(
-            "d",
-            format!("{d} is more than {MAX_D}, the longest row these kernels hold; longer rows need the unfused pair"),
-        ));
-    }
+    check_shape(rows, d)?;
     if eps.is_nan() {
         return Err(Error::invalid("eps", "is NaN; it must be a finite non-negative number"));
     }
     if !eps.is_finite() || eps < 0.0 {
         return Err(Error::invalid("eps", format!("{eps} is not a finite non-negative number")));
-    }
-    if rows > MAX_ROWS {
-        return Err(Error::invalid(
-            "rows",
-            format!("{rows} is more than one launch takes ({MAX_ROWS}); split the rows"),
-        ));
     }
     if rows == 0 {
         return Ok(());

@@ -24,6 +24,12 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
     device.is_available(&symbol(KERNEL, dtype))
 }
 
+/// Whether a launch of this shape for `dtype` can run on `device`: the kernel
+/// is available and [`sizes`] accepts the shape, as the launch checks it.
+pub fn supports(device: &Device, dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> bool {
+    available(device, dtype) && sizes(dtype, batch, len, dm, n).is_ok()
+}
+
 /// The device pointers of one launch. `T` is the launch's dtype:
 ///
 /// | pointer | shape | dtype |

@@ -64,6 +64,12 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
     [FC1_KERNEL, DOWN_KERNEL, COMBINE_KERNEL].iter().all(|k| device.is_available(&symbol(k, dtype)))
 }
 
+/// Whether the routed-expert kernels of this shape for `dtype` can run on
+/// `device`: all three are available and [`MoeShape::validate`] accepts it.
+pub fn supports(device: &Device, dtype: Dtype, shape: &MoeShape) -> bool {
+    available(device, dtype) && shape.validate().is_ok()
+}
+
 /// The shape and quantization format of one routed-expert layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeShape {

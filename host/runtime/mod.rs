@@ -196,10 +196,18 @@ impl Device {
 
     /// The device of `kind` with ordinal 0.
     pub fn open(kind: BackendKind) -> Result<Device> {
+        Device::open_ordinal(kind, 0)
+    }
+
+    /// The device of `kind` with `ordinal` (the CPU emulator has only 0).
+    pub fn open_ordinal(kind: BackendKind, ordinal: usize) -> Result<Device> {
         match kind {
-            BackendKind::Hip => Device::hip(0),
-            BackendKind::Cuda => Device::cuda(0),
-            BackendKind::Cpu => Ok(Device::cpu()),
+            BackendKind::Hip => Device::hip(ordinal),
+            BackendKind::Cuda => Device::cuda(ordinal),
+            BackendKind::Cpu if ordinal == 0 => Ok(Device::cpu()),
+            BackendKind::Cpu => {
+                Err(Error::invalid("ordinal", format!("{ordinal}: the CPU backend has one device, ordinal 0")))
+            }
         }
     }
 

@@ -23,6 +23,10 @@ static int failures = 0;
     } while (0)
 
 int main() {
+    // The library loaded is the one this header describes.
+    CHECK(mlxcel_amdgpu_abi_version() == MLXCEL_AMDGPU_ABI_VERSION, "ABI version %u, header %u",
+          mlxcel_amdgpu_abi_version(), (unsigned)MLXCEL_AMDGPU_ABI_VERSION);
+    static_assert(MLXCEL_AMDGPU_ADD3_MAX_D == 6656, "the header exports add3's row limit");
     // Without a selection the device is HIP device 0, with no fallback: where HIP
     // is absent, nothing is available and a launch touches nothing.
     bool default_available = mlxcel_amdgpu_xielu_available(MLXCEL_AMDGPU_F32);
@@ -40,9 +44,62 @@ int main() {
     st = mlxcel_amdgpu_select_backend("cpu");
     CHECK(st == MLXCEL_AMDGPU_OK, "select cpu: %s", mlxcel_amdgpu_last_error());
 
+    // A failed select leaves no device: the CPU device selected before is gone.
+    st = mlxcel_amdgpu_select_device("cpu", 1);
+    CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "select cpu ordinal 1: status %d", (int)st);
+    CHECK(!mlxcel_amdgpu_xielu_available(MLXCEL_AMDGPU_F32), "after a failed select nothing is available");
+    {
+        float v = 1.0f;
+        st = mlxcel_amdgpu_xielu(MLXCEL_AMDGPU_F32, &v, &v, 1, 0.8f, 0.6f, 0.5f, -1e-6f, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_UNAVAILABLE && v == 1.0f, "a launch after a failed select: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "last select failed") != nullptr, "message: %s",
+              mlxcel_amdgpu_last_error());
+        char junk[16];
+        std::memset(junk, 'x', sizeof junk);
+        CHECK(mlxcel_amdgpu_describe_device(junk, sizeof junk) == MLXCEL_AMDGPU_UNAVAILABLE, "describe, no device");
+        CHECK(junk[0] == 0, "a failed describe writes the empty string");
+    }
+    st = mlxcel_amdgpu_select_device("cpu", 0);
+    CHECK(st == MLXCEL_AMDGPU_OK, "select cpu 0: %s", mlxcel_amdgpu_last_error());
+
     char desc[256];
     CHECK(mlxcel_amdgpu_describe_device(desc, sizeof desc) == MLXCEL_AMDGPU_OK, "describe");
     std::printf("device: %s\n", desc);
+
+    // Shape-aware predicates answer as the launch checks.
+    CHECK(mlxcel_amdgpu_add3_layer_norm_supports(MLXCEL_AMDGPU_BF16, 8, MLXCEL_AMDGPU_ADD3_MAX_D), "add3 max d");
+    CHECK(!mlxcel_amdgpu_add3_layer_norm_supports(MLXCEL_AMDGPU_BF16, 8, MLXCEL_AMDGPU_ADD3_MAX_D + 1), "add3 d+1");
+    CHECK(!mlxcel_amdgpu_add3_layer_norm_supports(MLXCEL_AMDGPU_BF16, 8, 0), "add3 d 0");
+    CHECK(mlxcel_amdgpu_mamba1_scan_supports(MLXCEL_AMDGPU_F32, 1, 16, 64, MLXCEL_AMDGPU_MAMBA1_MAX_N), "mamba n");
+    CHECK(!mlxcel_amdgpu_mamba1_scan_supports(MLXCEL_AMDGPU_F32, 1, 16, 64, MLXCEL_AMDGPU_MAMBA1_MAX_N + 1), "n+1");
+    {
+        MlxcelAmdgpuMoeShape shape = {128, 6, 2688, 1856, 4, 64};
+        CHECK(mlxcel_amdgpu_moe_supports(MLXCEL_AMDGPU_BF16, shape), "moe nemotron");
+        CHECK((MLXCEL_AMDGPU_MOE_BITS_MASK >> shape.bits) & 1, "4 bits in the mask");
+        CHECK(MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK & shape.group_size, "gs 64 in the mask");
+        shape.bits = 3;
+        CHECK(!mlxcel_amdgpu_moe_supports(MLXCEL_AMDGPU_BF16, shape), "moe 3 bits");
+    }
+
+    // The CPU backend has no streams: a non-NULL stream is refused, nothing written.
+    {
+        float v = 1.0f;
+        int not_a_stream = 0;
+        st = mlxcel_amdgpu_xielu(MLXCEL_AMDGPU_F32, &v, &v, 1, 0.8f, 0.6f, 0.5f, -1e-6f, &not_a_stream);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT && v == 1.0f, "a stream on the CPU backend: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "stream") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+    }
+
+    // A partial overlap of xielu's input and output is refused, naming both.
+    {
+        std::vector<float> buf(8, 2.0f);
+        st = mlxcel_amdgpu_xielu(MLXCEL_AMDGPU_F32, buf.data(), buf.data() + 1, 4, 0.8f, 0.6f, 0.5f, -1e-6f, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "partial overlap: status %d", (int)st);
+        std::string msg = mlxcel_amdgpu_last_error();
+        CHECK(msg.find("`out`") != std::string::npos && msg.find("`x`") != std::string::npos, "message: %s",
+              msg.c_str());
+        for (float v : buf) CHECK(v == 2.0f, "a refused launch wrote");
+    }
 
     for (uint32_t dt : {MLXCEL_AMDGPU_F32, MLXCEL_AMDGPU_F16, MLXCEL_AMDGPU_BF16}) {
         CHECK(mlxcel_amdgpu_xielu_available(dt), "xielu dtype %u unavailable", dt);
