@@ -5,11 +5,12 @@
 //! - [`runtime`]: devices, buffers, streams and launches on the `hip`, `cuda`
 //!   and `cpu` backends;
 //! - [`reference`]: the CPU reference implementations of every contract;
-//! - [`code_object`], [`audit`]: reading and checking AMD code objects;
+//! - [`code_object`], [`audit`]: reading and checking AMD code objects (the
+//!   `mlxcel-amdgpu-code-object` crate, re-exported here);
 //! - [`embedded`]: the kernel binaries built by `build.rs`.
 
-pub mod audit;
-pub mod code_object;
+pub use ::code_object;
+pub use ::code_object::audit;
 pub mod dtype;
 pub mod embedded;
 pub mod error;
