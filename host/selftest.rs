@@ -2,17 +2,25 @@
 //! against the reference implementations and prints a table. On the CPU
 //! emulator the shapes are reduced (it runs every lane as a coroutine) and the
 //! table says so.
+//!
+//! The report says what ran: one line for every GPU backend the self-test did
+//! not run on, with the reason (`hip: not used: ...`), and a last line naming
+//! the device that was verified (`verified: CPU emulator (host) — not a GPU`).
+//! `MLXCEL_AMDGPU_EXPECT_HIP` / `MLXCEL_AMDGPU_EXPECT_CUDA` (set to any value,
+//! as for the tests) make [`run`] add a failed outcome, and so a non-zero exit
+//! of the command, when that backend is not the one verified.
 
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 use crate::dtype::{Dtype, Element};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Buffers};
 use crate::kernels::mamba1_scan::{self, ScanBuffers};
 use crate::kernels::moe::{self, MoeShape, QuantizedBuffers, RoutedBuffers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::reference::{self, data, layer_norm, metrics};
-use crate::runtime::{BackendKind, Device, DeviceBuffer, Stream};
+use crate::runtime::{BACKEND_ENV, BackendKind, Device, DeviceBuffer, Stream};
 use crate::with_element;
 
 /// One row of the table.
@@ -325,8 +333,145 @@ fn probe_case(device: &Device) -> Result<Outcome> {
     Ok(Outcome { kernel: "probe", dtype: None, shape, result, passed, millis: Some(millis), bytes: (words * 4) as u64 })
 }
 
-/// Runs every case on `device`.
+/// Makes the self-test fail unless the HIP backend is the one verified.
+pub const EXPECT_HIP_ENV: &str = "MLXCEL_AMDGPU_EXPECT_HIP";
+/// Makes the self-test fail unless the CUDA backend is the one verified.
+pub const EXPECT_CUDA_ENV: &str = "MLXCEL_AMDGPU_EXPECT_CUDA";
+/// The `kernel` of an [`Outcome`] that reports a failed expectation (one of the
+/// variables above): it is not a row of the table but a `FAILED:` line under it.
+pub const EXPECTATION: &str = "expected backend";
+
+/// The GPU backends, each with the variable that expects it.
+const GPU_BACKENDS: [(BackendKind, &str); 2] =
+    [(BackendKind::Hip, EXPECT_HIP_ENV), (BackendKind::Cuda, EXPECT_CUDA_ENV)];
+
+/// Opens device 0 of `kind` (once per process): `Ok` with a description when
+/// its kernels are loaded, else why it cannot be used.
+fn probe(kind: BackendKind) -> std::result::Result<String, String> {
+    static HIP: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    static CUDA: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    static CPU: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    let cell = match kind {
+        BackendKind::Hip => &HIP,
+        BackendKind::Cuda => &CUDA,
+        BackendKind::Cpu => &CPU,
+    };
+    cell.get_or_init(|| match Device::open(kind) {
+        Ok(d) => {
+            let i = d.info();
+            match &i.kernels {
+                Ok(k) => Ok(format!("{} ({}, kernels {k})", i.name, i.arch)),
+                Err(why) => Err(format!("{} ({}) has no kernels: {why}", i.name, i.arch)),
+            }
+        }
+        Err(Error::BackendUnavailable { reason, .. }) => Err(reason),
+        Err(e) => Err(e.to_string()),
+    })
+    .clone()
+}
+
+/// Why the self-test did not run on backend `kind` (`device` is the one it ran on).
+fn reason_not_used(device: &Device, kind: BackendKind) -> String {
+    match probe(kind) {
+        Err(why) => why,
+        Ok(found) => {
+            let why = match std::env::var(BACKEND_ENV) {
+                Ok(v) => format!("{BACKEND_ENV}={v} selects the {} backend", device.backend()),
+                Err(_) if kind == BackendKind::Cuda && device.backend() == BackendKind::Hip => {
+                    "the default device is HIP's when there is one".to_string()
+                }
+                Err(_) => "the self-test was given another device".to_string(),
+            };
+            format!("a device is usable, {found}, but {why}")
+        }
+    }
+}
+
+/// Every GPU backend (hip, cuda) that `device` is not, with the reason it was not used.
+pub fn unused_backends(device: &Device) -> Vec<(BackendKind, String)> {
+    GPU_BACKENDS
+        .iter()
+        .filter(|(kind, _)| *kind != device.backend())
+        .map(|&(kind, _)| (kind, reason_not_used(device, kind)))
+        .collect()
+}
+
+/// The kernel outcomes (the table's rows), without expectation reports.
+fn cases(outcomes: &[Outcome]) -> impl Iterator<Item = &Outcome> {
+    outcomes.iter().filter(|o| o.kernel != EXPECTATION)
+}
+
+/// The device `device` as the last line names it.
+fn device_label(device: &Device) -> String {
+    let i = device.info();
+    match device.backend() {
+        BackendKind::Cpu => format!("{} ({}) — not a GPU", i.name, i.arch),
+        kind => format!("{} ({}) through {}", i.name, i.arch, kind.name().to_uppercase()),
+    }
+}
+
+/// What the outcomes verified: `Ok(device)` when every case ran on `device` and
+/// passed, else why not.
+pub fn verified(device: &Device, outcomes: &[Outcome]) -> std::result::Result<String, String> {
+    let label = device_label(device);
+    let all = cases(outcomes).count();
+    let failed = cases(outcomes).filter(|o| !o.passed).count();
+    let not_run: Vec<&Outcome> = cases(outcomes).filter(|o| o.passed && o.millis.is_none()).collect();
+    if all == 0 {
+        return Err(format!("no case ran on {label}"));
+    }
+    if failed > 0 {
+        return Err(format!("{failed} of {all} cases failed on {label}"));
+    }
+    if let Some(first) = not_run.first() {
+        return Err(format!("{} of {all} cases did not run on {label} (first: {})", not_run.len(), first.result));
+    }
+    Ok(label)
+}
+
+/// One message per expectation variable that is set when its backend is not
+/// the one these outcomes verified.
+pub fn expectation_failures(device: &Device, outcomes: &[Outcome]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (kind, env) in GPU_BACKENDS {
+        if std::env::var_os(env).is_none() {
+            continue;
+        }
+        if device.backend() != kind {
+            out.push(format!(
+                "{env} is set, but the self-test ran on {} ({}), not on {kind}; {kind}: {}",
+                device.info().name,
+                device.backend(),
+                reason_not_used(device, kind)
+            ));
+        } else if let Err(why) = verified(device, outcomes) {
+            out.push(format!("{env} is set, but {kind} was not verified: {why}"));
+        }
+    }
+    out
+}
+
+/// The self-test as the command runs it: every case on `device` ([`run_cases`]),
+/// then one failed [`EXPECTATION`] outcome for each expectation variable that is
+/// set when its backend was not the one verified.
 pub fn run(device: &Device) -> Vec<Outcome> {
+    let mut out = run_cases(device);
+    for why in expectation_failures(device, &out) {
+        out.push(Outcome {
+            kernel: EXPECTATION,
+            dtype: None,
+            shape: String::new(),
+            result: why,
+            passed: false,
+            millis: None,
+            bytes: 0,
+        });
+    }
+    out
+}
+
+/// Runs every case on `device` (the probe, then each kernel and dtype).
+pub fn run_cases(device: &Device) -> Vec<Outcome> {
     type Case = fn(&Device, Dtype) -> Result<Outcome>;
     let cases: [(&'static str, Case); 5] = [
         ("xielu", |d, t| with_element!(t, T => xielu_case::<T>(d))),
@@ -374,13 +519,16 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
         Ok(k) => writeln!(s, "kernels: {k}").unwrap(),
         Err(why) => writeln!(s, "kernels: none loaded: {why}").unwrap(),
     }
+    for (kind, why) in unused_backends(device) {
+        writeln!(s, "{kind}: not used: {why}").unwrap();
+    }
     if reduced(device) {
         writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times")
             .unwrap();
     }
     writeln!(s).unwrap();
     writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();
-    for o in outcomes {
+    for o in cases(outcomes) {
         let (t, bw) = match o.millis {
             Some(ms) => (format!("{:.1}", ms * 1e3), format!("{:.1}", o.bytes as f64 / (ms * 1e-3) / 1e9)),
             None => ("-".into(), "-".into()),
@@ -397,13 +545,20 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
         )
         .unwrap();
     }
-    let failed = outcomes.iter().filter(|o| !o.passed).count();
-    let not_run = outcomes.iter().filter(|o| o.passed && o.millis.is_none()).count();
-    let passed = outcomes.len() - failed - not_run;
+    let failed = cases(outcomes).filter(|o| !o.passed).count();
+    let not_run = cases(outcomes).filter(|o| o.passed && o.millis.is_none()).count();
+    let passed = cases(outcomes).count() - failed - not_run;
     if not_run == 0 {
         writeln!(s, "\n{passed} passed, {failed} failed").unwrap();
     } else {
         writeln!(s, "\n{passed} passed, {failed} failed, {not_run} not run (unavailable here)").unwrap();
+    }
+    for o in outcomes.iter().filter(|o| o.kernel == EXPECTATION) {
+        writeln!(s, "FAILED: {}", o.result).unwrap();
+    }
+    match verified(device, outcomes) {
+        Ok(label) => writeln!(s, "verified: {label}").unwrap(),
+        Err(why) => writeln!(s, "not verified: {why}").unwrap(),
     }
     s
 }
