@@ -131,6 +131,10 @@ macro_rules! instance {
             /// The host version of the entry point: reads a packed argument
             /// buffer (see [`crate::args::ArgReader`]) and runs the kernel body
             /// for the calling emulator lane.
+            ///
+            /// # Safety
+            /// `args` was packed for this kernel, and every pointer in it is
+            /// valid for what the kernel does with it.
             #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
             #[allow(unused_mut, unused_variables, unused_unsafe)]
             pub unsafe fn emulated(args: *const u8) {
