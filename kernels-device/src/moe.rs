@@ -74,46 +74,14 @@ use crate::geometry::moe::{
     MAX_COLS, PAD, QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, STAGE_VALUES, WAVES, WORKGROUP_SIZE,
 };
 use crate::num::Elem;
+use crate::vector::{F32x4, U32x4, Vector};
 use crate::wave;
 
-/// Four floats: one 16-byte workgroup-memory access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct F4([f32; 4]);
-
 /// Four packed words: one 16-byte global load.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Quad([u32; 4]);
+type Quad = U32x4;
 
 /// The values one thread stages per pass (one or two 16-byte loads).
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Stage<T>([T; STAGE_VALUES as usize]);
-
-/// Runs `$body` for `$u` in 0..QUADS_PER_BATCH, unrolled by hand: per-lane
-/// arrays indexed by `$u` stay in registers only if every index is a constant.
-macro_rules! unroll_batch {
-    ($u:ident => $body:block) => {{
-        const _: () = assert!(QUADS_PER_BATCH >= 1 && QUADS_PER_BATCH <= 4, "unroll_batch! unrolls 1 to 4 quads");
-        {
-            let $u: usize = 0;
-            $body
-        }
-        if QUADS_PER_BATCH > 1 {
-            let $u: usize = 1;
-            $body
-        }
-        if QUADS_PER_BATCH > 2 {
-            let $u: usize = 2;
-            $body
-        }
-        if QUADS_PER_BATCH > 3 {
-            let $u: usize = 3;
-            $body
-        }
-    }};
-}
+type Stage<T> = Vector<T, { STAGE_VALUES as usize }>;
 
 /// Byte `SHIFT / 8` of `t` as an f32, exactly.
 #[inline(always)]
@@ -147,8 +115,8 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
             // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
             let lo = w & 0x0F0F_0F0F;
             let hi = (w >> 4) & 0x0F0F_0F0F;
-            let a = (xs as *const F4).read().0;
-            let b = (xs.add(4) as *const F4).read().0;
+            let a = (xs as *const F32x4).read().0;
+            let b = (xs.add(4) as *const F32x4).read().0;
             let d = a[0] * byte_f32::<0>(lo);
             let d = mul_add(a[1], byte_f32::<0>(hi), d);
             let d = mul_add(a[2], byte_f32::<8>(lo), d);
@@ -158,7 +126,7 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
             let d = mul_add(b[2], byte_f32::<24>(lo), d);
             mul_add(b[3], byte_f32::<24>(hi), d)
         } else {
-            let a = (xs as *const F4).read().0;
+            let a = (xs as *const F32x4).read().0;
             let d = a[0] * byte_f32::<0>(w);
             let d = mul_add(a[1], byte_f32::<8>(w), d);
             let d = mul_add(a[2], byte_f32::<16>(w), d);
@@ -218,8 +186,8 @@ unsafe fn stage<T: Elem, const BITS: u32>(src: *const T, cols: u32, lds: *mut f3
             let off = first % chunk;
             unsafe {
                 let dst = lds.add((c * stride + off) as usize);
-                (dst as *mut F4).write(F4([v[0], v[1], v[2], v[3]]));
-                (dst.add(4) as *mut F4).write(F4([v[4], v[5], v[6], v[7]]));
+                (dst as *mut F32x4).write(F32x4::new([v[0], v[1], v[2], v[3]]));
+                (dst.add(4) as *mut F32x4).write(F32x4::new([v[4], v[5], v[6], v[7]]));
                 if off == 0 {
                     lds.add((c * stride + chunk) as usize).write(sum);
                 }
@@ -241,7 +209,8 @@ struct Batch {
 }
 
 impl Batch {
-    const EMPTY: Batch = Batch { q: [Quad([0; 4]); QUADS_PER_BATCH], s: [0; QUADS_PER_BATCH], b: [0; QUADS_PER_BATCH] };
+    const EMPTY: Batch =
+        Batch { q: [Quad::new([0; 4]); QUADS_PER_BATCH], s: [0; QUADS_PER_BATCH], b: [0; QUADS_PER_BATCH] };
 }
 
 /// Where one row's data starts. The group index `g` of a quad counts from
@@ -294,7 +263,7 @@ unsafe fn load_batch<T: Elem, const BITS: u32, const PAIRED: bool>(
 ) -> Batch {
     let mut batch = Batch::EMPTY;
     let wave_first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
-    unroll_batch!(u => {
+    crate::unroll!(u in 0..QUADS_PER_BATCH, at most 4 => {
         let slot = wave_first + wave::WAVE_SIZE * u as u32;
         if slot < n_quads {
             let qd = slot + lane;
@@ -338,7 +307,7 @@ unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
     let chunk = vpq(BITS);
     let per_word = vpw(BITS) as usize;
     let first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32 + lane;
-    unroll_batch!(u => {
+    crate::unroll!(u in 0..QUADS_PER_BATCH, at most 4 => {
         let qd = first + wave::WAVE_SIZE * u as u32;
         if qd < n_quads {
             unsafe {
@@ -587,7 +556,7 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
             bad_expert(idx, n_experts, slot, act, dff, status);
             return;
         }
-        let lds = wave::workgroup_mem::<F4>() as *mut f32;
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let expert_rows = e as usize * dff as usize;
         let w = w1.add(expert_rows * l.words as usize);
         let s = s1.add(expert_rows * l.groups as usize);
@@ -652,7 +621,7 @@ pub unsafe fn moe_down<T: Elem>(
             bad_expert(idx, n_experts, slot, part, din, status);
             return;
         }
-        let lds = wave::workgroup_mem::<F4>() as *mut f32;
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let expert_rows = e as usize * din as usize;
         let w = w2.add(expert_rows * l.words as usize);
         let s = s2.add(expert_rows * l.groups as usize);
