@@ -68,7 +68,7 @@ for t in "${targets[@]}"; do
     if cmp -s "$tmp/old.s" "$tmp/new.s"; then
         text="identical .text disassembly"
     else
-        text="DIFFERENT .text disassembly ($(diff "$tmp/old.s" "$tmp/new.s" | grep -c '^[<>]') lines)"
+        text="DIFFERENT .text disassembly ($( (diff "$tmp/old.s" "$tmp/new.s" || true) | grep -c '^[<>]') lines)"
         status=1
     fi
     if cmp -s "$tmp/old.notes" "$tmp/new.notes"; then notes="identical notes"; else notes="different notes"; fi
@@ -77,7 +77,7 @@ done
 if cmp -s "$dir/$ptx" "$out/$ptx"; then
     echo "$ptx: identical"
 else
-    echo "$ptx: DIFFERENT ($(diff "$dir/$ptx" "$out/$ptx" | grep -c '^[<>]') lines)"
+    echo "$ptx: DIFFERENT ($( (diff "$dir/$ptx" "$out/$ptx" || true) | grep -c '^[<>]') lines)"
     status=1
 fi
 exit $status
