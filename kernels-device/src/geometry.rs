@@ -48,28 +48,19 @@ pub mod xielu {
     pub const TABLE_MIN_ELEMS_PER_WORKGROUP: u64 = 16 * TABLE_ENTRIES as u64;
     /// For such `n` the launcher starts this many workgroups per compute unit,
     /// each of [`TABLE_WORKGROUP_SIZE`] threads: every workgroup builds its own
-    /// table (on an H200 about 2 us per build), so few and large ones, each
-    /// looping over many chunks. Measured on an H200 at n = 2^26
-    /// (docs/verification.md, runs 19-28): 512 x 1 per SM 73.0 us, 256 x 2
-    /// 73.6, 256 x 1 91.3, 512 x 2 79.7, 1024 x 1 79.3; and with each wave's
-    /// group contiguous and no slow tail (runs 32-39): 512 x 1 71.8-72.7,
-    /// 256 x 2 73.6-74.2, 512 x 2 77.3-77.9, 1024 x 1 77.2. More workgroups
-    /// per SM, each with its own table (run 33), or chunks handed out through
-    /// atomic counters (runs 36, 38): slower.
+    /// table, so few and large ones, each looping over many chunks. Both values
+    /// were chosen by measurement on an H200. The figures and their runs are in
+    /// docs/performance.md ("Measurements behind the device constants"), not
+    /// here, so that this comment stays true when they are re-measured.
     pub const TABLE_WORKGROUPS_PER_CU: u32 = 1;
     /// Threads per workgroup of such launches (the kernel takes any size that
     /// is whole waves).
     pub const TABLE_WORKGROUP_SIZE: u32 = 512;
     /// Chunks a thread loads before it looks any of them up: each wave's group
-    /// is this many 512-byte pieces in a row. Measured on an H200 at n = 2^26
-    /// (runs 40-41, 512 x 1 per SM, us and share of copy): 3: 76.5 (83%),
-    /// 4: 71.3-71.5 (88.7-89.4%), 5: 69.9-70.1 (90.5-90.7%), 6: 73.9-74.5
-    /// (85-86%), 7: 75.2-75.5 (84-85%), 8: 77.6-78.7 (82%, runs 32-34). Why 5
-    /// streams best is not understood (bytes in flight per SM, and how groups
-    /// of 2.5 KiB per wave fall on the memory channels, both change with it);
-    /// it is a measurement of this GPU, not a property of the kernel. Also
-    /// slower: 2 per thread with twice the threads (run 35), the next group
-    /// loaded before this one is looked up (run 20).
+    /// is this many 512-byte pieces in a row. 5 streams best on an H200, for
+    /// reasons not understood: a measurement of that GPU, not a property of the
+    /// kernel. The figures for 3 to 8 are in docs/performance.md ("Measurements
+    /// behind the device constants"), with their runs, where re-measurements go.
     pub const TABLE_CHUNKS_IN_FLIGHT: usize = 5;
     const _: () = assert!(
         TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80,
@@ -116,9 +107,9 @@ pub mod add3_layer_norm {
     /// SM, and the kernel waits on memory (an H200 at 25% occupancy, half the
     /// issue slots idle). Each value is the largest that ptxas compiles without
     /// spilling (the CUDA backend refuses local memory): 6 for the full kernel
-    /// (40 registers), 8 for the short one (32). On an H200 the full kernel ran
-    /// bf16 at 116, 106 and 100 us with 4, 5 and 6 per SM, and the short one at
-    /// 90 us with 8 (docs/verification.md, runs 19-25). f32, whose row takes
+    /// (40 registers), 8 for the short one (32); on an H200 more per SM ran
+    /// faster. The timings are in docs/performance.md ("Measurements behind the
+    /// device constants"), with their runs, not here. f32, whose row takes
     /// twice the registers, has no bound (64 registers).
     pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 6;
     /// The same for the short instance.
@@ -196,7 +187,8 @@ pub mod moe {
     /// its first quad is used). 3 fits Nemotron's fc1 rows (Din 2688 at 4 bits:
     /// 84 quads, at most 3 per lane) in one batch and keeps the two batches in
     /// flight within 80 registers on sm_90 (4 needs 96: 2 instead of 3
-    /// workgroups per SM, measured 7% slower on an H200).
+    /// workgroups per SM, slower on an H200: the figure is in docs/performance.md,
+    /// "Measurements behind the device constants").
     pub const QUADS_PER_BATCH: usize = 3;
     /// Floats after each staged chunk: the chunk's sum, then padding. Chunks are
     /// `32 * QUAD_WORDS / bits` floats (128 or 64 bytes); the 16-byte pad makes

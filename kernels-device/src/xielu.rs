@@ -29,9 +29,10 @@
 //!   (`an > 0` is a simplification: a `-0.0` there would be lost only in `sel`,
 //!   and `sel + bx` with `bx` never zero would not show it.)
 //!
-//! Why: on an H200 the model runs at 19% of the copy bandwidth in bf16, bound by
-//! the integer pipeline (Nsight Compute: 94% busy), seven roundings per element
-//! at five or six integer instructions each. `docs/performance.md` has the numbers.
+//! Why: on an H200 the model in bf16 is bound by the integer pipeline, seven
+//! roundings per element at five or six integer instructions each.
+//! `docs/performance.md` has the measurements (kept there, with their runs, so
+//! that this text does not carry figures that go stale).
 //!
 //! **A third, for bf16 at large `n`: a table.** A bf16 input has 16 bits, so its
 //! output is a fixed function of them. When each workgroup has enough elements
@@ -39,9 +40,9 @@
 //! of magnitude in [2^-16, 2^16) into workgroup memory (geometry::xielu::TABLE_*),
 //! then looks elements up (about 6 instructions instead of 39, two values per
 //! 32-bit word); a chunk with a value outside the table is computed instead.
-//! On the H200 this runs at 90.5-90.7% of copy (46% without the table); how
-//! many chunks each thread has in flight matters more than the lookups
-//! (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
+//! On the H200 this brings bf16 close to the copy bandwidth (the figures are in
+//! `docs/performance.md`); how many chunks each thread has in flight matters
+//! more than the lookups (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
 
 use crate::geometry::WAVE_SIZE;
 use crate::geometry::xielu::{
