@@ -7,6 +7,9 @@
 //! it and broadcast the total; here every wave does it, which gives the same
 //! bits: see `workgroup_sum`).
 
+// Sums are spelled `s = s + v`, as in the contract (their order is the point).
+#![allow(clippy::assign_op_pattern)]
+
 use core::f32::math::{mul_add, sqrt};
 
 use crate::geometry::add3_layer_norm::{CHUNK_STRIDE, CHUNKS, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};
@@ -204,7 +207,7 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     let base = row as usize * d;
     // Quad accesses need every row to start 4-element aligned.
     // (A null bias passes the alignment test and is never read.)
-    let quads = d % 4 == 0
+    let quads = d.is_multiple_of(4)
         && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize]
             .iter()
             .all(|p| p % (4 * T::BYTES) == 0);

@@ -264,7 +264,7 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
     let per_thread = ELEMS_PER_THREAD as u64;
     let stride = wave::num_workgroups_x() as u64 * wave::workgroup_size() as u64 * per_thread;
     // Uniform across the launch: vector accesses only when both buffers allow them.
-    let vector = (x as usize | out as usize) % core::mem::align_of::<Chunk<T>>() == 0;
+    let vector = (x as usize | out as usize).is_multiple_of(core::mem::align_of::<Chunk<T>>());
     let mut start = wave::global_id_x() * per_thread;
     if uses_table::<T>(fast, vector, n, wave::num_workgroups_x()) {
         // Groups of U chunks per thread: all loaded, then all looked up. Each
