@@ -26,7 +26,7 @@
 //!
 //! # Where the activations live
 //!
-//! The row being multiplied (x for fc1, act[k] for down) is staged once per
+//! The row being multiplied (x for fc1, `act[k]` for down) is staged once per
 //! workgroup in workgroup memory, as f32, and shared by the workgroup's
 //! [`ROWS_PER_WORKGROUP`] rows. A quad's values form one chunk of
 //! `values_per_chunk(bits)` floats, followed by [`PAD`](crate::geometry::moe::PAD)

@@ -10,7 +10,7 @@
 //!
 //! **Unrolling.** A per-lane array stays in registers only when every index into
 //! it is a constant; LLVM declines to fully unroll loops with large bodies, and
-//! then the array goes to scratch (AMD) or local memory (NVIDIA). [`unroll!`]
+//! then the array goes to scratch (AMD) or local memory (NVIDIA). [`unroll!`](crate::unroll!)
 //! runs a block once per index with the index as a literal constant.
 
 /// 16-byte alignment: one `global_load_b128` / `ld.global.v4` per 16 bytes.
