@@ -7,21 +7,18 @@
 //! it and broadcast the total; here every wave does it, which gives the same
 //! bits: see `workgroup_sum`).
 
+// Sums are spelled `s = s + v`, as in the contract (their order is the point).
+#![allow(clippy::assign_op_pattern)]
+
 use core::f32::math::{mul_add, sqrt};
 
 use crate::geometry::add3_layer_norm::{CHUNK_STRIDE, CHUNKS, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};
 use crate::num::Elem;
+use crate::vector::{U32x2, U32x4};
 use crate::wave;
 
-/// Runs `$body` once for each chunk index `$k` in 0..N (N <= 7), unrolled (the
-/// owned values stay in registers only if every index into them is a
-/// constant); indices from N up are pruned at compile time.
-macro_rules! for_each_chunk {
-    ($n:expr, $k:ident => $body:block) => {{
-        const _: () = assert!(CHUNKS == 7, "for_each_chunk! unrolls at most 7 chunks");
-        crate::unroll7!($k => { if $k < $n $body })
-    }};
-}
+// The loops over a thread's chunks are `unroll!(k in 0..N, at most 7 => ..)`.
+const _: () = assert!(CHUNKS == 7, "the chunk loops unroll at most 7 chunks");
 
 /// Loads four consecutive elements with one vector access (8 bytes for 16-bit
 /// types, 16 for f32).
@@ -33,10 +30,10 @@ unsafe fn load4<T: Elem>(p: *const T) -> [T; 4] {
     unsafe {
         if T::BYTES == 2 {
             // Two 32-bit words, not a u64: 64-bit shifts cost two instructions on NVIDIA.
-            let w = (p as *const Words2).read().0;
+            let w = (p as *const U32x2).read().0;
             [w[0], w[0] >> 16, w[1], w[1] >> 16].map(|bits| T::from_bits_u32(bits & 0xFFFF))
         } else {
-            (p as *const Words4).read().0.map(T::from_bits_u32)
+            (p as *const U32x4).read().0.map(T::from_bits_u32)
         }
     }
 }
@@ -49,21 +46,12 @@ unsafe fn load4<T: Elem>(p: *const T) -> [T; 4] {
 unsafe fn store4<T: Elem>(p: *mut T, v: [T; 4]) {
     unsafe {
         if T::BYTES == 2 {
-            (p as *mut Words2).write(Words2(pack2x2(v)));
+            (p as *mut U32x2).write(U32x2::new(pack2x2(v)));
         } else {
-            (p as *mut Words4).write(Words4(v.map(|e| e.to_bits_u32())));
+            (p as *mut U32x4).write(U32x4::new(v.map(|e| e.to_bits_u32())));
         }
     }
 }
-
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Words4([u32; 4]);
-
-/// Four 16-bit elements in two words: one 8-byte access.
-#[repr(C, align(8))]
-#[derive(Clone, Copy)]
-struct Words2([u32; 2]);
 
 /// Four 16-bit elements' bits, two per word, element 0 in the low half.
 #[inline(always)]
@@ -150,7 +138,7 @@ impl<T: Elem, const N: usize> Kept<T, N> {
         if T::BYTES == 2 {
             self.packed[k] = pack2x2(v);
         } else {
-            crate::unroll4!(j => { self.set(k, j, v[j]); });
+            crate::unroll!(j in 0..4 => { self.set(k, j, v[j]); });
         }
     }
     #[inline(always)]
@@ -219,7 +207,7 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     let base = row as usize * d;
     // Quad accesses need every row to start 4-element aligned.
     // (A null bias passes the alignment test and is never read.)
-    let quads = d % 4 == 0
+    let quads = d.is_multiple_of(4)
         && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize]
             .iter()
             .all(|p| p % (4 * T::BYTES) == 0);
@@ -231,7 +219,7 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     // does not own add nothing (the contract's +0.0 would not change `s`).
     let mut kept = Kept::<T, N>::new();
     let mut s = 0.0f32;
-    for_each_chunk!(N, k => {
+    crate::unroll!(k in 0..N, at most 7 => {
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
         if first32 < d32 { unsafe {
@@ -242,7 +230,7 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
                 // `xn`: x_new widened (the rounded value itself).
                 let mut xn = [0.0f32; 4];
                 let mut range = Range::new();
-                crate::unroll4!(j => {
+                crate::unroll!(j in 0..4 => {
                     let s1 = qa[j].to_f32() + qb[j].to_f32();
                     let s2 = T::round_normal(s1) + qx[j].to_f32();
                     xn[j] = T::round_normal(s2);
@@ -251,13 +239,13 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
                     range.result::<T>(xn[j]);
                 });
                 if !range.ok::<T>() {
-                    crate::unroll4!(j => {
+                    crate::unroll!(j in 0..4 => {
                         let ab = T::from_f32(qa[j].to_f32() + qb[j].to_f32());
                         xn[j] = T::round_f32(ab.to_f32() + qx[j].to_f32());
                     });
                 }
                 let out = xn.map(T::from_rounded);
-                crate::unroll4!(j => { s = s + xn[j]; });
+                crate::unroll!(j in 0..4 => { s = s + xn[j]; });
                 store4(x_new.add(base + first), out);
                 kept.set_quad(k, out);
             } else {
@@ -285,15 +273,15 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     // no test per element; in the last, partial chunk the elements the thread
     // does not own are skipped (their `kept` value is +0.0, not the mean).
     let mut q = 0.0f32;
-    for_each_chunk!(N, k => {
+    crate::unroll!(k in 0..N, at most 7 => {
         if (k + 1) * CHUNK_STRIDE <= d {
-            crate::unroll4!(j => {
+            crate::unroll!(j in 0..4 => {
                 let diff = vals(k, j) - mean;
                 q = mul_add(diff, diff, q);
             });
         } else if k * CHUNK_STRIDE < d {
             let first = (k * CHUNK_STRIDE) as u32 + 4 * t;
-            crate::unroll4!(j => {
+            crate::unroll!(j in 0..4 => {
                 if first + (j as u32) < d32 {
                     let diff = vals(k, j) - mean;
                     q = mul_add(diff, diff, q);
@@ -345,7 +333,7 @@ unsafe fn write_h<T: Elem, const N: usize, const HAS_BIAS: bool>(
 ) {
     let Row { kept, t, d32, base, quads, mean, r } = row;
     let vals = |k: usize, j: usize| kept.get(k, j);
-    for_each_chunk!(N, k => {
+    crate::unroll!(k in 0..N, at most 7 => {
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
         if first32 < d32 { unsafe {
@@ -354,7 +342,7 @@ unsafe fn write_h<T: Elem, const N: usize, const HAS_BIAS: bool>(
                 let qb = if HAS_BIAS { load4(bias.add(first)) } else { [T::from_f32(0.0); 4] };
                 let mut out = qw;
                 let mut range = Range::new();
-                crate::unroll4!(j => {
+                crate::unroll!(j in 0..4 => {
                     let nrm = (vals(k, j) - mean) * r;
                     let hj = mul_add(nrm, qw[j].to_f32(), qb[j].to_f32());
                     let rounded = T::round_normal(hj);
@@ -363,7 +351,7 @@ unsafe fn write_h<T: Elem, const N: usize, const HAS_BIAS: bool>(
                     range.result::<T>(rounded);
                 });
                 if !range.ok::<T>() {
-                    crate::unroll4!(j => {
+                    crate::unroll!(j in 0..4 => {
                         let nrm = (vals(k, j) - mean) * r;
                         out[j] = T::from_f32(mul_add(nrm, qw[j].to_f32(), qb[j].to_f32()));
                     });

@@ -48,28 +48,19 @@ pub mod xielu {
     pub const TABLE_MIN_ELEMS_PER_WORKGROUP: u64 = 16 * TABLE_ENTRIES as u64;
     /// For such `n` the launcher starts this many workgroups per compute unit,
     /// each of [`TABLE_WORKGROUP_SIZE`] threads: every workgroup builds its own
-    /// table (on an H200 about 2 us per build), so few and large ones, each
-    /// looping over many chunks. Measured on an H200 at n = 2^26
-    /// (docs/verification.md, runs 19-28): 512 x 1 per SM 73.0 us, 256 x 2
-    /// 73.6, 256 x 1 91.3, 512 x 2 79.7, 1024 x 1 79.3; and with each wave's
-    /// group contiguous and no slow tail (runs 32-39): 512 x 1 71.8-72.7,
-    /// 256 x 2 73.6-74.2, 512 x 2 77.3-77.9, 1024 x 1 77.2. More workgroups
-    /// per SM, each with its own table (run 33), or chunks handed out through
-    /// atomic counters (runs 36, 38): slower.
+    /// table, so few and large ones, each looping over many chunks. Both values
+    /// were chosen by measurement on an H200. The figures and their runs are in
+    /// docs/performance.md ("Measurements behind the device constants"), not
+    /// here, so that this comment stays true when they are re-measured.
     pub const TABLE_WORKGROUPS_PER_CU: u32 = 1;
     /// Threads per workgroup of such launches (the kernel takes any size that
     /// is whole waves).
     pub const TABLE_WORKGROUP_SIZE: u32 = 512;
     /// Chunks a thread loads before it looks any of them up: each wave's group
-    /// is this many 512-byte pieces in a row. Measured on an H200 at n = 2^26
-    /// (runs 40-41, 512 x 1 per SM, us and share of copy): 3: 76.5 (83%),
-    /// 4: 71.3-71.5 (88.7-89.4%), 5: 69.9-70.1 (90.5-90.7%), 6: 73.9-74.5
-    /// (85-86%), 7: 75.2-75.5 (84-85%), 8: 77.6-78.7 (82%, runs 32-34). Why 5
-    /// streams best is not understood (bytes in flight per SM, and how groups
-    /// of 2.5 KiB per wave fall on the memory channels, both change with it);
-    /// it is a measurement of this GPU, not a property of the kernel. Also
-    /// slower: 2 per thread with twice the threads (run 35), the next group
-    /// loaded before this one is looked up (run 20).
+    /// is this many 512-byte pieces in a row. 5 streams best on an H200, for
+    /// reasons not understood: a measurement of that GPU, not a property of the
+    /// kernel. The figures for 3 to 8 are in docs/performance.md ("Measurements
+    /// behind the device constants"), with their runs, where re-measurements go.
     pub const TABLE_CHUNKS_IN_FLIGHT: usize = 5;
     const _: () = assert!(
         TABLE_SPAN.is_power_of_two() && TABLE_LO_BITS + TABLE_SPAN <= 0x7F80,
@@ -116,9 +107,9 @@ pub mod add3_layer_norm {
     /// SM, and the kernel waits on memory (an H200 at 25% occupancy, half the
     /// issue slots idle). Each value is the largest that ptxas compiles without
     /// spilling (the CUDA backend refuses local memory): 6 for the full kernel
-    /// (40 registers), 8 for the short one (32). On an H200 the full kernel ran
-    /// bf16 at 116, 106 and 100 us with 4, 5 and 6 per SM, and the short one at
-    /// 90 us with 8 (docs/verification.md, runs 19-25). f32, whose row takes
+    /// (40 registers), 8 for the short one (32); on an H200 more per SM ran
+    /// faster. The timings are in docs/performance.md ("Measurements behind the
+    /// device constants"), with their runs, not here. f32, whose row takes
     /// twice the registers, has no bound (64 registers).
     pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 6;
     /// The same for the short instance.
@@ -196,7 +187,8 @@ pub mod moe {
     /// its first quad is used). 3 fits Nemotron's fc1 rows (Din 2688 at 4 bits:
     /// 84 quads, at most 3 per lane) in one batch and keeps the two batches in
     /// flight within 80 registers on sm_90 (4 needs 96: 2 instead of 3
-    /// workgroups per SM, measured 7% slower on an H200).
+    /// workgroups per SM, slower on an H200: the figure is in docs/performance.md,
+    /// "Measurements behind the device constants").
     pub const QUADS_PER_BATCH: usize = 3;
     /// Floats after each staged chunk: the chunk's sum, then padding. Chunks are
     /// `32 * QUAD_WORDS / bits` floats (128 or 64 bytes); the 16-byte pad makes
@@ -211,6 +203,14 @@ pub mod moe {
     pub const BITS: [u32; 2] = [4, 8];
     /// Supported group sizes.
     pub const GROUP_SIZES: [u32; 3] = [32, 64, 128];
+    const _: () = assert!(BITS.len() == 2 && GROUP_SIZES.len() == 3, "row_layout lists them one by one");
+    const _: () = {
+        let mut i = 0;
+        while i < GROUP_SIZES.len() {
+            assert!(GROUP_SIZES[i].is_power_of_two(), "row_layout masks and shifts by the group size");
+            i += 1;
+        }
+    };
     /// Threads per workgroup of `moe_combine` (one output element per thread).
     pub const COMBINE_WORKGROUP_SIZE: u32 = 256;
     /// The largest K (grid z).
@@ -241,5 +241,130 @@ pub mod moe {
     /// Workgroups along x for `rows` output rows.
     pub const fn workgroups(rows: u32) -> u32 {
         rows.div_ceil(ROWS_PER_WORKGROUP)
+    }
+
+    // The layout of one expert's matrix `[rows, cols]`: packed words
+    // `[rows, words_per_row]` (u32), scales and biases `[rows, groups_per_row]`.
+    // The kernels index with these functions, so they take the group size as
+    // its log2 where they run per value (a shift, not a division).
+
+    /// The layout of one row of `cols` values: what the kernels index with.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct RowLayout {
+        /// Packed u32 words per row: [`words_per_row`].
+        pub words: u32,
+        /// Scales (and biases) per row: [`groups_per_row`].
+        pub groups: u32,
+        /// log2(group size): [`group_shift`].
+        pub group_shift: u32,
+    }
+
+    /// The layout of rows of `cols` values at `bits` bits with groups of
+    /// `group_size`, or `None` where the kernels do not take them: `bits` not
+    /// in [`BITS`], `group_size` not in [`GROUP_SIZES`], `cols` outside
+    /// 1..=[`MAX_COLS`] or not a multiple of the group size (so also of the
+    /// values per word). The kernels return without touching memory then.
+    #[inline(always)]
+    pub const fn row_layout(cols: u32, bits: u32, group_size: u32) -> Option<RowLayout> {
+        if !(bits == BITS[0] || bits == BITS[1])
+            || !(group_size == GROUP_SIZES[0] || group_size == GROUP_SIZES[1] || group_size == GROUP_SIZES[2])
+        {
+            return None;
+        }
+        // `group_size - 1` is a mask: every group size is a power of two.
+        if cols == 0 || cols > MAX_COLS || cols & (group_size - 1) != 0 {
+            return None;
+        }
+        let group_shift = group_shift(group_size);
+        // Shifts, not divisions: nothing here can divide by zero.
+        Some(RowLayout { words: words_per_row(cols, bits), groups: groups_per_row(cols, group_size), group_shift })
+    }
+
+    /// Whether the kernels take rows of `cols` values at `bits` bits with
+    /// groups of `group_size` (see [`row_layout`]).
+    pub const fn supports(cols: u32, bits: u32, group_size: u32) -> bool {
+        row_layout(cols, bits, group_size).is_some()
+    }
+
+    /// log2 of a group size of [`GROUP_SIZES`] (all powers of two).
+    #[inline(always)]
+    pub const fn group_shift(group_size: u32) -> u32 {
+        group_size.trailing_zeros()
+    }
+
+    /// Packed u32 words per row of `cols` values: `cols * bits / 32` (the row
+    /// stride of the weights, in words).
+    #[inline(always)]
+    pub const fn words_per_row(cols: u32, bits: u32) -> u32 {
+        (cols * bits) >> 5
+    }
+
+    /// Scales (and biases) per row of `cols` values, for a group size of
+    /// [`GROUP_SIZES`]: `cols / group_size` (the row stride of the scales).
+    #[inline(always)]
+    pub const fn groups_per_row(cols: u32, group_size: u32) -> u32 {
+        cols >> group_shift(group_size)
+    }
+
+    /// The group (index into the row's scales) of word `word` of a row, with
+    /// `group_shift` = [`group_shift`]`(group_size)`.
+    #[inline(always)]
+    pub const fn group_of_word(word: u32, bits: u32, group_shift: u32) -> u32 {
+        (word * values_per_word(bits)) >> group_shift
+    }
+
+    /// The group of quad `quad` of a row (all its values lie in it, since
+    /// every group size is at least [`values_per_chunk`]).
+    #[inline(always)]
+    pub const fn group_of_quad(quad: u32, bits: u32, group_shift: u32) -> u32 {
+        (quad * values_per_chunk(bits)) >> group_shift
+    }
+
+    /// Where the staged activations of quad (chunk) `quad` start in workgroup
+    /// memory, in floats; its sum follows at `+ values_per_chunk(bits)`.
+    #[inline(always)]
+    pub const fn staged_chunk(quad: u32, bits: u32) -> u32 {
+        quad * chunk_stride(bits)
+    }
+
+    /// Where the staged activations of word `word` of a row start, in floats.
+    #[inline(always)]
+    pub const fn staged_word(word: u32, bits: u32) -> u32 {
+        (word / QUAD_WORDS) * chunk_stride(bits) + (word % QUAD_WORDS) * values_per_word(bits)
+    }
+    // A quad never straddles two groups (group_of_quad): the smallest group
+    // size holds the values of a quad at every supported width.
+    const _: () = assert!(
+        GROUP_SIZES[0] >= values_per_chunk(BITS[0]) && GROUP_SIZES[0] >= values_per_chunk(BITS[1]),
+        "a quad's values must lie in one group"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::moe::*;
+
+    #[test]
+    fn moe_row_layout_and_offsets() {
+        // Nemotron's fc1 rows: Din 2688 at 4 bits, groups of 64.
+        let l = row_layout(2688, 4, 64).unwrap();
+        assert_eq!(l, RowLayout { words: 336, groups: 42, group_shift: 6 });
+        assert!(supports(2688, 8, 128) && supports(MAX_COLS, 8, 32));
+        for (cols, bits, gs) in [(0, 4, 64), (MAX_COLS + 64, 4, 64), (2688 + 32, 4, 64), (2688, 2, 64), (2688, 4, 16)] {
+            assert!(!supports(cols, bits, gs), "{cols} {bits} {gs}");
+        }
+        for bits in BITS {
+            for q in 0..100 {
+                // Word 4q starts quad q; word w of a quad is values_per_word further.
+                assert_eq!(staged_word(QUAD_WORDS * q, bits), staged_chunk(q, bits));
+                assert_eq!(staged_word(QUAD_WORDS * q + 3, bits), staged_chunk(q, bits) + 3 * values_per_word(bits));
+                for gs in GROUP_SIZES {
+                    let shift = group_shift(gs);
+                    assert_eq!(group_of_quad(q, bits, shift), q * values_per_chunk(bits) / gs);
+                    assert_eq!(group_of_word(QUAD_WORDS * q + 3, bits, shift), group_of_quad(q, bits, shift));
+                }
+            }
+            assert_eq!(workgroup_mem_bytes(2688, bits), staged_chunk(2688 / values_per_chunk(bits), bits) * 4);
+        }
     }
 }

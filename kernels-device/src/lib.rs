@@ -7,7 +7,8 @@
 //!   `cargo test` checks the real kernel code on a machine with no GPU.
 //!
 //! Kernel bodies are generic over the element type and use only the primitives of
-//! [`wave`]; the `extern "gpu-kernel"` entry points are stamped out in [`entry`].
+//! [`wave`] and the toolkit of [`vector`] (the aligned vector type and the unroll
+//! macro); the `extern "gpu-kernel"` entry points are stamped out in [`entry`].
 #![no_std]
 #![cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), feature(abi_gpu_kernel))]
 #![cfg_attr(
@@ -30,7 +31,7 @@ pub mod mamba1_scan;
 pub mod moe;
 pub mod num;
 pub mod probe;
-pub mod unroll;
+pub mod vector;
 pub mod wave;
 pub mod xielu;
 

@@ -54,11 +54,11 @@
 //! for bit, a scan over L1 steps followed by one over L2 steps from its state.
 //! There is one schedule for every L (no chunking over L).
 //!
-//! Measured on an H200 (CUDA backend, bf16, B = 1, Dm = 5120, N = 16, L = 2048):
-//! 948 us with one channel per wave and `num::exp`, 663 us with two channels per
-//! wave, 474 us with the hardware exp2 as well, 347 us with the loads pipelined
-//! and the transposed sums (3.34x the CUDA C++ reference mapping's 1160 us).
-//! `docs/performance.md` has the numbers and the peers.
+//! Each step of this schedule (two channels per wave, the hardware exp2, the
+//! pipelined loads, the transposed sums) was kept because it measured faster on
+//! an H200; the timings are in `docs/performance.md` ("Measurements behind the
+//! device constants"), with their runs, rather than here, where they would go
+//! stale unseen.
 //!
 //! **In place.** Each lane reads its state column before the time loop and writes
 //! it after it, at the same address, and no other lane or wave touches that
@@ -70,18 +70,9 @@ use crate::geometry::mamba1_scan::{MAX_N, UNROLL, WAVES_PER_WORKGROUP, channels_
 use crate::num::{Elem, exp_fast};
 use crate::wave;
 
-/// Runs `$body` once for each step of the unrolled loop, by hand: `$k` is the step
-/// as a `usize`, `$kc` the same as a `const u32` (for lane-constant broadcasts).
-/// The per-step arrays live in registers only if every index into them is a constant.
-macro_rules! for_each_step {
-    ($k:ident, $kc:ident => $body:block) => {
-        for_each_step!(@ $k, $kc, $body, 0 1 2 3 4 5 6 7)
-    };
-    (@ $k:ident, $kc:ident, $body:block, $($i:literal)*) => {{
-        const _: () = assert!(UNROLL == [$($i),*].len(), "for_each_step! must list 0..UNROLL");
-        $( { let $k: usize = $i; const $kc: u32 = $i; $body } )*
-    }};
-}
+// The step loops are `unroll!(k, const K in 0..8 => ..)`: `k` the step as a
+// `usize`, `K` the same as a `const u32` (for lane-constant broadcasts).
+const _: () = assert!(UNROLL == 8, "the step loops unroll exactly UNROLL = 8 steps");
 
 // The cooperative load of dt and x needs 2 * UNROLL lanes.
 const _: () = assert!(2 * UNROLL as u32 <= wave::WAVE_SIZE);
@@ -188,7 +179,7 @@ impl StepInputs {
                 0.0
             };
             let (mut b, mut c) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-            for_each_step!(k, _K => {
+            crate::unroll!(k in 0..8 => {
                 b[k] = b_c.add((t + k) * n).read().to_f32();
                 c[k] = c_c.add((t + k) * n).read().to_f32();
             });
@@ -312,20 +303,20 @@ unsafe fn scan<T: Elem, const HALF: bool>(
             // 1. dt and x of each step, broadcast from the lane that loaded it
             // (readlane on amdgpu, a register of the scalar unit).
             let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-            for_each_step!(k, K => {
+            crate::unroll!(k, const K in 0..8 => {
                 dtv[k] = from_lane::<K>(cur.coop, half, base);
                 xv[k] = from_lane::<{ K + UNROLL as u32 }>(cur.coop, half, base);
             });
             // 2. What does not depend on the state.
             let mut decay = [0.0f32; UNROLL];
             let mut u = [0.0f32; UNROLL];
-            for_each_step!(k, _K => {
+            crate::unroll!(k in 0..8 => {
                 decay[k] = exp_fast(dtv[k] * a_dn);
                 u[k] = (dtv[k] * xv[k]) * cur.b[k];
             });
             // 3. The recurrence: one fma per step.
             let mut p = [0.0f32; UNROLL];
-            for_each_step!(k, _K => {
+            crate::unroll!(k in 0..8 => {
                 s = mul_add(decay[k], s, u[k]);
                 p[k] = if active { s * cur.c[k] } else { 0.0 };
             });

@@ -26,11 +26,12 @@
 //!
 //! # Where the activations live
 //!
-//! The row being multiplied (x for fc1, act[k] for down) is staged once per
+//! The row being multiplied (x for fc1, `act[k]` for down) is staged once per
 //! workgroup in workgroup memory, as f32, and shared by the workgroup's
 //! [`ROWS_PER_WORKGROUP`] rows. A quad's values form one chunk of
-//! `values_per_chunk(bits)` floats, followed by [`PAD`] floats, the first of which
-//! holds the chunk's sum; the padding puts the chunks of 8 neighbouring lanes on 8
+//! `values_per_chunk(bits)` floats, followed by [`PAD`](crate::geometry::moe::PAD)
+//! floats, the first of which holds the chunk's sum (`geometry::moe::staged_chunk`
+//! and `staged_word` give the offsets); the padding puts the chunks of 8 neighbouring lanes on 8
 //! distinct groups of 4 banks, so the 16-byte reads are free of bank conflicts.
 //! Why workgroup memory: per 16 bytes of weights a lane reads 64 (8-bit) or 128
 //! (4-bit) bytes of f32 activations. On RDNA 3.5 (gfx1151: ~2 B/clk of DRAM per
@@ -71,49 +72,18 @@
 use core::f32::math::mul_add;
 
 use crate::geometry::moe::{
-    MAX_COLS, PAD, QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, STAGE_VALUES, WAVES, WORKGROUP_SIZE,
+    QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, RowLayout, STAGE_VALUES, WAVES, WORKGROUP_SIZE,
+    group_of_quad, group_of_word, row_layout, staged_chunk, staged_word, values_per_chunk, values_per_word,
 };
 use crate::num::Elem;
+use crate::vector::{F32x4, U32x4, Vector};
 use crate::wave;
 
-/// Four floats: one 16-byte workgroup-memory access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct F4([f32; 4]);
-
 /// Four packed words: one 16-byte global load.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Quad([u32; 4]);
+type Quad = U32x4;
 
 /// The values one thread stages per pass (one or two 16-byte loads).
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Stage<T>([T; STAGE_VALUES as usize]);
-
-/// Runs `$body` for `$u` in 0..QUADS_PER_BATCH, unrolled by hand: per-lane
-/// arrays indexed by `$u` stay in registers only if every index is a constant.
-macro_rules! unroll_batch {
-    ($u:ident => $body:block) => {{
-        const _: () = assert!(QUADS_PER_BATCH >= 1 && QUADS_PER_BATCH <= 4, "unroll_batch! unrolls 1 to 4 quads");
-        {
-            let $u: usize = 0;
-            $body
-        }
-        if QUADS_PER_BATCH > 1 {
-            let $u: usize = 1;
-            $body
-        }
-        if QUADS_PER_BATCH > 2 {
-            let $u: usize = 2;
-            $body
-        }
-        if QUADS_PER_BATCH > 3 {
-            let $u: usize = 3;
-            $body
-        }
-    }};
-}
+type Stage<T> = Vector<T, { STAGE_VALUES as usize }>;
 
 /// Byte `SHIFT / 8` of `t` as an f32, exactly.
 #[inline(always)]
@@ -147,8 +117,8 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
             // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
             let lo = w & 0x0F0F_0F0F;
             let hi = (w >> 4) & 0x0F0F_0F0F;
-            let a = (xs as *const F4).read().0;
-            let b = (xs.add(4) as *const F4).read().0;
+            let a = (xs as *const F32x4).read().0;
+            let b = (xs.add(4) as *const F32x4).read().0;
             let d = a[0] * byte_f32::<0>(lo);
             let d = mul_add(a[1], byte_f32::<0>(hi), d);
             let d = mul_add(a[2], byte_f32::<8>(lo), d);
@@ -158,7 +128,7 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
             let d = mul_add(b[2], byte_f32::<24>(lo), d);
             mul_add(b[3], byte_f32::<24>(hi), d)
         } else {
-            let a = (xs as *const F4).read().0;
+            let a = (xs as *const F32x4).read().0;
             let d = a[0] * byte_f32::<0>(w);
             let d = mul_add(a[1], byte_f32::<8>(w), d);
             let d = mul_add(a[2], byte_f32::<16>(w), d);
@@ -167,24 +137,15 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     }
 }
 
-/// Values per word and per quad at `BITS` bits.
-const fn vpw(bits: u32) -> u32 {
-    32 / bits
-}
-const fn vpq(bits: u32) -> u32 {
-    QUAD_WORDS * vpw(bits)
-}
-
 /// Stages `cols` values of `src` in workgroup memory as f32 chunks of
-/// `vpq(BITS)` values, each followed by its sum (then padding), and waits for the
-/// whole workgroup. Thread `t` takes values `8 (t + 256 p) .. + 8` in pass `p`; the
+/// `values_per_chunk(BITS)` values, each followed by its sum (then padding), and
+/// waits for the whole workgroup. Thread `t` takes values `8 (t + 256 p) .. + 8` in pass `p`; the
 /// 2 or 4 threads of a chunk are neighbouring lanes, whose sums a xor butterfly
 /// combines. All threads of the workgroup must call it.
 #[inline(always)]
 unsafe fn stage<T: Elem, const BITS: u32>(src: *const T, cols: u32, lds: *mut f32) {
     let t = wave::thread_id();
-    let chunk = vpq(BITS);
-    let stride = chunk + PAD;
+    let chunk = values_per_chunk(BITS);
     let per_pass = WORKGROUP_SIZE * STAGE_VALUES;
     let passes = cols.div_ceil(per_pass);
     let vector = (src as usize).is_multiple_of(core::mem::align_of::<Stage<T>>());
@@ -217,11 +178,11 @@ unsafe fn stage<T: Elem, const BITS: u32>(src: *const T, cols: u32, lds: *mut f3
             let c = first / chunk;
             let off = first % chunk;
             unsafe {
-                let dst = lds.add((c * stride + off) as usize);
-                (dst as *mut F4).write(F4([v[0], v[1], v[2], v[3]]));
-                (dst.add(4) as *mut F4).write(F4([v[4], v[5], v[6], v[7]]));
+                let dst = lds.add((staged_chunk(c, BITS) + off) as usize);
+                (dst as *mut F32x4).write(F32x4::new([v[0], v[1], v[2], v[3]]));
+                (dst.add(4) as *mut F32x4).write(F32x4::new([v[4], v[5], v[6], v[7]]));
                 if off == 0 {
-                    lds.add((c * stride + chunk) as usize).write(sum);
+                    lds.add((staged_chunk(c, BITS) + chunk) as usize).write(sum);
                 }
             }
         }
@@ -241,7 +202,8 @@ struct Batch {
 }
 
 impl Batch {
-    const EMPTY: Batch = Batch { q: [Quad([0; 4]); QUADS_PER_BATCH], s: [0; QUADS_PER_BATCH], b: [0; QUADS_PER_BATCH] };
+    const EMPTY: Batch =
+        Batch { q: [Quad::new([0; 4]); QUADS_PER_BATCH], s: [0; QUADS_PER_BATCH], b: [0; QUADS_PER_BATCH] };
 }
 
 /// Where one row's data starts. The group index `g` of a quad counts from
@@ -259,7 +221,7 @@ impl<T: Elem> RowPtrs<T> {
     /// Row `row` of an expert's matrix `w, s, b` (`w` 16-byte aligned; with
     /// `PAIRED`, `s` and `b` 4-byte aligned).
     #[inline(always)]
-    unsafe fn new<const PAIRED: bool>(w: *const u32, s: *const T, b: *const T, row: u32, l: Layout) -> Self {
+    unsafe fn new<const PAIRED: bool>(w: *const u32, s: *const T, b: *const T, row: u32, l: RowLayout) -> Self {
         let row_g = row as usize * l.groups as usize;
         let (start, first_g) = if PAIRED { (row_g & !1, (row_g & 1) as u32) } else { (row_g, 0) };
         unsafe {
@@ -294,12 +256,12 @@ unsafe fn load_batch<T: Elem, const BITS: u32, const PAIRED: bool>(
 ) -> Batch {
     let mut batch = Batch::EMPTY;
     let wave_first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
-    unroll_batch!(u => {
+    crate::unroll!(u in 0..QUADS_PER_BATCH, at most 4 => {
         let slot = wave_first + wave::WAVE_SIZE * u as u32;
         if slot < n_quads {
             let qd = slot + lane;
             let qd = if qd < n_quads { qd } else { n_quads - 1 };
-            let g = r.first_g + ((qd * vpq(BITS)) >> gs_shift);
+            let g = r.first_g + group_of_quad(qd, BITS, gs_shift);
             unsafe {
                 batch.q[u] = r.w.add(qd as usize).read();
                 if PAIRED {
@@ -335,14 +297,14 @@ unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
     gs_shift: u32,
     mut acc: f32,
 ) -> f32 {
-    let chunk = vpq(BITS);
-    let per_word = vpw(BITS) as usize;
+    let chunk = values_per_chunk(BITS);
+    let per_word = values_per_word(BITS) as usize;
     let first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32 + lane;
-    unroll_batch!(u => {
+    crate::unroll!(u in 0..QUADS_PER_BATCH, at most 4 => {
         let qd = first + wave::WAVE_SIZE * u as u32;
         if qd < n_quads {
             unsafe {
-                let xs = lds.add((qd * (chunk + PAD)) as usize);
+                let xs = lds.add(staged_chunk(qd, BITS) as usize);
                 let q = batch.q[u].0;
                 let d0 = word_dot::<BITS>(q[0], xs);
                 let d1 = word_dot::<BITS>(q[1], xs.add(per_word));
@@ -350,7 +312,7 @@ unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
                 let d3 = word_dot::<BITS>(q[3], xs.add(3 * per_word));
                 let dot = (d0 + d1) + (d2 + d3);
                 let xsum = xs.add(chunk as usize).read();
-                let g = first_g + ((qd * chunk) >> gs_shift);
+                let g = first_g + group_of_quad(qd, BITS, gs_shift);
                 acc = mul_add(widen_raw::<T, PAIRED>(batch.s[u], g), dot, acc);
                 acc = mul_add(widen_raw::<T, PAIRED>(batch.b[u], g), xsum, acc);
             }
@@ -372,7 +334,7 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
     lds: *const f32,
     first_row: u32,
     n_rows: u32,
-    l: Layout,
+    l: RowLayout,
     stage: impl FnOnce(),
     finish: &mut impl FnMut(u32, f32),
 ) {
@@ -383,7 +345,7 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
     // Item (i, j): batch j of the wave's i-th row. All control is uniform over the wave.
     let (mut i, mut j) = (0u32, 0u32);
     let mut rp = unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(0), l) };
-    let mut cur = unsafe { load_batch::<T, BITS, PAIRED>(rp, 0, lane, n_quads, l.gs_shift) };
+    let mut cur = unsafe { load_batch::<T, BITS, PAIRED>(rp, 0, lane, n_quads, l.group_shift) };
     stage();
     let mut acc = 0.0f32;
     loop {
@@ -391,12 +353,12 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
         let more = ni < n_rows;
         let next_rp = if nj == 0 && more { unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(ni), l) } } else { rp };
         let next = if more {
-            unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.gs_shift) }
+            unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.group_shift) }
         } else {
             Batch::EMPTY
         };
         wave::schedule_fence();
-        acc = unsafe { batch_dot::<T, BITS, PAIRED>(&cur, lds, rp.first_g, j, lane, n_quads, l.gs_shift, acc) };
+        acc = unsafe { batch_dot::<T, BITS, PAIRED>(&cur, lds, rp.first_g, j, lane, n_quads, l.group_shift, acc) };
         if nj == 0 {
             let total = wave::wave_sum_f32(acc);
             if lane == 0 {
@@ -426,19 +388,17 @@ unsafe fn row_partial_words<T: Elem, const BITS: u32>(
     gs_shift: u32,
     lane: u32,
 ) -> f32 {
-    let chunk = vpq(BITS);
-    let stride = chunk + PAD;
-    let per_word = vpw(BITS);
+    let per_word = values_per_word(BITS);
     let step = wave::WAVE_SIZE;
     let mut acc = 0.0f32;
     let mut p = lane;
     while p < words {
         unsafe {
             let word = w.add(p as usize).read();
-            let g = ((p * per_word) >> gs_shift) as usize;
+            let g = group_of_word(p, BITS, gs_shift) as usize;
             let sc = s.add(g).read().to_f32();
             let bi = b.add(g).read().to_f32();
-            let xs = lds.add(((p / QUAD_WORDS) * stride + (p % QUAD_WORDS) * per_word) as usize);
+            let xs = lds.add(staged_word(p, BITS) as usize);
             let dot = word_dot::<BITS>(word, xs);
             let mut xsum = 0.0f32;
             for j in 0..per_word as usize {
@@ -450,32 +410,6 @@ unsafe fn row_partial_words<T: Elem, const BITS: u32>(
         p += step;
     }
     acc
-}
-
-/// The checked launch parameters shared by both matrix kernels.
-#[derive(Clone, Copy)]
-struct Layout {
-    /// Packed words per row.
-    words: u32,
-    /// Groups (scales) per row.
-    groups: u32,
-    /// log2(group size).
-    gs_shift: u32,
-}
-
-/// Validates the format the host launcher already checked; `None` makes the
-/// kernel return without touching memory (uniformly over the workgroup).
-#[inline(always)]
-fn layout(cols: u32, bits: u32, group_size: u32) -> Option<Layout> {
-    if !(bits == 4 || bits == 8) || !(group_size == 32 || group_size == 64 || group_size == 128) {
-        return None;
-    }
-    if cols == 0 || cols > MAX_COLS || cols & (group_size - 1) != 0 {
-        return None;
-    }
-    let gs_shift = group_size.trailing_zeros();
-    // Shifts, not divisions: nothing here can divide by zero.
-    Some(Layout { words: (cols * bits) >> 5, groups: cols >> gs_shift, gs_shift })
 }
 
 /// The out-of-range path of slot `slot` (see the module documentation): NaN in
@@ -517,7 +451,7 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
     b: *const T,
     lds: *const f32,
     rows: u32,
-    l: Layout,
+    l: RowLayout,
     stage: impl FnOnce(),
     mut finish: impl FnMut(u32, f32),
 ) {
@@ -542,7 +476,7 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
             let wr = w.add(row as usize * l.words as usize);
             let sr = s.add(row as usize * l.groups as usize);
             let br = b.add(row as usize * l.groups as usize);
-            let partial = row_partial_words::<T, BITS>(wr, sr, br, lds, l.words, l.gs_shift, lane);
+            let partial = row_partial_words::<T, BITS>(wr, sr, br, lds, l.words, l.group_shift, lane);
             let total = wave::wave_sum_f32(partial);
             if lane == 0 {
                 finish(row, total);
@@ -577,7 +511,7 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
     status: *mut u32,
 ) {
     let slot = wave::workgroup_id_z();
-    let Some(l) = layout(din, bits, group_size) else { return };
+    let Some(l) = row_layout(din, bits, group_size) else { return };
     if slot >= k {
         return;
     }
@@ -587,7 +521,7 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
             bad_expert(idx, n_experts, slot, act, dff, status);
             return;
         }
-        let lds = wave::workgroup_mem::<F4>() as *mut f32;
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let expert_rows = e as usize * dff as usize;
         let w = w1.add(expert_rows * l.words as usize);
         let s = s1.add(expert_rows * l.groups as usize);
@@ -642,7 +576,7 @@ pub unsafe fn moe_down<T: Elem>(
     status: *mut u32,
 ) {
     let slot = wave::workgroup_id_z();
-    let Some(l) = layout(dff, bits, group_size) else { return };
+    let Some(l) = row_layout(dff, bits, group_size) else { return };
     if slot >= k {
         return;
     }
@@ -652,7 +586,7 @@ pub unsafe fn moe_down<T: Elem>(
             bad_expert(idx, n_experts, slot, part, din, status);
             return;
         }
-        let lds = wave::workgroup_mem::<F4>() as *mut f32;
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let expert_rows = e as usize * din as usize;
         let w = w2.add(expert_rows * l.words as usize);
         let s = s2.add(expert_rows * l.groups as usize);

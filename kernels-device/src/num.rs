@@ -299,7 +299,7 @@ pub fn expm1(x: f32) -> f32 {
     let s = ldexp1(e);
     let mut z = mul_add(s, p, s - 1.0);
     if n == 128.0 {
-        z = 2.0 * z;
+        z *= 2.0;
     }
     if x > EXP_OVERFLOW_X {
         z = f32::INFINITY;

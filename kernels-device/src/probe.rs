@@ -22,6 +22,7 @@
 //! where `v = probe_value(workgroup_id, thread_id)`.
 
 use crate::geometry::probe::WORDS_PER_LANE;
+use crate::vector::U32x4;
 use crate::wave;
 
 /// The per-thread value the probe exchanges: distinct for every thread of a launch.
@@ -75,11 +76,6 @@ pub unsafe fn probe(out: *mut u32) {
 /// A kernel that does nothing: the launch-overhead yardstick of the benchmarks.
 pub fn empty() {}
 
-/// 16 bytes, one vector load.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Quad([u32; 4]);
-
 /// Quads each thread reads per pass of [`read_stream`], all loads issued first.
 pub const READ_STREAM_UNROLL: u64 = 4;
 
@@ -96,16 +92,16 @@ pub const READ_STREAM_UNROLL: u64 = 4;
 pub unsafe fn read_stream(src: *const u32, quads: u64, out: *mut u32) {
     let g = wave::global_id_x();
     let threads = wave::num_workgroups_x() as u64 * wave::workgroup_size() as u64;
-    let src = src as *const Quad;
+    let src = src as *const U32x4;
     let mut fold = 0u32;
     let mut q = g;
     unsafe {
         while q + (READ_STREAM_UNROLL - 1) * threads < quads {
-            let mut v = [Quad([0; 4]); READ_STREAM_UNROLL as usize];
-            crate::unroll4!(u => {
+            let mut v = [U32x4::new([0; 4]); READ_STREAM_UNROLL as usize];
+            crate::unroll!(u in 0..4 => {
                 v[u] = src.add((q + u as u64 * threads) as usize).read();
             });
-            crate::unroll4!(u => {
+            crate::unroll!(u in 0..4 => {
                 fold ^= v[u].0[0] ^ v[u].0[1] ^ v[u].0[2] ^ v[u].0[3];
             });
             q += READ_STREAM_UNROLL * threads;

@@ -29,9 +29,10 @@
 //!   (`an > 0` is a simplification: a `-0.0` there would be lost only in `sel`,
 //!   and `sel + bx` with `bx` never zero would not show it.)
 //!
-//! Why: on an H200 the model runs at 19% of the copy bandwidth in bf16, bound by
-//! the integer pipeline (Nsight Compute: 94% busy), seven roundings per element
-//! at five or six integer instructions each. `docs/performance.md` has the numbers.
+//! Why: on an H200 the model in bf16 is bound by the integer pipeline, seven
+//! roundings per element at five or six integer instructions each.
+//! `docs/performance.md` has the measurements (kept there, with their runs, so
+//! that this text does not carry figures that go stale).
 //!
 //! **A third, for bf16 at large `n`: a table.** A bf16 input has 16 bits, so its
 //! output is a fixed function of them. When each workgroup has enough elements
@@ -39,9 +40,9 @@
 //! of magnitude in [2^-16, 2^16) into workgroup memory (geometry::xielu::TABLE_*),
 //! then looks elements up (about 6 instructions instead of 39, two values per
 //! 32-bit word); a chunk with a value outside the table is computed instead.
-//! On the H200 this runs at 90.5-90.7% of copy (46% without the table); how
-//! many chunks each thread has in flight matters more than the lookups
-//! (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
+//! On the H200 this brings bf16 close to the copy bandwidth (the figures are in
+//! `docs/performance.md`); how many chunks each thread has in flight matters
+//! more than the lookups (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
 
 use crate::geometry::WAVE_SIZE;
 use crate::geometry::xielu::{
@@ -49,6 +50,7 @@ use crate::geometry::xielu::{
     TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN,
 };
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
+use crate::vector::Vector;
 use crate::wave;
 
 /// bf16 fast path: `|v|` must lie in [`BF16_FAST_V`].0 ..  [`BF16_FAST_V`].1.
@@ -121,10 +123,8 @@ fn xielu_fast_with_em<T: Elem>(v: f32, em: f32, p: Params) -> T {
     T::from_rounded(T::round_normal(sel + bx))
 }
 
-/// [`ELEMS_PER_THREAD`] elements, aligned for one vector access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Chunk<T>([T; ELEMS_PER_THREAD]);
+/// [`ELEMS_PER_THREAD`] elements, aligned for one vector access (two for f32).
+type Chunk<T> = Vector<T, ELEMS_PER_THREAD>;
 
 /// The bf16 table (geometry::xielu::TABLE_*), two values at a time: `w` holds
 /// two bf16 (element `2i` in the low half). Returns their slots, packed the same
@@ -206,15 +206,15 @@ fn compute_chunk<T: Elem>(chunk: Chunk<T>, p: Params, fast: bool) -> Chunk<T> {
     let mut result = chunk;
     const { assert!(ELEMS_PER_THREAD == 8) };
     let mut in_range = true;
-    crate::unroll8!(i => {
+    crate::unroll!(i in 0..8 => {
         in_range &= fast_value::<T>(chunk.0[i].to_f32());
     });
     if fast && in_range {
-        crate::unroll8!(i => {
+        crate::unroll!(i in 0..8 => {
             result.0[i] = xielu_fast(chunk.0[i], p);
         });
     } else {
-        crate::unroll8!(i => {
+        crate::unroll!(i in 0..8 => {
             result.0[i] = xielu_one(chunk.0[i], p);
         });
     }
@@ -222,9 +222,7 @@ fn compute_chunk<T: Elem>(chunk: Chunk<T>, p: Params, fast: bool) -> Chunk<T> {
 }
 
 /// [`ELEMS_PER_THREAD`] bf16 as the 32-bit words the table path works on.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Words([u32; ELEMS_PER_THREAD / 2]);
+type Words = Vector<u32, { ELEMS_PER_THREAD / 2 }>;
 const _: () = assert!(core::mem::size_of::<Words>() == 2 * ELEMS_PER_THREAD && ELEMS_PER_THREAD == 8);
 
 /// One chunk from the table, and whether any of its values lies outside it
@@ -236,7 +234,7 @@ const _: () = assert!(core::mem::size_of::<Words>() == 2 * ELEMS_PER_THREAD && E
 unsafe fn lookup_chunk(chunk: Words, table: *const u16) -> (Words, bool) {
     let mut result = chunk;
     let mut outside = 0u32;
-    crate::unroll4!(i => {
+    crate::unroll!(i in 0..4 => {
         let (slots, off) = table_slots(chunk.0[i]);
         outside |= off;
         // The byte offsets of both slots in one shift (a slot is below 2^13,
@@ -266,7 +264,7 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
     let per_thread = ELEMS_PER_THREAD as u64;
     let stride = wave::num_workgroups_x() as u64 * wave::workgroup_size() as u64 * per_thread;
     // Uniform across the launch: vector accesses only when both buffers allow them.
-    let vector = (x as usize | out as usize) % core::mem::align_of::<Chunk<T>>() == 0;
+    let vector = (x as usize | out as usize).is_multiple_of(core::mem::align_of::<Chunk<T>>());
     let mut start = wave::global_id_x() * per_thread;
     if uses_table::<T>(fast, vector, n, wave::num_workgroups_x()) {
         // Groups of U chunks per thread: all loaded, then all looked up. Each
@@ -288,8 +286,8 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
         start = (wave::global_id_x() - lane) * per_thread * U as u64 + lane * per_thread;
         let whole = |start: u64, u: u64| start + u * wave_span + per_thread <= n;
         let load = |start: u64| {
-            let mut words = [Words([0; ELEMS_PER_THREAD / 2]); U];
-            crate::unroll5!(u => {
+            let mut words = [Words::new([0; ELEMS_PER_THREAD / 2]); U];
+            crate::unroll!(u in 0..5 => {
                 if whole(start, u as u64) {
                     words[u] = unsafe { (x.add((start + u as u64 * wave_span) as usize) as *const Words).read() };
                 }
@@ -305,7 +303,7 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
             let at = |u: u64| (start + u * wave_span) as usize;
             let mut outside = 0u32;
             let mut count = 0u64;
-            crate::unroll5!(u => {
+            crate::unroll!(u in 0..5 => {
                 if whole(start, u as u64) {
                     count += 1;
                     let (result, off) = unsafe { lookup_chunk(words[u], table) };
