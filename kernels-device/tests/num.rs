@@ -111,6 +111,8 @@ fn sweep(lo: u32, hi: u32, stride: u32, err: impl Fn(f32) -> f64 + Sync) -> Wors
                             let x = f32::from_bits(bits);
                             let e = err(x);
                             w.count += 1;
+                            // A NaN error must count as the worst, which `e > w.err` would miss.
+                            #[allow(clippy::neg_cmp_op_on_partial_ord)]
                             if !(e <= w.err) {
                                 w.err = e;
                                 w.x = x;
