@@ -259,6 +259,27 @@ impl CudaBackend {
         Ok(backend)
     }
 
+    /// Refuses a stream of another context (another device, or a context the
+    /// caller created): a launch there would run where this library's module
+    /// and the caller's pointers do not belong.
+    fn check_stream(&self, stream: Stream) -> Result<()> {
+        if stream == Stream::DEFAULT {
+            return Ok(());
+        }
+        let mut ctx: sys::CUcontext = ptr::null_mut();
+        cu!(cuStreamGetCtx(stream.0 as sys::CUstream, &mut ctx))?;
+        if ctx != self.ctx {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "{:p} belongs to another CUDA context than this library's device ({})",
+                    stream.0, self.info.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Makes the primary context current on the calling thread.
     fn make_current(&self) -> Result<()> {
         cu!(cuCtxSetCurrent(self.ctx))
@@ -471,6 +492,7 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         self.make_current()?;
+        self.check_stream(stream)?;
         // One pointer per argument, into `args`, which outlives the call (the
         // driver copies the values at launch).
         let mut params = args.arg_pointers();

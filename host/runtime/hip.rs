@@ -304,6 +304,23 @@ impl HipBackend {
     }
 
     /// Makes this backend's device current on the calling thread.
+    /// Refuses a stream of another HIP device than this one.
+    fn check_stream(&self, stream: Stream) -> Result<()> {
+        if stream == Stream::DEFAULT {
+            return Ok(());
+        }
+        let mut device: sys::hipDevice_t = 0;
+        // SAFETY: a stream handle from the caller; `device` is writable.
+        check("hipStreamGetDevice", unsafe { sys::hipStreamGetDevice(stream.0 as sys::hipStream_t, &mut device) })?;
+        if device != self.ordinal {
+            return Err(Error::invalid(
+                "stream",
+                format!("{:p} belongs to HIP device {device}; this library's device is {}", stream.0, self.ordinal),
+            ));
+        }
+        Ok(())
+    }
+
     fn current(&self) -> Result<()> {
         // SAFETY: an ordinal checked at creation.
         check("hipSetDevice", unsafe { sys::hipSetDevice(self.ordinal) })
@@ -365,7 +382,7 @@ fn load_module(object: &EmbeddedCodeObject) -> Result<Kernels> {
             unsafe { sys::hipModuleUnload(module.0) };
             return Err(e.context(format!("kernel {}", spec.name)));
         }
-        functions.insert(spec.name, FunctionHandle::Gpu(function as *mut c_void));
+        functions.insert(spec.name, FunctionHandle::Gpu(function));
     }
     Ok(Kernels { module, functions, _image: image })
 }
@@ -490,6 +507,7 @@ impl Backend for HipBackend {
             return Ok(());
         }
         self.current()?;
+        self.check_stream(stream)?;
         let mut size: usize = args.len();
         let mut extra: [*mut c_void; 5] = [
             HIP_LAUNCH_PARAM_BUFFER_POINTER,

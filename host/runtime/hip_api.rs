@@ -25,6 +25,8 @@ pub type hipDeviceptr_t = *mut c_void;
 pub type hipModule_t = *mut c_void;
 pub type hipFunction_t = *mut c_void;
 pub type hipStream_t = *mut c_void;
+/// A device ordinal (`int`).
+pub type hipDevice_t = c_int;
 pub type hipEvent_t = *mut c_void;
 
 /// `hipDeviceProp_tR0600`, the device properties in the layout of ROCm 6.0 and
@@ -111,6 +113,7 @@ macro_rules! hip_api {
             ///
             /// # Safety
             /// As for the C function; [`load`] succeeded before.
+            #[allow(clippy::too_many_arguments)] // the C signature
             pub unsafe fn $name($($arg: $ty),*) -> $ret {
                 unsafe { (api().$name)($($arg),*) }
             }
@@ -147,6 +150,7 @@ hip_api! {
     fn hipMemcpyDtoDAsync(dst: hipDeviceptr_t, src: hipDeviceptr_t, size: usize, stream: hipStream_t) -> hipError_t;
     fn hipMemset(dst: *mut c_void, value: c_int, size: usize) -> hipError_t;
     fn hipDeviceSynchronize() -> hipError_t;
+    fn hipStreamGetDevice(stream: hipStream_t, device: *mut hipDevice_t) -> hipError_t;
     fn hipEventCreate(event: *mut hipEvent_t) -> hipError_t;
     fn hipEventRecord(event: hipEvent_t, stream: hipStream_t) -> hipError_t;
     fn hipEventSynchronize(event: hipEvent_t) -> hipError_t;
