@@ -127,6 +127,15 @@ impl Suite {
         self
     }
 
+    /// `name::backend` on one backend only (ignored with the reason where it is absent).
+    pub fn on_backend(&mut self, kind: BackendKind, name: &str, case: fn(&Device)) -> &mut Self {
+        self.trials.push(Trial::ignorable_test(format!("{name}::{kind}"), move || match device_or_skip(kind)? {
+            Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
+            Err(skip) => Ok(skip),
+        }));
+        self
+    }
+
     /// `name::dtype` on the CPU emulator only (negative controls, checks of the
     /// host side that do not depend on a GPU).
     pub fn cpu_per_dtype(&mut self, name: &str, cases: Typed) -> &mut Self {
