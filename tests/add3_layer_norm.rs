@@ -166,7 +166,7 @@ fn the_instance_gives_the_models_bits<const I: usize, const SHORT: bool>(dev: &D
     let d = INSTANCE_DS[I];
     let dtype = Dtype::ALL[I % 3];
     let base = if SHORT { SHORT_KERNEL } else { add3_layer_norm::KERNEL };
-    let inp = data::add3_inputs(dtype, 2, d, I % 2 == 0, 9100 + I as u64);
+    let inp = data::add3_inputs(dtype, 2, d, I.is_multiple_of(2), 9100 + I as u64);
     let got = with_element!(dtype, T => run_instance::<T>(dev, base, &inp, 2, d));
     let what = format!("{base} {}/{dtype} d={d}", dev.backend());
     assert_outputs(dtype, &got, &model(dtype, &inp, 2, d), &what);
@@ -205,7 +205,7 @@ fn the_random_shape_is_byte_identical<const I: usize>(dev: &Device) {
     }
     let d = RANDOM_DS[I];
     let dtype = Dtype::ALL[I % 3];
-    let inp = data::add3_inputs(dtype, rows, d, I % 2 == 0, 7000 + I as u64);
+    let inp = data::add3_inputs(dtype, rows, d, I.is_multiple_of(2), 7000 + I as u64);
     with_element!(dtype, T => check::<T>(dev, &inp, rows, d, "random"));
 }
 
