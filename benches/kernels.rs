@@ -10,14 +10,16 @@
 //! and the time of an empty kernel launch. Times are medians of event-timed
 //! repetitions. Prints a Markdown table; `--csv` prints CSV instead.
 
+use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers};
 use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device;
+use mlxcel_amdgpu::kernels_device::entry::{EmptyArgs, ReadStreamArgs};
 use mlxcel_amdgpu::reference::{self, Dtype, data};
-use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
-use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Result, Stream};
+use mlxcel_amdgpu::runtime::LaunchDims;
+use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Result, Stream, with_element};
 
 /// gfx1151's (Radeon 8060S) memory bandwidth, for the on-paper decode estimates.
 const GFX1151_BYTES_PER_S: f64 = 256e9;
@@ -52,8 +54,9 @@ fn median_ms(dev: &Device, reps: usize, inner: usize, mut f: impl FnMut() -> Res
     t[reps / 2]
 }
 
-fn upload(dev: &Device, dtype: Dtype, v: &[f32]) -> DeviceBuffer<u8> {
-    dev.upload(&reference::to_le_bytes(dtype, v)).unwrap()
+/// A buffer of `v`, each value rounded to `T`.
+fn upload<T: Element>(dev: &Device, v: &[f32]) -> DeviceBuffer<T> {
+    dev.upload(&v.iter().map(|&e| T::from_f32(e)).collect::<Vec<T>>()).unwrap()
 }
 
 fn copy_bandwidth(dev: &Device) -> f64 {
@@ -94,8 +97,8 @@ fn read_stream_bandwidth(dev: &Device, bytes: usize) -> f64 {
     let mut turn = 0usize;
     let ms = median_ms(dev, 30, 10, || {
         turn += 1;
-        let args = [ArgValue::Ptr(srcs[turn % srcs.len()].ptr()), ArgValue::U64(quads), ArgValue::Ptr(out.ptr())];
-        unsafe { dev.launch(&k, dims, &args, Stream::DEFAULT) }
+        let args = ReadStreamArgs { src: srcs[turn % srcs.len()].ptr(), quads, out: out.ptr() };
+        unsafe { dev.launch(&k, dims, &args.values(), Stream::DEFAULT) }
     });
     bytes as f64 / (ms * 1e-3)
 }
@@ -103,16 +106,17 @@ fn read_stream_bandwidth(dev: &Device, bytes: usize) -> f64 {
 fn empty_launch_us(dev: &Device) -> f64 {
     let k = dev.kernel("empty").unwrap();
     let dims = LaunchDims { grid: [1, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
-    median_ms(dev, 20, 100, || unsafe { dev.launch(&k, dims, &[], Stream::DEFAULT) }) * 1e3
+    median_ms(dev, 20, 100, || unsafe { dev.launch(&k, dims, &EmptyArgs {}.values(), Stream::DEFAULT) }) * 1e3
 }
 
-fn bench_xielu(dev: &Device, rows: &mut Vec<Row>, n: usize, dtype: Dtype) {
+fn bench_xielu<T: Element>(dev: &Device, rows: &mut Vec<Row>, n: usize) {
+    let dtype = T::DTYPE;
     let x = reference::round_all(dtype, &data::lcg_uniform(1, n.min(1 << 20)));
     let x: Vec<f32> = x.iter().cycle().take(n).copied().collect();
-    let input = upload(dev, dtype, &x);
-    let mut out = dev.alloc::<u8>(n * dtype.size()).unwrap();
+    let input = upload::<T>(dev, &x);
+    let mut out = dev.alloc::<T>(n).unwrap();
     let p = XieluParams::APERTUS;
-    let ms = median_ms(dev, 20, 10, || xielu::run(dev, dtype, &input, &mut out, n, p, Stream::DEFAULT));
+    let ms = median_ms(dev, 20, 10, || xielu::run(dev, &input, &mut out, n, p, Stream::DEFAULT));
     rows.push(Row {
         kernel: format!("xielu {dtype}"),
         shape: format!("n={n}"),
@@ -122,17 +126,17 @@ fn bench_xielu(dev: &Device, rows: &mut Vec<Row>, n: usize, dtype: Dtype) {
     });
 }
 
-fn bench_add3(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d: usize, dtype: Dtype) {
+fn bench_add3<T: Element>(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d: usize) {
+    let dtype = T::DTYPE;
     let inp = data::add3_inputs(dtype, rows.min(64), d, true, 9);
     let tile = |v: &[f32]| -> Vec<f32> { v.iter().cycle().take(rows * d).copied().collect() };
-    let (a, b, x) =
-        (upload(dev, dtype, &tile(&inp.a)), upload(dev, dtype, &tile(&inp.b)), upload(dev, dtype, &tile(&inp.x)));
-    let (w, bias) = (upload(dev, dtype, &inp.w), upload(dev, dtype, inp.bias.as_ref().unwrap()));
-    let mut x_new = dev.alloc::<u8>(rows * d * dtype.size()).unwrap();
-    let mut h = dev.alloc::<u8>(rows * d * dtype.size()).unwrap();
+    let (a, b, x) = (upload::<T>(dev, &tile(&inp.a)), upload::<T>(dev, &tile(&inp.b)), upload::<T>(dev, &tile(&inp.x)));
+    let (w, bias) = (upload::<T>(dev, &inp.w), upload::<T>(dev, inp.bias.as_ref().unwrap()));
+    let mut x_new = dev.alloc::<T>(rows * d).unwrap();
+    let mut h = dev.alloc::<T>(rows * d).unwrap();
     let ms = median_ms(dev, 20, 10, || {
         let bufs = Add3Buffers { a: &a, b: &b, x: &x, w: &w, bias: Some(&bias), x_new: &mut x_new, h: &mut h };
-        add3_layer_norm::run(dev, dtype, bufs, rows as u32, d as u32, 1e-5, Stream::DEFAULT)
+        add3_layer_norm::run(dev, bufs, rows as u32, d as u32, 1e-5, Stream::DEFAULT)
     });
     let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as f64;
     rows_out.push(Row {
@@ -144,20 +148,17 @@ fn bench_add3(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d: usize, dtyp
     });
 }
 
-fn bench_mamba(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: usize, dtype: Dtype) {
+fn bench_mamba<T: Element>(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: usize) {
+    let dtype = T::DTYPE;
     let n = 16;
     let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);
-    let (x, dt, bm, cm) = (
-        upload(dev, dtype, &inp.x),
-        upload(dev, dtype, &inp.dt),
-        upload(dev, dtype, &inp.bm),
-        upload(dev, dtype, &inp.cm),
-    );
-    let a = upload(dev, Dtype::F32, &inp.a);
-    let dskip = upload(dev, dtype, &inp.dskip);
-    let state_in = upload(dev, Dtype::F32, &inp.state_in);
-    let y = dev.alloc::<u8>(len * dm * dtype.size()).unwrap();
-    let state_out = dev.alloc::<u8>(dm * n * 4).unwrap();
+    let (x, dt, bm, cm) =
+        (upload::<T>(dev, &inp.x), upload::<T>(dev, &inp.dt), upload::<T>(dev, &inp.bm), upload::<T>(dev, &inp.cm));
+    let a = upload::<f32>(dev, &inp.a);
+    let dskip = upload::<T>(dev, &inp.dskip);
+    let state_in = upload::<f32>(dev, &inp.state_in);
+    let y = dev.alloc::<T>(len * dm).unwrap();
+    let state_out = dev.alloc::<f32>(dm * n).unwrap();
     let p = ScanPointers {
         x: x.ptr(),
         dt: dt.ptr(),
@@ -171,7 +172,7 @@ fn bench_mamba(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: usize, dtype: 
     };
     let (reps, inner) = if len > 64 { (10, 1) } else { (20, 10) };
     let ms = median_ms(dev, reps, inner, || unsafe {
-        mamba1_scan::launch(dev, dtype, p, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
+        mamba1_scan::launch::<T>(dev, p, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
     });
     let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + dm * n * 4 * 3) as f64;
     rows.push(Row {
@@ -198,29 +199,29 @@ fn random_words(n: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Quantized expert stack of `rows x cols` per expert, random words, small scales.
-fn random_stack(
+fn random_stack<T: Element>(
     dev: &Device,
-    dtype: Dtype,
     shape: &MoeShape,
     rows: u32,
     cols: u32,
     seed: u64,
-) -> (DeviceBuffer<u8>, DeviceBuffer<u8>, DeviceBuffer<u8>) {
+) -> (DeviceBuffer<u32>, DeviceBuffer<T>, DeviceBuffer<T>) {
     let e = shape.n_experts as usize;
     let words = e * rows as usize * (cols as usize * shape.bits as usize / 32);
     let groups = e * rows as usize * (cols / shape.group_size) as usize;
     let w = random_words(words, seed);
-    let w = dev.upload(&w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let w = dev.upload(&w).unwrap();
     let scales: Vec<f32> = random_words(groups, seed + 1).iter().map(|&r| 1e-3 + (r % 1000) as f32 * 1e-5).collect();
     let biases: Vec<f32> = random_words(groups, seed + 2).iter().map(|&r| -0.01 + (r % 1000) as f32 * 2e-5).collect();
-    (w, upload(dev, dtype, &scales), upload(dev, dtype, &biases))
+    (w, upload::<T>(dev, &scales), upload::<T>(dev, &biases))
 }
 
-fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f64) {
+fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64) {
+    let dtype = T::DTYPE;
     let shape = MoeShape { bits, ..MoeShape::NEMOTRON };
-    let (w1, s1, b1) = random_stack(dev, dtype, &shape, shape.dff, shape.din, 11);
-    let (w2, s2, b2) = random_stack(dev, dtype, &shape, shape.din, shape.dff, 22);
-    let x = upload(dev, dtype, &reference::round_all(dtype, &data::lcg_uniform(3, shape.din as usize)));
+    let (w1, s1, b1) = random_stack::<T>(dev, &shape, shape.dff, shape.din, 11);
+    let (w2, s2, b2) = random_stack::<T>(dev, &shape, shape.din, shape.dff, 22);
+    let x = upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(3, shape.din as usize)));
     // 21 disjoint sets of six experts, used in turn, so that no launch finds its
     // experts' weights in L2 from the previous one (six experts are 17-32 MB).
     let idx_sets: Vec<DeviceBuffer<u32>> =
@@ -232,7 +233,7 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f
     };
     let scores = dev.upload(&[0.3f32, 0.2, 0.15, 0.15, 0.1, 0.1]).unwrap();
     let scratch = dev.alloc::<u8>(moe::scratch_bytes(shape.k, shape.din, shape.dff)).unwrap();
-    let out = dev.alloc::<u8>(shape.din as usize * dtype.size()).unwrap();
+    let out = dev.alloc::<T>(shape.din as usize).unwrap();
     let status = dev.alloc::<u32>(1).unwrap();
     let act = scratch.ptr();
     let part = scratch.ptr() + moe::part_offset(shape.k, shape.dff) as u64;
@@ -245,7 +246,7 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f
             * (c as usize * bits as usize / 8 + 2 * dtype.size() * (c / shape.group_size) as usize)) as f64
     };
     let fc1 = median_ms(dev, 30, 10, || unsafe {
-        moe::fc1_relu2(dev, dtype, x.ptr(), next_idx(), q1, act, &shape, status.ptr(), Stream::DEFAULT)
+        moe::fc1_relu2::<T>(dev, x.ptr(), next_idx(), q1, act, &shape, status.ptr(), Stream::DEFAULT)
     });
     rows.push(Row {
         kernel: format!("moe_fc1_relu2 {dtype}"),
@@ -255,7 +256,7 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f
         note: String::new(),
     });
     let down = median_ms(dev, 30, 10, || unsafe {
-        moe::down(dev, dtype, next_idx(), q2, act, scores.ptr(), part, &shape, status.ptr(), Stream::DEFAULT)
+        moe::down::<T>(dev, next_idx(), q2, act, scores.ptr(), part, &shape, status.ptr(), Stream::DEFAULT)
     });
     rows.push(Row {
         kernel: format!("moe_down {dtype}"),
@@ -276,7 +277,7 @@ fn bench_moe(dev: &Device, rows: &mut Vec<Row>, bits: u32, dtype: Dtype, copy: f
         status: status.ptr(),
     };
     let routed =
-        median_ms(dev, 30, 10, || unsafe { moe::routed_forward(dev, dtype, p(next_idx()), &shape, Stream::DEFAULT) });
+        median_ms(dev, 30, 10, || unsafe { moe::routed_forward::<T>(dev, p(next_idx()), &shape, Stream::DEFAULT) });
     let bytes = matrix_bytes(shape.dff, shape.din) + matrix_bytes(shape.din, shape.dff);
     rows.push(Row {
         kernel: format!("moe routed forward {dtype}"),
@@ -329,27 +330,27 @@ fn main() {
     let mut rows = Vec::new();
     if wanted("xielu") {
         for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
-            bench_xielu(&dev, &mut rows, 1 << 26, dtype);
+            with_element!(dtype, T => bench_xielu::<T>(&dev, &mut rows, 1 << 26));
         }
-        bench_xielu(&dev, &mut rows, 21504, Dtype::Bf16);
+        bench_xielu::<bf16>(&dev, &mut rows, 21504);
     }
     if wanted("add3") {
         for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
-            bench_add3(&dev, &mut rows, 8192, 4096, dtype);
+            with_element!(dtype, T => bench_add3::<T>(&dev, &mut rows, 8192, 4096));
         }
-        bench_add3(&dev, &mut rows, 1, 4096, Dtype::Bf16);
+        bench_add3::<bf16>(&dev, &mut rows, 1, 4096);
     }
     if wanted("mamba") {
         for len in [1, 512, 2048] {
-            bench_mamba(&dev, &mut rows, len, 5120, Dtype::Bf16);
+            bench_mamba::<bf16>(&dev, &mut rows, len, 5120);
         }
         for len in [1, 512] {
-            bench_mamba(&dev, &mut rows, len, 8192, Dtype::Bf16);
+            bench_mamba::<bf16>(&dev, &mut rows, len, 8192);
         }
     }
     if wanted("moe") {
         for bits in [4, 8] {
-            bench_moe(&dev, &mut rows, bits, Dtype::Bf16, copy);
+            bench_moe::<bf16>(&dev, &mut rows, bits, copy);
         }
     }
 

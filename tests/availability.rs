@@ -5,19 +5,44 @@
 
 mod common;
 
+use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::{self, add3_layer_norm, mamba1_scan, moe, xielu};
 use mlxcel_amdgpu::kernels_device::entry::KERNELS;
 use mlxcel_amdgpu::reference::Dtype;
 use mlxcel_amdgpu::{Device, Error, Stream};
+
+/// Every backend present that can run the kernels (the CPU emulator always),
+/// as tests/common opens them; a skipped HIP or CUDA backend is printed with its
+/// reason, and fails the test where `MLXCEL_AMDGPU_EXPECT_HIP` or
+/// `MLXCEL_AMDGPU_EXPECT_CUDA` is set.
+fn devices() -> Vec<Device> {
+    let mut out = Vec::new();
+    for b in common::backends() {
+        match &b.device {
+            Ok(d) => out.push(d.clone()),
+            Err(why) => {
+                if let Some(env) = b.expect_env {
+                    assert!(
+                        std::env::var_os(env).is_none(),
+                        "{env} is set but the {} backend was skipped: {why}",
+                        b.kind
+                    );
+                }
+                eprintln!("[backend] {}: skipped: {why}", b.kind);
+            }
+        }
+    }
+    out
+}
 
 const BASES: [&str; 7] =
     ["xielu", "add3_layer_norm", "add3_layer_norm_d4096", "mamba1_scan", "moe_fc1_relu2", "moe_down", "moe_combine"];
 
 #[test]
 fn every_kernel_and_dtype_is_exported_and_available_on_every_backend() {
-    for dev in common::devices() {
+    for dev in devices() {
         if dev.info().kernels.is_err() {
-            continue; // reported by common::devices(); nothing can be available
+            continue; // reported by devices(); nothing can be available
         }
         for base in BASES {
             for dtype in Dtype::ALL {
@@ -57,12 +82,11 @@ fn a_wave64_device_has_no_kernels_and_launches_touch_nothing() {
     }
     // The launch takes the same lookup first: it fails as unavailable, before it
     // could touch the (deliberately invalid) pointers.
-    let err =
-        unsafe { xielu::launch(&dev, Dtype::Bf16, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
-            .unwrap_err();
+    let err = unsafe { xielu::launch::<bf16>(&dev, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
+        .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     let p = add3_layer_norm::Add3Pointers { a: 0x10, b: 0x10, x: 0x10, w: 0x10, bias: 0, x_new: 0x10, h: 0x10 };
-    let err = unsafe { add3_layer_norm::launch(&dev, Dtype::F16, p, 4, 4096, 1e-5, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe { add3_layer_norm::launch::<f16>(&dev, p, 4, 4096, 1e-5, Stream::DEFAULT) }.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
 }
 

@@ -30,8 +30,9 @@ fn without_the_feature_cuda_is_unavailable() {
 mod with_cuda {
     use super::*;
     use mlxcel_amdgpu::BackendKind;
+    use mlxcel_amdgpu::kernels_device::entry::ProbeArgs;
     use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
-    use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims, Stream};
+    use mlxcel_amdgpu::runtime::{LaunchDims, Stream};
 
     const EXPECT_ENV: &str = "MLXCEL_AMDGPU_EXPECT_CUDA";
 
@@ -168,7 +169,7 @@ mod with_cuda {
         let dims = LaunchDims { grid: [GROUPS, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes };
         // SAFETY: `out` holds WORDS_PER_LANE words per thread of the launch, and
         // the workgroup memory one u32 per thread.
-        unsafe { dev.launch(&kernel, dims, &[ArgValue::Ptr(out.ptr())], Stream::DEFAULT) }.unwrap();
+        unsafe { dev.launch(&kernel, dims, &ProbeArgs { out: out.ptr() }.values(), Stream::DEFAULT) }.unwrap();
         out.download().unwrap()
     }
 
@@ -214,7 +215,7 @@ mod with_cuda {
             workgroup_size: WORKGROUP_SIZE,
             workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
         };
-        let args = [ArgValue::Ptr(out.ptr())];
+        let args = ProbeArgs { out: out.ptr() }.values();
         // SAFETY: as in `run_probe`.
         let ms = dev.time(Stream::DEFAULT, || unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }).unwrap();
         assert!(ms.is_finite() && ms >= 0.0, "{ms}");
@@ -231,8 +232,9 @@ mod with_cuda {
         // A block larger than any NVIDIA GPU allows is a named driver error...
         let too_big = LaunchDims { workgroup_size: 4096, ..dims };
         match unsafe { dev.launch(&kernel, too_big, &args, Stream::DEFAULT) } {
-            Err(Error::Backend { backend: "cuda", call: "cuLaunchKernel", message }) => {
+            Err(Error::Backend { backend: "cuda", call: "cuLaunchKernel", code, message }) => {
                 assert!(message.starts_with("CUDA_ERROR_"), "{message}");
+                assert_ne!(code, 0, "the driver's status is kept: {message}");
                 println!("timing: oversized block: {message}");
             }
             other => panic!("expected a cuLaunchKernel error, got {other:?}"),

@@ -8,15 +8,20 @@
 //! host model of the kernel's own operation order: bit for bit on the emulator
 //! (which runs the kernel's `exp_fast` as `num::exp`); within the contract's
 //! bounds on a GPU, where `exp_fast` is the hardware's exp2 approximation.
+//!
+//! Every case is its own test per backend (and per dtype where the case is
+//! generic over it), named `case::backend[::dtype]`, through the harness of
+//! `tests/common`: an absent backend's tests are ignored with the reason.
 
 mod common;
 
-use common::{devices, download_bits, label, sentinel, upload};
+use common::{Suite, backends, download_bits, download_values, label, sentinel, upload};
+use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers};
 use mlxcel_amdgpu::kernels_device::num::exp;
 use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
-use mlxcel_amdgpu::reference::{self, Dtype, metrics};
-use mlxcel_amdgpu::{Device, DeviceBuffer, Error, Stream};
+use mlxcel_amdgpu::reference::{self, metrics};
+use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element, Error, Stream};
 
 /// Section 3's f32 bound on `max|got - want| / max(1e-6, max|want|)`.
 const F32_TOL: f64 = 1e-5;
@@ -25,6 +30,9 @@ const F16_Y_TOL: f64 = 1e-3;
 
 /// Extra elements past the end of each output buffer, which must stay untouched.
 const GUARD: usize = 16;
+
+/// The f32 bits of the sentinel fill (`common::sentinel` fills bytes with 0x7B).
+const SENTINEL_F32: u32 = 0x7B7B_7B7B;
 
 struct Outputs {
     /// `y`, widened from the dtype.
@@ -39,70 +47,93 @@ struct Outputs {
     emulated: bool,
 }
 
-fn download_f32(buf: &DeviceBuffer<u8>) -> Vec<f32> {
-    download_bits(Dtype::F32, buf).into_iter().map(f32::from_bits).collect()
+/// The inputs of `s` on the device (x, dt, Bm, Cm, Dskip as `T`; A as f32).
+struct Inputs<T> {
+    x: DeviceBuffer<T>,
+    dt: DeviceBuffer<T>,
+    bm: DeviceBuffer<T>,
+    cm: DeviceBuffer<T>,
+    a: DeviceBuffer<f32>,
+    dskip: DeviceBuffer<T>,
 }
 
-/// Uploads the inputs of `s` (x, dt, Bm, Cm, Dskip as `dtype`; A as f32).
-struct Inputs {
-    x: DeviceBuffer<u8>,
-    dt: DeviceBuffer<u8>,
-    bm: DeviceBuffer<u8>,
-    cm: DeviceBuffer<u8>,
-    a: DeviceBuffer<u8>,
-    dskip: DeviceBuffer<u8>,
-}
-
-fn upload_inputs(dev: &Device, dtype: Dtype, s: &ScanInputs) -> Inputs {
+fn upload_inputs<T: Element>(dev: &Device, s: &ScanInputs) -> Inputs<T> {
     Inputs {
-        x: upload(dev, dtype, &s.x),
-        dt: upload(dev, dtype, &s.dt),
-        bm: upload(dev, dtype, &s.bm),
-        cm: upload(dev, dtype, &s.cm),
-        a: upload(dev, Dtype::F32, &s.a),
-        dskip: upload(dev, dtype, &s.dskip),
+        x: upload::<T>(dev, &s.x),
+        dt: upload::<T>(dev, &s.dt),
+        bm: upload::<T>(dev, &s.bm),
+        cm: upload::<T>(dev, &s.cm),
+        a: upload::<f32>(dev, &s.a),
+        dskip: upload::<T>(dev, &s.dskip),
     }
 }
 
-/// One launch through the safe `run`, with `state_in` and `state_out` separate
-/// (or the same buffer when `in_place`), and guard elements past both outputs.
-fn run_kernel(dev: &Device, dtype: Dtype, s: &ScanInputs, in_place: bool) -> Outputs {
+/// Where the launch reads the state from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StateIn {
+    /// `state_in` and `state_out` are separate buffers (the safe `run`).
+    Separate,
+    /// `state_in: None`: `state_out` holds the state and is updated in place (the safe `run`).
+    InPlace,
+    /// The raw `launch` with the `state_in` pointer equal to `state_out`'s (the
+    /// declared exact alias).
+    Aliased,
+}
+
+/// One launch, with guard elements past both outputs.
+fn run_kernel<T: Element>(dev: &Device, s: &ScanInputs, state: StateIn) -> Outputs {
     let (nseq, nstate) = (s.batch * s.len * s.dm, s.batch * s.dm * s.n);
-    let inp = upload_inputs(dev, dtype, s);
-    let mut y = sentinel(dev, dtype, nseq + GUARD);
-    let state_in = upload(dev, Dtype::F32, &s.state_in);
-    let mut state_out = if in_place {
-        let mut v = s.state_in.clone();
-        v.extend([f32::from_bits(0x7B7B_7B7B); GUARD]);
-        upload(dev, Dtype::F32, &v)
+    let inp = upload_inputs::<T>(dev, s);
+    let mut y = sentinel::<T>(dev, nseq + GUARD);
+    let state_in = upload::<f32>(dev, &s.state_in);
+    let mut state_out = if state == StateIn::Separate {
+        sentinel::<f32>(dev, nstate + GUARD)
     } else {
-        sentinel(dev, Dtype::F32, nstate + GUARD)
-    };
-    let bufs = ScanBuffers {
-        x: &inp.x,
-        dt: &inp.dt,
-        bm: &inp.bm,
-        cm: &inp.cm,
-        a: &inp.a,
-        dskip: &inp.dskip,
-        state_in: if in_place { None } else { Some(&state_in) },
-        y: &mut y,
-        state_out: &mut state_out,
+        let mut v = s.state_in.clone();
+        v.extend([f32::from_bits(SENTINEL_F32); GUARD]);
+        upload::<f32>(dev, &v)
     };
     let (b, l, dm, n) = (s.batch as u32, s.len as u32, s.dm as u32, s.n as u32);
-    mamba1_scan::run(dev, dtype, bufs, b, l, dm, n, Stream::DEFAULT).unwrap();
-    let y_bits = download_bits(dtype, &y);
-    let state = download_f32(&state_out);
-    let what = format!("{} B={b} L={l} Dm={dm} N={n}", label(dev, dtype));
-    let guard = download_bits(dtype, &sentinel(dev, dtype, 1))[0];
+    if state == StateIn::Aliased {
+        let p = ScanPointers {
+            x: inp.x.ptr(),
+            dt: inp.dt.ptr(),
+            bm: inp.bm.ptr(),
+            cm: inp.cm.ptr(),
+            a: inp.a.ptr(),
+            dskip: inp.dskip.ptr(),
+            state_in: state_out.ptr(),
+            y: y.ptr(),
+            state_out: state_out.ptr(),
+        };
+        // SAFETY: every buffer holds at least the shape's elements.
+        unsafe { mamba1_scan::launch::<T>(dev, p, b, l, dm, n, Stream::DEFAULT) }.unwrap();
+    } else {
+        let bufs = ScanBuffers {
+            x: &inp.x,
+            dt: &inp.dt,
+            bm: &inp.bm,
+            cm: &inp.cm,
+            a: &inp.a,
+            dskip: &inp.dskip,
+            state_in: if state == StateIn::Separate { Some(&state_in) } else { None },
+            y: &mut y,
+            state_out: &mut state_out,
+        };
+        mamba1_scan::run::<T>(dev, bufs, b, l, dm, n, Stream::DEFAULT).unwrap();
+    }
+    let y_bits = download_bits(&y);
+    let state_bits = download_bits(&state_out);
+    let what = format!("{} B={b} L={l} Dm={dm} N={n} {state:?}", label::<T>(dev));
+    let guard = download_bits(&sentinel::<T>(dev, 1))[0];
     assert!(y_bits[nseq..].iter().all(|&v| v == guard), "{what}: wrote past the end of y");
-    assert!(state[nstate..].iter().all(|v| v.to_bits() == 0x7B7B_7B7B), "{what}: wrote past the end of state_out");
+    assert!(state_bits[nstate..].iter().all(|&v| v == SENTINEL_F32), "{what}: wrote past the end of state_out");
     let y_bits = y_bits[..nseq].to_vec();
     Outputs {
-        y: reference::widen_all(dtype, &y_bits),
+        y: reference::widen_all(T::DTYPE, &y_bits),
         y_bits,
-        state: state[..nstate].to_vec(),
-        emulated: dev.backend() == mlxcel_amdgpu::BackendKind::Cpu,
+        state: state_bits[..nstate].iter().map(|&v| f32::from_bits(v)).collect(),
+        emulated: dev.backend() == BackendKind::Cpu,
     }
 }
 
@@ -209,178 +240,161 @@ fn errors_vs_f64(got: &Outputs, s: &ScanInputs) -> (f64, f64) {
     (metrics::max_rel(&got.y, &y64), metrics::max_rel(&got.state, &st64))
 }
 
-#[test]
-fn f32_acceptance_matrix_is_within_1e_5() {
-    for dev in devices() {
-        let (mut worst_y, mut worst_s) = (0.0f64, 0.0f64);
-        for n in [8, 16, 32] {
-            for len in [1, 7] {
-                for carried in [false, true] {
-                    let s = ScanInputs::generate(Dtype::F32, 2, len, 24, n, carried);
-                    let got = run_kernel(&dev, Dtype::F32, &s, false);
-                    let what = format!("{} N={n} L={len} carried={carried}", label(&dev, Dtype::F32));
-                    let (ey, es) = errors_vs_f64(&got, &s);
-                    let (y32, st32) = scan_f32(Dtype::F32, &s);
-                    let (ey32, es32) = (metrics::max_rel(&got.y, &y32), metrics::max_rel(&got.state, &st32));
-                    assert!(ey < F32_TOL && es < F32_TOL, "{what}: vs f64: y {ey:e}, state {es:e}");
-                    assert!(ey32 < F32_TOL && es32 < F32_TOL, "{what}: vs f32 reference: y {ey32:e}, state {es32:e}");
-                    assert_matches_model(Dtype::F32, &got, &s, &what);
-                    worst_y = worst_y.max(ey);
-                    worst_s = worst_s.max(es);
-                }
+fn f32_acceptance_matrix_is_within_1e_5(dev: &Device) {
+    let (mut worst_y, mut worst_s) = (0.0f64, 0.0f64);
+    for n in [8, 16, 32] {
+        for len in [1, 7] {
+            for carried in [false, true] {
+                let s = ScanInputs::generate(Dtype::F32, 2, len, 24, n, carried);
+                let got = run_kernel::<f32>(dev, &s, StateIn::Separate);
+                let what = format!("{} N={n} L={len} carried={carried}", label::<f32>(dev));
+                let (ey, es) = errors_vs_f64(&got, &s);
+                let (y32, st32) = scan_f32(Dtype::F32, &s);
+                let (ey32, es32) = (metrics::max_rel(&got.y, &y32), metrics::max_rel(&got.state, &st32));
+                assert!(ey < F32_TOL && es < F32_TOL, "{what}: vs f64: y {ey:e}, state {es:e}");
+                assert!(ey32 < F32_TOL && es32 < F32_TOL, "{what}: vs f32 reference: y {ey32:e}, state {es32:e}");
+                assert_matches_model(Dtype::F32, &got, &s, &what);
+                worst_y = worst_y.max(ey);
+                worst_s = worst_s.max(es);
             }
         }
-        eprintln!(
-            "[mamba1_scan] {}: f32 matrix, worst max_rel vs f64: y {worst_y:.3e}, state {worst_s:.3e} (bound 1e-5)",
-            dev.backend()
-        );
     }
+    eprintln!(
+        "[mamba1_scan] {}: f32 matrix, worst max_rel vs f64: y {worst_y:.3e}, state {worst_s:.3e} (bound 1e-5)",
+        dev.backend()
+    );
 }
 
-#[test]
-fn bf16_beats_the_op_by_op_graph() {
+fn bf16_beats_the_op_by_op_graph(dev: &Device) {
     let s = ScanInputs::generate(Dtype::Bf16, 1, 64, 24, 16, true);
     let (exact_y, exact_state) = scan_f64(&s);
     let (graph_y, _) = scan_graph_bf16(&s);
     let e_graph = metrics::rms_diff(&graph_y, &exact_y);
-    for dev in devices() {
-        let got = run_kernel(&dev, Dtype::Bf16, &s, false);
-        let what = format!("{} B=1 L=64 Dm=24 N=16 carried", label(&dev, Dtype::Bf16));
-        let e_kernel = metrics::rms_diff(&got.y, &exact_y);
-        let es = metrics::max_rel(&got.state, &exact_state);
-        eprintln!(
-            "[mamba1_scan] {what}: RMS(y - exact) kernel {e_kernel:.3e}, graph {e_graph:.3e}; state max_rel {es:.3e}"
-        );
-        assert!(e_kernel <= e_graph, "{what}: RMS error {e_kernel:e} is worse than the graph's {e_graph:e}");
-        assert!(es < F32_TOL, "{what}: the f32 state is off by {es:e}");
-        assert_matches_model(Dtype::Bf16, &got, &s, &what);
-    }
+    let got = run_kernel::<bf16>(dev, &s, StateIn::Separate);
+    let what = format!("{} B=1 L=64 Dm=24 N=16 carried", label::<bf16>(dev));
+    let e_kernel = metrics::rms_diff(&got.y, &exact_y);
+    let es = metrics::max_rel(&got.state, &exact_state);
+    eprintln!(
+        "[mamba1_scan] {what}: RMS(y - exact) kernel {e_kernel:.3e}, graph {e_graph:.3e}; state max_rel {es:.3e}"
+    );
+    assert!(e_kernel <= e_graph, "{what}: RMS error {e_kernel:e} is worse than the graph's {e_graph:e}");
+    assert!(es < F32_TOL, "{what}: the f32 state is off by {es:e}");
+    assert_matches_model(Dtype::Bf16, &got, &s, &what);
 }
 
-#[test]
-fn f16_is_within_one_rounding() {
-    for dev in devices() {
-        let mut worst = 0.0f64;
-        for (n, len, carried) in [(8, 7, false), (16, 7, true), (32, 1, true), (16, 64, true)] {
-            let s = ScanInputs::generate(Dtype::F16, 2, len, 24, n, carried);
-            let got = run_kernel(&dev, Dtype::F16, &s, false);
-            let what = format!("{} N={n} L={len} carried={carried}", label(&dev, Dtype::F16));
-            let (ey, es) = errors_vs_f64(&got, &s);
-            assert!(ey < F16_Y_TOL && es < F32_TOL, "{what}: vs f64: y {ey:e} (bound {F16_Y_TOL:e}), state {es:e}");
-            assert_matches_model(Dtype::F16, &got, &s, &what);
-            worst = worst.max(ey);
-        }
-        eprintln!("[mamba1_scan] {}: f16 worst y max_rel vs f64 {worst:.3e} (bound {F16_Y_TOL:e})", dev.backend());
+fn f16_is_within_one_rounding(dev: &Device) {
+    let mut worst = 0.0f64;
+    for (n, len, carried) in [(8, 7, false), (16, 7, true), (32, 1, true), (16, 64, true)] {
+        let s = ScanInputs::generate(Dtype::F16, 2, len, 24, n, carried);
+        let got = run_kernel::<f16>(dev, &s, StateIn::Separate);
+        let what = format!("{} N={n} L={len} carried={carried}", label::<f16>(dev));
+        let (ey, es) = errors_vs_f64(&got, &s);
+        assert!(ey < F16_Y_TOL && es < F32_TOL, "{what}: vs f64: y {ey:e} (bound {F16_Y_TOL:e}), state {es:e}");
+        assert_matches_model(Dtype::F16, &got, &s, &what);
+        worst = worst.max(ey);
     }
+    eprintln!("[mamba1_scan] {}: f16 worst y max_rel vs f64 {worst:.3e} (bound {F16_Y_TOL:e})", dev.backend());
 }
 
-#[test]
-fn n_dm_and_l_off_the_multiples_of_8() {
+/// Every shape for every dtype (the old test paired each shape with f32 and one
+/// other dtype in turn; this runs the full cross product).
+fn n_dm_and_l_off_the_multiples_of_8<T: Element>(dev: &Device) {
     // (batch, len, dm, n): N not a multiple of 8, Dm not a multiple of 8 (the last
     // workgroup has waves past Dm), L with a remainder after the unrolled loop,
     // and the edges (N = 1, L = 8 and 16 with no remainder, a single channel).
     let shapes = [(2, 9, 20, 5), (1, 17, 27, 13), (2, 9, 27, 32), (1, 16, 20, 1), (1, 8, 1, 13), (3, 17, 9, 16)];
-    for dev in devices() {
-        for (i, &(batch, len, dm, n)) in shapes.iter().enumerate() {
-            let dtype = Dtype::ALL[i % 3];
-            for dtype in [Dtype::F32, dtype] {
-                let s = ScanInputs::generate(dtype, batch, len, dm, n, true);
-                let got = run_kernel(&dev, dtype, &s, false);
-                let what = format!("{} B={batch} L={len} Dm={dm} N={n}", label(&dev, dtype));
-                assert_matches_model(dtype, &got, &s, &what);
-                let (ey, es) = errors_vs_f64(&got, &s);
-                let y_tol = if dtype == Dtype::F32 { F32_TOL } else { 8e-3 };
-                assert!(ey < y_tol && es < F32_TOL, "{what}: vs f64: y {ey:e}, state {es:e}");
+    for (batch, len, dm, n) in shapes {
+        let s = ScanInputs::generate(T::DTYPE, batch, len, dm, n, true);
+        let got = run_kernel::<T>(dev, &s, StateIn::Separate);
+        let what = format!("{} B={batch} L={len} Dm={dm} N={n}", label::<T>(dev));
+        assert_matches_model(T::DTYPE, &got, &s, &what);
+        let (ey, es) = errors_vs_f64(&got, &s);
+        let y_tol = if T::DTYPE == Dtype::F32 { F32_TOL } else { 8e-3 };
+        assert!(ey < y_tol && es < F32_TOL, "{what}: vs f64: y {ey:e}, state {es:e}");
+    }
+}
+
+fn state_carried_across_two_launches_equals_one_launch_bitwise<T: Element>(dev: &Device) {
+    for (l1, l2) in [(7, 10), (8, 9), (1, 16)] {
+        let (batch, dm, n) = (2, 12, 16);
+        let whole = ScanInputs::generate(T::DTYPE, batch, l1 + l2, dm, n, true);
+        // The two halves of the same sequence.
+        let part = |from: usize, len: usize, state_in: Vec<f32>| {
+            let rows = |v: &[f32], w: usize| -> Vec<f32> {
+                (0..batch)
+                    .flat_map(|b| v[(b * (l1 + l2) + from) * w..(b * (l1 + l2) + from + len) * w].to_vec())
+                    .collect()
+            };
+            ScanInputs {
+                batch,
+                len,
+                dm,
+                n,
+                x: rows(&whole.x, dm),
+                dt: rows(&whole.dt, dm),
+                bm: rows(&whole.bm, n),
+                cm: rows(&whole.cm, n),
+                a: whole.a.clone(),
+                dskip: whole.dskip.clone(),
+                state_in,
             }
+        };
+        let one = run_kernel::<T>(dev, &whole, StateIn::Separate);
+        let first = run_kernel::<T>(dev, &part(0, l1, whole.state_in.clone()), StateIn::Separate);
+        // The second launch updates its state in place.
+        let second = run_kernel::<T>(dev, &part(l1, l2, first.state.clone()), StateIn::InPlace);
+        let what = format!("{} L={l1}+{l2}", label::<T>(dev));
+        let two_y: Vec<u32> = (0..batch)
+            .flat_map(|b| {
+                let mut v = first.y_bits[b * l1 * dm..(b + 1) * l1 * dm].to_vec();
+                v.extend_from_slice(&second.y_bits[b * l2 * dm..(b + 1) * l2 * dm]);
+                v
+            })
+            .collect();
+        metrics::assert_bits_equal(T::DTYPE, &two_y, &one.y_bits, &format!("y of {what}"));
+        metrics::assert_bits_equal(Dtype::F32, &bits(&second.state), &bits(&one.state), &format!("state of {what}"));
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|e| e.to_bits()).collect()
+}
+
+/// In place through the safe `run` (`state_in: None`) and through the raw
+/// `launch` with `state_in == state_out` (the declared exact alias): the same
+/// bits as separate buffers.
+fn in_place_state_equals_separate_buffers<T: Element>(dev: &Device) {
+    for (batch, len, dm, n) in [(2, 11, 16, 16), (1, 9, 27, 32), (3, 1, 9, 5)] {
+        let s = ScanInputs::generate(T::DTYPE, batch, len, dm, n, true);
+        let separate = run_kernel::<T>(dev, &s, StateIn::Separate);
+        for mode in [StateIn::InPlace, StateIn::Aliased] {
+            let in_place = run_kernel::<T>(dev, &s, mode);
+            let what = format!("{} B={batch} L={len} Dm={dm} N={n} {mode:?}", label::<T>(dev));
+            metrics::assert_bits_equal(T::DTYPE, &in_place.y_bits, &separate.y_bits, &format!("y of {what}"));
+            metrics::assert_bits_equal(
+                Dtype::F32,
+                &bits(&in_place.state),
+                &bits(&separate.state),
+                &format!("state of {what}"),
+            );
         }
     }
 }
 
-#[test]
-fn state_carried_across_two_launches_equals_one_launch_bitwise() {
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            for (l1, l2) in [(7, 10), (8, 9), (1, 16)] {
-                let (batch, dm, n) = (2, 12, 16);
-                let whole = ScanInputs::generate(dtype, batch, l1 + l2, dm, n, true);
-                // The two halves of the same sequence.
-                let part = |from: usize, len: usize, state_in: Vec<f32>| {
-                    let rows = |v: &[f32], w: usize| -> Vec<f32> {
-                        (0..batch)
-                            .flat_map(|b| v[(b * (l1 + l2) + from) * w..(b * (l1 + l2) + from + len) * w].to_vec())
-                            .collect()
-                    };
-                    ScanInputs {
-                        batch,
-                        len,
-                        dm,
-                        n,
-                        x: rows(&whole.x, dm),
-                        dt: rows(&whole.dt, dm),
-                        bm: rows(&whole.bm, n),
-                        cm: rows(&whole.cm, n),
-                        a: whole.a.clone(),
-                        dskip: whole.dskip.clone(),
-                        state_in,
-                    }
-                };
-                let one = run_kernel(&dev, dtype, &whole, false);
-                let first = run_kernel(&dev, dtype, &part(0, l1, whole.state_in.clone()), false);
-                // The second launch updates its state in place.
-                let second = run_kernel(&dev, dtype, &part(l1, l2, first.state.clone()), true);
-                let what = format!("{} L={l1}+{l2}", label(&dev, dtype));
-                let two_y: Vec<u32> = (0..batch)
-                    .flat_map(|b| {
-                        let mut v = first.y_bits[b * l1 * dm..(b + 1) * l1 * dm].to_vec();
-                        v.extend_from_slice(&second.y_bits[b * l2 * dm..(b + 1) * l2 * dm]);
-                        v
-                    })
-                    .collect();
-                metrics::assert_bits_equal(dtype, &two_y, &one.y_bits, &format!("y of {what}"));
-                let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<u32>>();
-                metrics::assert_bits_equal(
-                    Dtype::F32,
-                    &bits(&second.state),
-                    &bits(&one.state),
-                    &format!("state of {what}"),
-                );
-            }
-        }
-    }
-}
-
-#[test]
-fn in_place_state_equals_separate_buffers() {
-    for dev in devices() {
-        let s = ScanInputs::generate(Dtype::Bf16, 2, 11, 16, 16, true);
-        let separate = run_kernel(&dev, Dtype::Bf16, &s, false);
-        let in_place = run_kernel(&dev, Dtype::Bf16, &s, true);
-        assert_eq!(separate.y_bits, in_place.y_bits, "{}", dev.backend());
-        let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<u32>>();
-        assert_eq!(bits(&separate.state), bits(&in_place.state), "{}", dev.backend());
-    }
-}
-
-#[test]
-fn nan_and_infinity_follow_the_model() {
+fn nan_and_infinity_follow_the_model<T: Element>(dev: &Device) {
     // Non-finite inputs must not crash, hang or write out of bounds, and give
     // what the operation order gives (NaN-ness compared, not payloads).
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            let mut s = ScanInputs::generate(dtype, 1, 11, 9, 13, true);
-            s.x[3 * 9 + 2] = f32::NAN; // channel 2 from step 3 on
-            s.dt[5 * 9 + 4] = f32::INFINITY; // channel 4: decay 0, u = +-inf
-            s.bm[7 * 13 + 12] = f32::NEG_INFINITY; // every channel at step 7
-            s.dskip[8] = f32::INFINITY;
-            let got = run_kernel(&dev, dtype, &s, false);
-            let what = format!("{} specials", label(&dev, dtype));
-            assert_matches_model(dtype, &got, &s, &what);
-            assert!(reference::is_nan_bits(dtype, got.y_bits[3 * 9 + 2]), "{what}: NaN x must give a NaN y");
-        }
-    }
+    let mut s = ScanInputs::generate(T::DTYPE, 1, 11, 9, 13, true);
+    s.x[3 * 9 + 2] = f32::NAN; // channel 2 from step 3 on
+    s.dt[5 * 9 + 4] = f32::INFINITY; // channel 4: decay 0, u = +-inf
+    s.bm[7 * 13 + 12] = f32::NEG_INFINITY; // every channel at step 7
+    s.dskip[8] = f32::INFINITY;
+    let got = run_kernel::<T>(dev, &s, StateIn::Separate);
+    let what = format!("{} specials", label::<T>(dev));
+    assert_matches_model(T::DTYPE, &got, &s, &what);
+    assert!(reference::is_nan_bits(T::DTYPE, got.y_bits[3 * 9 + 2]), "{what}: NaN x must give a NaN y");
 }
 
-#[test]
 fn negative_control_a_fold_starting_at_8_fails_the_n32_test() {
     // A wave sum that starts its butterfly at xor 8 adds only lanes 0..15: the
     // kernel's y would miss state columns 16..31. Section 3's f32 comparison at
@@ -402,18 +416,106 @@ fn negative_control_a_fold_starting_at_8_fails_the_n32_test() {
     eprintln!("[mamba1_scan] negative control: a fold from 8 is off by at least {worst_broken:.3e} (bound 1e-5)");
     // And the kernel is not that broken model.
     let s = ScanInputs::generate(Dtype::F32, 2, 7, 24, 32, true);
-    let got = run_kernel(&Device::cpu(), Dtype::F32, &s, false);
+    let got = run_kernel::<f32>(&Device::cpu(), &s, StateIn::Separate);
     let (y_broken, _) = model(Dtype::F32, &s, 8);
     assert!(metrics::max_rel(&got.y, &y_broken) > 1e-2);
 }
 
+// ---------------------------------------------------------------------------
+// Refusals (on the CPU emulator: they are checked before anything is launched)
+// ---------------------------------------------------------------------------
+
+/// Pointers that are valid-looking, aligned for every dtype and far enough apart
+/// that no two ranges of the shapes used here overlap.
+const P: ScanPointers = ScanPointers {
+    x: 0x10_0000,
+    dt: 0x20_0000,
+    bm: 0x30_0000,
+    cm: 0x40_0000,
+    a: 0x50_0000,
+    dskip: 0x60_0000,
+    state_in: 0x70_0000,
+    y: 0x80_0000,
+    state_out: 0x90_0000,
+};
+
+/// The raw launch of `T` on the CPU, which must be refused.
+fn refused<T: Element>(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Error {
+    let dev = Device::cpu();
+    // SAFETY: every case here is refused before the launch (asserted).
+    match unsafe { mamba1_scan::launch::<T>(&dev, p, batch, len, dm, n, Stream::DEFAULT) } {
+        Err(e) => e.root().clone(),
+        Ok(()) => panic!("{} {p:x?} B={batch} L={len} Dm={dm} N={n}: launched", T::DTYPE),
+    }
+}
+
+fn arg(e: &Error) -> &'static str {
+    match e.root() {
+        Error::InvalidArgument { argument, .. } => argument,
+        other => panic!("expected an invalid argument, got {other}"),
+    }
+}
+
+fn bad_shapes_are_refused_before_any_launch() {
+    let err = refused::<bf16>(P, 1, 1, 8, 33);
+    assert_eq!(
+        err.to_string(),
+        "invalid argument `n`: 33 is outside 1..=32: one state column per lane of a 32-lane wave; a larger state needs another kernel"
+    );
+    assert_eq!(arg(&refused::<bf16>(P, 1, 1, 8, 0)), "n");
+    let err = refused::<f32>(P, 1, 0, 8, 16);
+    assert_eq!(err.to_string(), "invalid argument `len`: 0: the sequence length L must be at least 1");
+    assert_eq!(arg(&refused::<f32>(P, 0, 1, 8, 16)), "batch");
+    assert_eq!(arg(&refused::<f32>(P, 65536, 1, 8, 16)), "batch");
+    assert_eq!(arg(&refused::<f16>(P, 1, 1, 0, 16)), "dm");
+    // Sizes that overflow the address space.
+    let err = refused::<f32>(P, 65535, u32::MAX, u32::MAX, 16);
+    assert_eq!(arg(&err), "x", "{err}");
+}
+
+fn null_and_misaligned_pointers_are_refused_and_named() {
+    assert_eq!(arg(&refused::<f32>(ScanPointers { y: 0, ..P }, 1, 1, 8, 16)), "y");
+    assert_eq!(arg(&refused::<f32>(ScanPointers { state_in: 0, ..P }, 1, 1, 8, 16)), "state_in");
+    let err = refused::<bf16>(ScanPointers { a: 0x50_0002, ..P }, 1, 1, 8, 16);
+    // (The old launcher said "is not aligned to 4 bytes"; the declaration-derived
+    // check names the element.)
+    assert_eq!(err.to_string(), "invalid argument `a`: pointer 0x500002 is not aligned to its f32 element (4 bytes)");
+    assert_eq!(arg(&refused::<bf16>(ScanPointers { state_out: 0x90_0002, ..P }, 1, 1, 8, 16)), "state_out");
+    assert_eq!(arg(&refused::<bf16>(ScanPointers { cm: 0x40_0001, ..P }, 1, 1, 8, 16)), "cm");
+    assert_eq!(arg(&refused::<f32>(ScanPointers { dskip: 0x60_0002, ..P }, 1, 1, 8, 16)), "dskip");
+}
+
+/// `y` exactly `x`, or overlapping it by part of its range, is refused: the
+/// error names `y` and mentions `x`.
+fn y_overlapping_x_is_refused_naming_both<T: Element>(_: &Device) {
+    let es = size_of::<T>() as u64;
+    // Shape B=1 L=4 Dm=8 N=16: x and y hold 32 elements each.
+    for (what, y) in [("exact", P.x), ("one element in", P.x + es), ("ending inside", P.x - 31 * es)] {
+        let err = refused::<T>(ScanPointers { y, ..P }, 1, 4, 8, 16);
+        match err.root() {
+            Error::InvalidArgument { argument: "y", message } if message.contains("`x`") => {}
+            other => panic!("{} y {what} x: expected a refusal of `y` naming `x`, got {other}", T::DTYPE),
+        }
+    }
+    // Only `state_out` may alias, and only `state_in` exactly.
+    let err = refused::<T>(ScanPointers { state_out: P.state_in + 4, ..P }, 1, 4, 8, 16);
+    match err.root() {
+        Error::InvalidArgument { argument: "state_out", message } if message.contains("`state_in`") => {}
+        other => panic!("{}: state_out partly over state_in: got {other}", T::DTYPE),
+    }
+    let err = refused::<T>(ScanPointers { state_out: P.x, ..P }, 1, 4, 8, 16);
+    assert_eq!(arg(&err), "state_out", "{}: state_out over x: {err}", T::DTYPE);
+    let err = refused::<T>(ScanPointers { y: P.state_out, ..P }, 1, 4, 8, 16);
+    assert!(matches!(err.root(), Error::InvalidArgument { .. }), "{}: y over state_out: {err}", T::DTYPE);
+}
+
 fn buffers<'a>(
-    inp: &'a Inputs,
-    bm: &'a DeviceBuffer<u8>,
-    state_in: &'a DeviceBuffer<u8>,
-    y: &'a mut DeviceBuffer<u8>,
-    state_out: &'a mut DeviceBuffer<u8>,
-) -> ScanBuffers<'a> {
+    inp: &'a Inputs<f16>,
+    bm: &'a DeviceBuffer<f16>,
+    state_in: &'a DeviceBuffer<f32>,
+    y: &'a mut DeviceBuffer<f16>,
+    state_out: &'a mut DeviceBuffer<f32>,
+) -> ScanBuffers<'a, f16> {
     ScanBuffers {
         x: &inp.x,
         dt: &inp.dt,
@@ -427,134 +529,71 @@ fn buffers<'a>(
     }
 }
 
-#[test]
-fn bad_shapes_and_pointers_are_refused_before_any_launch() {
+fn the_safe_wrapper_checks_every_buffer_size() {
     let dev = Device::cpu();
-    let p = ScanPointers {
-        x: 0x100,
-        dt: 0x200,
-        bm: 0x300,
-        cm: 0x400,
-        a: 0x500,
-        dskip: 0x600,
-        state_in: 0x700,
-        y: 0x800,
-        state_out: 0x900,
-    };
-    let launch = |dtype: Dtype, p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32| {
-        unsafe { mamba1_scan::launch(&dev, dtype, p, batch, len, dm, n, Stream::DEFAULT) }.unwrap_err()
-    };
-    let arg = |e: &Error| match e {
-        Error::InvalidArgument { argument, .. } => *argument,
-        other => panic!("expected an invalid argument, got {other}"),
-    };
-
-    let err = launch(Dtype::Bf16, p, 1, 1, 8, 33);
-    assert_eq!(
-        err.to_string(),
-        "invalid argument `n`: 33 is outside 1..=32: one state column per lane of a 32-lane wave; a larger state needs another kernel"
-    );
-    assert_eq!(arg(&launch(Dtype::Bf16, p, 1, 1, 8, 0)), "n");
-    let err = launch(Dtype::F32, p, 1, 0, 8, 16);
-    assert_eq!(err.to_string(), "invalid argument `len`: 0: the sequence length L must be at least 1");
-    assert_eq!(arg(&launch(Dtype::F32, p, 0, 1, 8, 16)), "batch");
-    assert_eq!(arg(&launch(Dtype::F32, p, 65536, 1, 8, 16)), "batch");
-    assert_eq!(arg(&launch(Dtype::F16, p, 1, 1, 0, 16)), "dm");
-    // Sizes that overflow the address space.
-    let err = launch(Dtype::F32, p, 65535, u32::MAX, u32::MAX, 16);
-    assert_eq!(arg(&err), "x", "{err}");
-    // Null and misaligned pointers, each named.
-    assert_eq!(arg(&launch(Dtype::F32, ScanPointers { y: 0, ..p }, 1, 1, 8, 16)), "y");
-    assert_eq!(arg(&launch(Dtype::F32, ScanPointers { state_in: 0, ..p }, 1, 1, 8, 16)), "state_in");
-    let err = launch(Dtype::Bf16, ScanPointers { a: 0x502, ..p }, 1, 1, 8, 16);
-    assert_eq!(err.to_string(), "invalid argument `a`: pointer 0x502 is not aligned to 4 bytes");
-    assert_eq!(arg(&launch(Dtype::Bf16, ScanPointers { state_out: 0x902, ..p }, 1, 1, 8, 16)), "state_out");
-    assert_eq!(arg(&launch(Dtype::Bf16, ScanPointers { cm: 0x401, ..p }, 1, 1, 8, 16)), "cm");
-    assert_eq!(arg(&launch(Dtype::F32, ScanPointers { dskip: 0x602, ..p }, 1, 1, 8, 16)), "dskip");
-
-    // The safe wrapper checks every buffer's size.
     let s = ScanInputs::generate(Dtype::F16, 1, 4, 8, 16, true);
-    let inp = upload_inputs(&dev, Dtype::F16, &s);
-    let state_in = upload(&dev, Dtype::F32, &s.state_in);
-    let mut y = sentinel(&dev, Dtype::F16, 4 * 8);
-    let mut state_out = sentinel(&dev, Dtype::F32, 8 * 16);
-    let short = dev.alloc::<u8>(10).unwrap();
-    let err = mamba1_scan::run(
-        &dev,
-        Dtype::F16,
-        buffers(&inp, &short, &state_in, &mut y, &mut state_out),
-        1,
-        4,
-        8,
-        16,
-        Stream::DEFAULT,
-    )
-    .unwrap_err();
+    let inp = upload_inputs::<f16>(&dev, &s);
+    let state_in = upload::<f32>(&dev, &s.state_in);
+    let mut y = sentinel::<f16>(&dev, 4 * 8);
+    let mut state_out = sentinel::<f32>(&dev, 8 * 16);
+    let short = dev.alloc::<f16>(5).unwrap();
+    let run = |bufs: ScanBuffers<'_, f16>, n: u32| mamba1_scan::run::<f16>(&dev, bufs, 1, 4, 8, n, Stream::DEFAULT);
+    let err = run(buffers(&inp, &short, &state_in, &mut y, &mut state_out), 16).unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `bm`: holds 10 bytes, needs 128 (64 f16 elements)");
-    let mut small_state = dev.alloc::<u8>(8 * 16 * 4 - 4).unwrap();
-    let err = mamba1_scan::run(
-        &dev,
-        Dtype::F16,
-        buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state),
-        1,
-        4,
-        8,
-        16,
-        Stream::DEFAULT,
-    )
-    .unwrap_err();
+    let mut small_state = dev.alloc::<f32>(8 * 16 - 1).unwrap();
+    let err = run(buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state), 16).unwrap_err();
     assert_eq!(arg(&err), "state_out");
-    let err = mamba1_scan::run(
-        &dev,
-        Dtype::F16,
-        buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out),
-        1,
-        4,
-        8,
-        33,
-        Stream::DEFAULT,
-    )
-    .unwrap_err();
+    let err = run(buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out), 33).unwrap_err();
     assert_eq!(arg(&err), "n");
+    // In place, a short state_out is short for state_in too.
+    let mut small_state = dev.alloc::<f32>(8 * 16 - 1).unwrap();
+    let bufs = ScanBuffers { state_in: None, ..buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state) };
+    let err = run(bufs, 16).unwrap_err();
+    assert!(matches!(arg(&err), "state_in" | "state_out"), "{err}");
     // The same buffers with the right shape run.
-    mamba1_scan::run(
-        &dev,
-        Dtype::F16,
-        buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out),
-        1,
-        4,
-        8,
-        16,
-        Stream::DEFAULT,
-    )
-    .unwrap();
+    run(buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out), 16).unwrap();
 }
 
-#[test]
-fn availability_matches_the_launch_lookup() {
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            let available = mamba1_scan::available(&dev, dtype);
-            assert_eq!(available, dev.kernel(&format!("mamba1_scan_{dtype}")).is_ok(), "{}", label(&dev, dtype));
-            if dev.backend() == mlxcel_amdgpu::BackendKind::Cpu {
-                assert!(available);
-            }
-        }
+/// The CPU backend refuses a non-NULL stream (it has none).
+fn the_cpu_backend_refuses_a_stream() {
+    let dev = Device::cpu();
+    let s = ScanInputs::generate(Dtype::F32, 1, 2, 8, 16, true);
+    let inp = upload_inputs::<f32>(&dev, &s);
+    let mut y = sentinel::<f32>(&dev, 2 * 8);
+    let mut state_out = upload::<f32>(&dev, &s.state_in);
+    let bufs = ScanBuffers {
+        x: &inp.x,
+        dt: &inp.dt,
+        bm: &inp.bm,
+        cm: &inp.cm,
+        a: &inp.a,
+        dskip: &inp.dskip,
+        state_in: None,
+        y: &mut y,
+        state_out: &mut state_out,
+    };
+    let stream = Stream(0x1000 as *mut std::ffi::c_void);
+    let err = mamba1_scan::run::<f32>(&dev, bufs, 1, 2, 8, 16, stream).unwrap_err();
+    assert_eq!(arg(&err), "stream", "{err}");
+}
+
+fn availability_matches_the_launch_lookup<T: Element>(dev: &Device) {
+    let available = mamba1_scan::available(dev, T::DTYPE);
+    assert_eq!(available, dev.kernel(&format!("mamba1_scan_{}", T::DTYPE)).is_ok(), "{}", label::<T>(dev));
+    if dev.backend() == BackendKind::Cpu {
+        assert!(available);
     }
 }
 
-#[test]
-fn a_long_prefill_stays_within_1e_5() {
+fn a_long_prefill_stays_within_1e_5(dev: &Device) {
     // L = 512, the prefill case: 64 passes of the unrolled loop.
     let s = ScanInputs::generate(Dtype::F32, 1, 512, 16, 16, true);
-    for dev in devices() {
-        let got = run_kernel(&dev, Dtype::F32, &s, false);
-        let what = format!("{} B=1 L=512 Dm=16 N=16", label(&dev, Dtype::F32));
-        let (ey, es) = errors_vs_f64(&got, &s);
-        eprintln!("[mamba1_scan] {what}: max_rel vs f64: y {ey:.3e}, state {es:.3e}");
-        assert!(ey < F32_TOL && es < F32_TOL, "{what}: y {ey:e}, state {es:e}");
-        assert_matches_model(Dtype::F32, &got, &s, &what);
-    }
+    let got = run_kernel::<f32>(dev, &s, StateIn::Separate);
+    let what = format!("{} B=1 L=512 Dm=16 N=16", label::<f32>(dev));
+    let (ey, es) = errors_vs_f64(&got, &s);
+    eprintln!("[mamba1_scan] {what}: max_rel vs f64: y {ey:.3e}, state {es:.3e}");
+    assert!(ey < F32_TOL && es < F32_TOL, "{what}: y {ey:e}, state {es:e}");
+    assert_matches_model(Dtype::F32, &got, &s, &what);
 }
 
 /// On every GPU present, at the consumers' shapes (Dm = 5120 and Falcon-Mamba-7B's
@@ -562,14 +601,18 @@ fn a_long_prefill_stays_within_1e_5() {
 /// checks the kernel against its model (L <= 512), and prints
 /// microseconds per launch and the effective bandwidth. Ignored by default:
 /// `cargo test --release --features cuda --test mamba1_scan -- --ignored --nocapture`.
-#[test]
-#[ignore]
 fn timing_on_gpus() {
-    for dev in devices() {
-        if dev.backend() == mlxcel_amdgpu::BackendKind::Cpu {
-            continue;
-        }
-        let dtype = Dtype::Bf16;
+    let gpus: Vec<Device> = backends()
+        .iter()
+        .filter(|b| b.kind != BackendKind::Cpu)
+        .filter_map(|b| b.device.as_ref().ok().cloned())
+        .collect();
+    if gpus.is_empty() {
+        eprintln!("[mamba1_scan timing] no GPU backend present; nothing timed");
+    }
+    for dev in gpus {
+        type T = bf16;
+        let dtype = T::DTYPE;
         for (batch, len, dm, n) in [
             (1, 1, 5120, 16),
             (1, 512, 5120, 16),
@@ -582,10 +625,10 @@ fn timing_on_gpus() {
             (1, 512, 8192, 32),
         ] {
             let s = ScanInputs::generate(dtype, batch, len, dm, n, true);
-            let inp = upload_inputs(&dev, dtype, &s);
-            let state_in = upload(&dev, Dtype::F32, &s.state_in);
-            let y = sentinel(&dev, dtype, s.x.len());
-            let state_out = sentinel(&dev, Dtype::F32, s.state_in.len());
+            let inp = upload_inputs::<T>(&dev, &s);
+            let state_in = upload::<f32>(&dev, &s.state_in);
+            let y = sentinel::<T>(&dev, s.x.len());
+            let state_out = sentinel::<f32>(&dev, s.state_in.len());
             let p = ScanPointers {
                 x: inp.x.ptr(),
                 dt: inp.dt.ptr(),
@@ -598,18 +641,19 @@ fn timing_on_gpus() {
                 state_out: state_out.ptr(),
             };
             let (b, l, d, nn) = (batch as u32, len as u32, dm as u32, n as u32);
-            let call = || unsafe { mamba1_scan::launch(&dev, dtype, p, b, l, d, nn, Stream::DEFAULT) };
+            // SAFETY: every buffer holds the shape's elements.
+            let call = || unsafe { mamba1_scan::launch::<T>(&dev, p, b, l, d, nn, Stream::DEFAULT) };
             for _ in 0..3 {
                 call().unwrap();
             }
             dev.synchronize().unwrap();
             if len <= 512 && dm <= 8192 {
                 // Correct at this size too (within the contract's bounds of the model).
-                let y_bits = download_bits(dtype, &y);
+                let y_bits = download_bits(&y);
                 let got = Outputs {
                     y: reference::widen_all(dtype, &y_bits),
                     y_bits,
-                    state: download_f32(&state_out),
+                    state: download_values(&state_out),
                     emulated: false,
                 };
                 assert_matches_model(dtype, &got, &s, &format!("timing shape {batch}x{len}x{dm}x{n}"));
@@ -639,4 +683,32 @@ fn timing_on_gpus() {
             );
         }
     }
+}
+
+fn main() {
+    Suite::new()
+        .per_backend("f32_acceptance_matrix_is_within_1e_5", f32_acceptance_matrix_is_within_1e_5)
+        .per_backend("bf16_beats_the_op_by_op_graph", bf16_beats_the_op_by_op_graph)
+        .per_backend("f16_is_within_one_rounding", f16_is_within_one_rounding)
+        .per_backend_and_dtype("n_dm_and_l_off_the_multiples_of_8", typed!(n_dm_and_l_off_the_multiples_of_8))
+        .per_backend_and_dtype(
+            "state_carried_across_two_launches_equals_one_launch_bitwise",
+            typed!(state_carried_across_two_launches_equals_one_launch_bitwise),
+        )
+        .per_backend_and_dtype("in_place_state_equals_separate_buffers", typed!(in_place_state_equals_separate_buffers))
+        .per_backend_and_dtype("nan_and_infinity_follow_the_model", typed!(nan_and_infinity_follow_the_model))
+        .single("negative_control_a_fold_starting_at_8_fails_the_n32_test", negative_control_a_fold_starting_at_8_fails_the_n32_test)
+        .single("bad_shapes_are_refused_before_any_launch", bad_shapes_are_refused_before_any_launch)
+        .single("null_and_misaligned_pointers_are_refused_and_named", null_and_misaligned_pointers_are_refused_and_named)
+        .cpu_per_dtype("y_overlapping_x_is_refused_naming_both", typed!(y_overlapping_x_is_refused_naming_both))
+        .single("the_safe_wrapper_checks_every_buffer_size", the_safe_wrapper_checks_every_buffer_size)
+        .single("the_cpu_backend_refuses_a_stream", the_cpu_backend_refuses_a_stream)
+        .per_backend_and_dtype("availability_matches_the_launch_lookup", typed!(availability_matches_the_launch_lookup))
+        .per_backend("a_long_prefill_stays_within_1e_5", a_long_prefill_stays_within_1e_5)
+        .ignored(
+            "timing_on_gpus",
+            "GPU timing at the consumers' shapes; run with --ignored --nocapture on a machine with a GPU (release build)",
+            timing_on_gpus,
+        )
+        .run()
 }

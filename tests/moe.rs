@@ -14,17 +14,22 @@
 //!   nMAX < 2e-2; vs `reference::moe::routed`, the same bounds (both round to T once;
 //!   they differ by at most one ulp of T where a sum lands near a rounding boundary).
 //! - `moe_combine` vs the reference's combine of the kernel's own `part`: bit-exact.
+//!
+//! Every case is its own test per backend (and per dtype where the case is
+//! generic over it), named `case::backend[::dtype]`, through the harness of
+//! `tests/common`: an absent backend's tests are ignored with the reason.
 
 mod common;
 
-use common::{devices, label};
+use common::{Suite, backends, download_values, label, upload};
+use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::moe::{
     self, MoeShape, QuantizedBuffers, QuantizedPointers, RoutedBuffers, RoutedPointers, check_expert_ids, scratch_bytes,
 };
 use mlxcel_amdgpu::kernels_device::geometry::moe::{MAX_COLS, QUAD_WORDS};
 use mlxcel_amdgpu::reference::moe::{MoeInputs, Quantized, dense_f32_reference, down, fc1_relu2, moe_inputs, routed};
-use mlxcel_amdgpu::reference::{self, Dtype, metrics};
-use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Error, Stream};
+use mlxcel_amdgpu::reference::{self, metrics};
+use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element, Error, Stream, with_element};
 
 // ---------------------------------------------------------------------------
 // Data movement
@@ -34,40 +39,42 @@ fn u32_bytes(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
+/// f32 values of a byte buffer (the raw-pointer cases).
 fn download_f32(buf: &DeviceBuffer<u8>) -> Vec<f32> {
     buf.download().unwrap().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-fn download_t(dtype: Dtype, buf: &DeviceBuffer<u8>) -> Vec<f32> {
-    reference::from_le_bytes(dtype, &buf.download().unwrap())
-}
-
-/// f32 scratch filled with a NaN pattern, so an element a kernel fails to write is noticed.
-fn poisoned(dev: &Device, bytes: usize) -> DeviceBuffer<u8> {
+/// A byte buffer filled with 0xFF (a NaN pattern in f32), for the raw-pointer cases.
+fn poisoned_bytes(dev: &Device, bytes: usize) -> DeviceBuffer<u8> {
     let mut b = dev.alloc::<u8>(bytes).unwrap();
     b.fill_bytes(0xFF).unwrap();
     b
 }
 
-struct Stack {
-    w: DeviceBuffer<u8>,
-    s: DeviceBuffer<u8>,
-    b: DeviceBuffer<u8>,
+/// `n` elements filled with 0xFF bytes (NaN in every dtype), so an element a
+/// kernel fails to write is noticed.
+fn poisoned<T: Element>(dev: &Device, n: usize) -> DeviceBuffer<T> {
+    let mut b = dev.alloc::<T>(n).unwrap();
+    b.fill_bytes(0xFF).unwrap();
+    b
 }
 
-impl Stack {
-    fn new(dev: &Device, dtype: Dtype, q: &Quantized) -> Stack {
-        Stack {
-            w: dev.upload(&u32_bytes(&q.words)).unwrap(),
-            s: dev.upload(&reference::to_le_bytes(dtype, &q.scales)).unwrap(),
-            b: dev.upload(&reference::to_le_bytes(dtype, &q.biases)).unwrap(),
-        }
+/// The status word.
+fn status_word(status: &DeviceBuffer<u32>) -> u32 {
+    status.download().unwrap()[0]
+}
+
+struct Stack<T> {
+    w: DeviceBuffer<u32>,
+    s: DeviceBuffer<T>,
+    b: DeviceBuffer<T>,
+}
+
+impl<T: Element> Stack<T> {
+    fn new(dev: &Device, q: &Quantized) -> Stack<T> {
+        Stack { w: dev.upload(&q.words).unwrap(), s: upload::<T>(dev, &q.scales), b: upload::<T>(dev, &q.biases) }
     }
-    fn bufs(&self) -> QuantizedBuffers<'_> {
+    fn bufs(&self) -> QuantizedBuffers<'_, T> {
         QuantizedBuffers { w: &self.w, scales: &self.s, biases: &self.b }
     }
     fn ptrs(&self) -> QuantizedPointers {
@@ -75,21 +82,21 @@ impl Stack {
     }
 }
 
-struct Uploaded {
-    x: DeviceBuffer<u8>,
-    idx: DeviceBuffer<u8>,
-    scores: DeviceBuffer<u8>,
-    w1: Stack,
-    w2: Stack,
+struct Uploaded<T> {
+    x: DeviceBuffer<T>,
+    idx: DeviceBuffer<u32>,
+    scores: DeviceBuffer<f32>,
+    w1: Stack<T>,
+    w2: Stack<T>,
 }
 
-fn upload_inputs(dev: &Device, dtype: Dtype, inp: &MoeInputs) -> Uploaded {
+fn upload_inputs<T: Element>(dev: &Device, inp: &MoeInputs) -> Uploaded<T> {
     Uploaded {
-        x: dev.upload(&reference::to_le_bytes(dtype, &inp.x)).unwrap(),
-        idx: dev.upload(&u32_bytes(&inp.idx)).unwrap(),
-        scores: dev.upload(&f32_bytes(&inp.scores)).unwrap(),
-        w1: Stack::new(dev, dtype, &inp.w1),
-        w2: Stack::new(dev, dtype, &inp.w2),
+        x: upload::<T>(dev, &inp.x),
+        idx: dev.upload(&inp.idx).unwrap(),
+        scores: dev.upload(&inp.scores).unwrap(),
+        w1: Stack::new(dev, &inp.w1),
+        w2: Stack::new(dev, &inp.w2),
     }
 }
 
@@ -111,26 +118,26 @@ struct Outputs {
     out: Vec<f32>,
 }
 
-fn run_kernels(dev: &Device, dtype: Dtype, inp: &MoeInputs) -> Outputs {
+fn run_kernels<T: Element>(dev: &Device, inp: &MoeInputs) -> Outputs {
     let shape = shape_of(inp);
     let (k, din, dff) = (shape.k as usize, shape.din as usize, shape.dff as usize);
-    let u = upload_inputs(dev, dtype, inp);
-    let mut act = poisoned(dev, k * dff * 4);
-    let mut part = poisoned(dev, k * din * 4);
-    let mut out = poisoned(dev, din * dtype.size());
-    moe::run_fc1_relu2(dev, dtype, &u.x, &u.idx, u.w1.bufs(), &mut act, &shape, None, Stream::DEFAULT).unwrap();
-    moe::run_down(dev, dtype, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part, &shape, None, Stream::DEFAULT).unwrap();
-    moe::run_combine(dev, dtype, &part, &mut out, shape.k, shape.din, Stream::DEFAULT).unwrap();
-    Outputs { act: download_f32(&act), part: download_f32(&part), out: download_t(dtype, &out) }
+    let u = upload_inputs::<T>(dev, inp);
+    let mut act = poisoned::<f32>(dev, k * dff);
+    let mut part = poisoned::<f32>(dev, k * din);
+    let mut out = poisoned::<T>(dev, din);
+    moe::run_fc1_relu2::<T>(dev, &u.x, &u.idx, u.w1.bufs(), &mut act, &shape, None, Stream::DEFAULT).unwrap();
+    moe::run_down::<T>(dev, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part, &shape, None, Stream::DEFAULT).unwrap();
+    moe::run_combine::<T>(dev, &part, &mut out, shape.k, shape.din, Stream::DEFAULT).unwrap();
+    Outputs { act: download_values(&act), part: download_values(&part), out: download_values(&out) }
 }
 
 /// The routed output through `run_routed_forward`, with its status word.
-fn run_routed(dev: &Device, dtype: Dtype, inp: &MoeInputs) -> (Vec<f32>, u32) {
+fn run_routed<T: Element>(dev: &Device, inp: &MoeInputs) -> (Vec<f32>, u32) {
     let shape = shape_of(inp);
-    let u = upload_inputs(dev, dtype, inp);
-    let mut out = poisoned(dev, shape.din as usize * dtype.size());
-    let mut scratch = poisoned(dev, scratch_bytes(shape.k, shape.din, shape.dff));
-    let mut status = dev.upload(&[0u8; 4]).unwrap();
+    let u = upload_inputs::<T>(dev, inp);
+    let mut out = poisoned::<T>(dev, shape.din as usize);
+    let mut scratch = poisoned_bytes(dev, scratch_bytes(shape.k, shape.din, shape.dff));
+    let mut status = dev.upload(&[0u32]).unwrap();
     let bufs = RoutedBuffers {
         x: &u.x,
         idx: &u.idx,
@@ -141,9 +148,8 @@ fn run_routed(dev: &Device, dtype: Dtype, inp: &MoeInputs) -> (Vec<f32>, u32) {
         scratch: &mut scratch,
         status: Some(&mut status),
     };
-    moe::run_routed_forward(dev, dtype, bufs, &shape, Stream::DEFAULT).unwrap();
-    let status = u32::from_le_bytes(status.download().unwrap().try_into().unwrap());
-    (download_t(dtype, &out), status)
+    moe::run_routed_forward::<T>(dev, bufs, &shape, Stream::DEFAULT).unwrap();
+    (download_values(&out), status_word(&status))
 }
 
 /// `max|got - want| / max|want|` (metrics::max_rel), NaN if any is NaN.
@@ -154,10 +160,11 @@ fn rel(got: &[f32], want: &[f32]) -> f64 {
 /// Checks the three kernels one by one against their references, and the routed
 /// forward against the dense reference and the reference's routed. Returns
 /// `(act error, part error, nrms, nmax)`.
-fn check_all(dev: &Device, dtype: Dtype, inp: &MoeInputs, what: &str) -> (f64, f64, f64, f64) {
+fn check_all<T: Element>(dev: &Device, inp: &MoeInputs, what: &str) -> (f64, f64, f64, f64) {
+    let dtype = T::DTYPE;
     let shape = shape_of(inp);
-    let what = format!("{what} {} {shape:?}", label(dev, dtype));
-    let got = run_kernels(dev, dtype, inp);
+    let what = format!("{what} {} {shape:?}", label::<T>(dev));
+    let got = run_kernels::<T>(dev, inp);
 
     let want_act = fc1_relu2(&inp.x, &inp.idx, &inp.w1, inp.n_experts);
     let e_act = rel(&got.act, &want_act);
@@ -187,7 +194,7 @@ fn check_all(dev: &Device, dtype: Dtype, inp: &MoeInputs, what: &str) -> (f64, f
     );
 
     // The routed forward in one call gives the same bits as the three launches.
-    let (routed_out, status) = run_routed(dev, dtype, inp);
+    let (routed_out, status) = run_routed::<T>(dev, inp);
     assert_eq!(status, 0, "status of {what}");
     metrics::assert_bits_equal(
         dtype,
@@ -213,98 +220,95 @@ fn check_all(dev: &Device, dtype: Dtype, inp: &MoeInputs, what: &str) -> (f64, f
 // ---------------------------------------------------------------------------
 
 /// The contract's test at a reduced honest shape (Din 512, Dff 384, E 16, K 6, gs 64, bf16).
-#[test]
-fn reduced_shape_bf16_bits_4_and_8() {
-    for dev in devices() {
-        for (bits, seed) in [(4, 41), (8, 42)] {
-            let inp = moe_inputs(Dtype::Bf16, 512, 384, 16, 6, bits, 64, seed);
-            check_all(&dev, Dtype::Bf16, &inp, "reduced");
-        }
-    }
+fn reduced_shape_bf16(dev: &Device, bits: u32, seed: u64) {
+    let inp = moe_inputs(Dtype::Bf16, 512, 384, 16, 6, bits, 64, seed);
+    check_all::<bf16>(dev, &inp, "reduced");
+}
+
+fn reduced_shape_bf16_bits_4(dev: &Device) {
+    reduced_shape_bf16(dev, 4, 41);
+}
+
+fn reduced_shape_bf16_bits_8(dev: &Device) {
+    reduced_shape_bf16(dev, 8, 42);
 }
 
 /// Every dtype, group sizes 32 and 128, both bit widths, on a small shape.
-#[test]
-fn every_dtype_and_group_size() {
-    for dev in devices() {
-        for (n, dtype) in Dtype::ALL.into_iter().enumerate() {
-            for gs in [32, 128] {
-                for bits in [4, 8] {
-                    let inp =
-                        moe_inputs(dtype, 256, 128, 5, 3, bits, gs, 100 + n as u64 * 10 + gs as u64 + bits as u64);
-                    check_all(&dev, dtype, &inp, "small");
-                }
-            }
+fn every_dtype_and_group_size<T: Element>(dev: &Device) {
+    let n = Dtype::ALL.iter().position(|&d| d == T::DTYPE).unwrap();
+    for gs in [32, 128] {
+        for bits in [4, 8] {
+            let inp = moe_inputs(T::DTYPE, 256, 128, 5, 3, bits, gs, 100 + n as u64 * 10 + gs as u64 + bits as u64);
+            check_all::<T>(dev, &inp, "small");
         }
     }
 }
 
 /// Rows long enough for several batches of quads per lane (8 bits, Din 4608:
 /// 288 quads, lanes take 9 or 10 each in three batches), and every lane busy.
-#[test]
-fn long_rows_take_several_batches() {
-    for dev in devices() {
-        let inp = moe_inputs(Dtype::Bf16, 4608, 640, 3, 2, 8, 128, 7);
-        check_all(&dev, Dtype::Bf16, &inp, "long rows");
-    }
+fn long_rows_take_several_batches(dev: &Device) {
+    let inp = moe_inputs(Dtype::Bf16, 4608, 640, 3, 2, 8, 128, 7);
+    check_all::<bf16>(dev, &inp, "long rows");
 }
 
 /// Pointers with less than the alignment of the fast paths give the same results
 /// within the same tolerance: weights only 4-byte aligned (one word per lane
 /// instead of quads), 16-bit scales and biases only 2-byte aligned (no paired
 /// 32-bit loads), x and act not 16-byte aligned (element-wise staging).
-#[test]
-fn misaligned_pointers_take_the_slow_paths() {
-    for dev in devices() {
-        for (case, bits, dtype) in
-            [(0, 4, Dtype::F16), (0, 8, Dtype::Bf16), (1, 4, Dtype::Bf16), (1, 8, Dtype::F16), (2, 4, Dtype::Bf16)]
-        {
-            let inp = moe_inputs(dtype, 512, 256, 4, 3, bits, 64, 90 + bits as u64 + case);
-            let shape = shape_of(&inp);
-            let u = upload_inputs(&dev, dtype, &inp);
-            let es = dtype.size() as u64;
-            // The same data, `pad` bytes into a buffer.
-            let shifted = |bytes: &[u8], pad: usize| dev.upload(&[vec![0xA5u8; pad], bytes.to_vec()].concat()).unwrap();
-            let words = |q: &Quantized| u32_bytes(&q.words);
-            let t_bytes = |v: &[f32]| reference::to_le_bytes(dtype, v);
-            let (k, din, dff) = (shape.k as usize, shape.din as usize, shape.dff as usize);
-            let (w1, w2) = (shifted(&words(&inp.w1), 4), shifted(&words(&inp.w2), 4));
-            let (s1, b1) = (shifted(&t_bytes(&inp.w1.scales), 2), shifted(&t_bytes(&inp.w1.biases), 2));
-            let (s2, b2) = (shifted(&t_bytes(&inp.w2.scales), 2), shifted(&t_bytes(&inp.w2.biases), 2));
-            let x = shifted(&t_bytes(&inp.x), 2);
-            let act = poisoned(&dev, k * dff * 4 + 4);
-            let part = poisoned(&dev, k * din * 4);
-            let (p1, p2, xp, ap, what) = match case {
-                0 => (
-                    QuantizedPointers { w: w1.ptr() + 4, ..u.w1.ptrs() },
-                    QuantizedPointers { w: w2.ptr() + 4, ..u.w2.ptrs() },
-                    u.x.ptr(),
-                    act.ptr(),
-                    "weights 4-byte aligned",
-                ),
-                1 => (
-                    QuantizedPointers { scales: s1.ptr() + 2, biases: b1.ptr() + 2, ..u.w1.ptrs() },
-                    QuantizedPointers { scales: s2.ptr() + 2, biases: b2.ptr() + 2, ..u.w2.ptrs() },
-                    u.x.ptr(),
-                    act.ptr(),
-                    "scales and biases 2-byte aligned",
-                ),
-                _ => (u.w1.ptrs(), u.w2.ptrs(), x.ptr() + es, act.ptr() + 4, "x and act not 16-byte aligned"),
-            };
-            unsafe {
-                moe::fc1_relu2(&dev, dtype, xp, u.idx.ptr(), p1, ap, &shape, 0, Stream::DEFAULT).unwrap();
-                moe::down(&dev, dtype, u.idx.ptr(), p2, ap, u.scores.ptr(), part.ptr(), &shape, 0, Stream::DEFAULT)
-                    .unwrap();
-            }
-            let off = (ap - act.ptr()) as usize / 4;
-            let act = download_f32(&act)[off..off + k * dff].to_vec();
-            let e_act = rel(&act, &fc1_relu2(&inp.x, &inp.idx, &inp.w1, inp.n_experts));
-            let e_part = rel(&download_f32(&part), &down(&inp.idx, &inp.w2, inp.n_experts, &act, &inp.scores));
-            let what = format!("{what}, {} bits {bits}", label(&dev, dtype));
-            eprintln!("{what}: act {e_act:.2e} part {e_part:.2e}");
-            assert!(e_act < 1e-5 && e_part < 1e-5, "{what}: act {e_act:e} part {e_part:e}");
-        }
+fn misaligned_pointers_take_the_slow_paths(dev: &Device) {
+    for (case, bits, dtype) in
+        [(0, 4, Dtype::F16), (0, 8, Dtype::Bf16), (1, 4, Dtype::Bf16), (1, 8, Dtype::F16), (2, 4, Dtype::Bf16)]
+    {
+        with_element!(dtype, T => misaligned_case::<T>(dev, case, bits));
     }
+}
+
+fn misaligned_case<T: Element>(dev: &Device, case: u64, bits: u32) {
+    let dtype = T::DTYPE;
+    let inp = moe_inputs(dtype, 512, 256, 4, 3, bits, 64, 90 + bits as u64 + case);
+    let shape = shape_of(&inp);
+    let u = upload_inputs::<T>(dev, &inp);
+    let es = dtype.size() as u64;
+    // The same data, `pad` bytes into a buffer.
+    let shifted = |bytes: &[u8], pad: usize| dev.upload(&[vec![0xA5u8; pad], bytes.to_vec()].concat()).unwrap();
+    let words = |q: &Quantized| u32_bytes(&q.words);
+    let t_bytes = |v: &[f32]| reference::to_le_bytes(dtype, v);
+    let (k, din, dff) = (shape.k as usize, shape.din as usize, shape.dff as usize);
+    let (w1, w2) = (shifted(&words(&inp.w1), 4), shifted(&words(&inp.w2), 4));
+    let (s1, b1) = (shifted(&t_bytes(&inp.w1.scales), 2), shifted(&t_bytes(&inp.w1.biases), 2));
+    let (s2, b2) = (shifted(&t_bytes(&inp.w2.scales), 2), shifted(&t_bytes(&inp.w2.biases), 2));
+    let x = shifted(&t_bytes(&inp.x), 2);
+    let act = poisoned_bytes(dev, k * dff * 4 + 4);
+    let part = poisoned_bytes(dev, k * din * 4);
+    let (p1, p2, xp, ap, what) = match case {
+        0 => (
+            QuantizedPointers { w: w1.ptr() + 4, ..u.w1.ptrs() },
+            QuantizedPointers { w: w2.ptr() + 4, ..u.w2.ptrs() },
+            u.x.ptr(),
+            act.ptr(),
+            "weights 4-byte aligned",
+        ),
+        1 => (
+            QuantizedPointers { scales: s1.ptr() + 2, biases: b1.ptr() + 2, ..u.w1.ptrs() },
+            QuantizedPointers { scales: s2.ptr() + 2, biases: b2.ptr() + 2, ..u.w2.ptrs() },
+            u.x.ptr(),
+            act.ptr(),
+            "scales and biases 2-byte aligned",
+        ),
+        _ => (u.w1.ptrs(), u.w2.ptrs(), x.ptr() + es, act.ptr() + 4, "x and act not 16-byte aligned"),
+    };
+    // SAFETY: every pointer is into a buffer holding the shape's elements past it.
+    unsafe {
+        moe::fc1_relu2::<T>(dev, xp, u.idx.ptr(), p1, ap, &shape, 0, Stream::DEFAULT).unwrap();
+        moe::down::<T>(dev, u.idx.ptr(), p2, ap, u.scores.ptr(), part.ptr(), &shape, 0, Stream::DEFAULT).unwrap();
+    }
+    let off = (ap - act.ptr()) as usize / 4;
+    let act = download_f32(&act)[off..off + k * dff].to_vec();
+    let e_act = rel(&act, &fc1_relu2(&inp.x, &inp.idx, &inp.w1, inp.n_experts));
+    let e_part = rel(&download_f32(&part), &down(&inp.idx, &inp.w2, inp.n_experts, &act, &inp.scores));
+    let what = format!("{what}, {} bits {bits}", label::<T>(dev));
+    eprintln!("{what}: act {e_act:.2e} part {e_part:.2e}");
+    assert!(e_act < 1e-5 && e_part < 1e-5, "{what}: act {e_act:e} part {e_part:e}");
 }
 
 // ---------------------------------------------------------------------------
@@ -349,7 +353,6 @@ fn routed_folding_from_8(dtype: Dtype, inp: &MoeInputs) -> Vec<f32> {
 /// (At the reduced test shape with 4 bits, 512 and 384 columns are 16 and 12
 /// quads: lanes 16..31 own nothing and the control could not fail there; the
 /// 8-bit reduced shape is checked too.)
-#[test]
 fn negative_control_a_fold_starting_at_8_fails_the_tolerance() {
     let dtype = Dtype::Bf16;
     for (din, dff, bits, n_experts) in [(2688, 1856, 4, 6), (512, 384, 8, 16)] {
@@ -367,91 +370,74 @@ fn negative_control_a_fold_starting_at_8_fails_the_tolerance() {
 // Out-of-range expert ids
 // ---------------------------------------------------------------------------
 
-#[test]
-fn an_expert_id_out_of_range_gives_nan_rows_and_status() {
-    for dev in devices() {
-        let dtype = Dtype::Bf16;
-        for bits in [4, 8] {
-            // The weight buffers hold exactly E experts.
-            let mut inp = moe_inputs(dtype, 256, 128, 4, 4, bits, 64, 31);
-            inp.idx[2] = 4; // == E
-            inp.idx[3] = 0xFFFF_FFFF;
-            let shape = shape_of(&inp);
-            let (k, din, dff) = (shape.k as usize, shape.din as usize, shape.dff as usize);
-            let u = upload_inputs(&dev, dtype, &inp);
-            assert_eq!(u.w1.w.len(), 4 * dff * din * bits as usize / 8, "exactly E experts");
-            let mut act = poisoned(&dev, k * dff * 4);
-            act.fill_bytes(0).unwrap();
-            let mut part = dev.alloc::<u8>(k * din * 4).unwrap();
-            part.fill_bytes(0).unwrap();
-            let mut out = poisoned(&dev, din * 2);
-            let mut status = dev.upload(&[0u8; 4]).unwrap();
-            moe::run_fc1_relu2(
-                &dev,
-                dtype,
-                &u.x,
-                &u.idx,
-                u.w1.bufs(),
-                &mut act,
-                &shape,
-                Some(&mut status),
-                Stream::DEFAULT,
-            )
+fn an_expert_id_out_of_range_gives_nan_rows_and_status(dev: &Device) {
+    type T = bf16;
+    let dtype = T::DTYPE;
+    for bits in [4, 8] {
+        // The weight buffers hold exactly E experts.
+        let mut inp = moe_inputs(dtype, 256, 128, 4, 4, bits, 64, 31);
+        inp.idx[2] = 4; // == E
+        inp.idx[3] = 0xFFFF_FFFF;
+        let shape = shape_of(&inp);
+        let (k, din, dff) = (shape.k as usize, shape.din as usize, shape.dff as usize);
+        let u = upload_inputs::<T>(dev, &inp);
+        assert_eq!(u.w1.w.len() * 4, 4 * dff * din * bits as usize / 8, "exactly E experts");
+        let mut act = poisoned::<f32>(dev, k * dff);
+        act.fill_bytes(0).unwrap();
+        let mut part = dev.alloc::<f32>(k * din).unwrap();
+        part.fill_bytes(0).unwrap();
+        let mut out = poisoned::<T>(dev, din);
+        let mut status = dev.upload(&[0u32]).unwrap();
+        moe::run_fc1_relu2::<T>(dev, &u.x, &u.idx, u.w1.bufs(), &mut act, &shape, Some(&mut status), Stream::DEFAULT)
             .unwrap();
-            let st1 = u32::from_le_bytes(status.download().unwrap().try_into().unwrap());
-            status.fill_bytes(0).unwrap();
-            moe::run_down(
-                &dev,
-                dtype,
-                &u.idx,
-                u.w2.bufs(),
-                &act,
-                &u.scores,
-                &mut part,
-                &shape,
-                Some(&mut status),
-                Stream::DEFAULT,
-            )
-            .unwrap();
-            let st2 = u32::from_le_bytes(status.download().unwrap().try_into().unwrap());
-            moe::run_combine(&dev, dtype, &part, &mut out, shape.k, shape.din, Stream::DEFAULT).unwrap();
-            let what = format!("{} bits {bits}", label(&dev, dtype));
-            assert_eq!((st1, st2), (3, 3), "{what}: status is 1 + the first bad slot (2)");
+        let st1 = status_word(&status);
+        status.fill_bytes(0).unwrap();
+        moe::run_down::<T>(
+            dev,
+            &u.idx,
+            u.w2.bufs(),
+            &act,
+            &u.scores,
+            &mut part,
+            &shape,
+            Some(&mut status),
+            Stream::DEFAULT,
+        )
+        .unwrap();
+        let st2 = status_word(&status);
+        moe::run_combine::<T>(dev, &part, &mut out, shape.k, shape.din, Stream::DEFAULT).unwrap();
+        let what = format!("{} bits {bits}", label::<T>(dev));
+        assert_eq!((st1, st2), (3, 3), "{what}: status is 1 + the first bad slot (2)");
 
-            let act = download_f32(&act);
-            let part = download_f32(&part);
-            for slot in 0..k {
-                let bad = slot >= 2;
-                let rows_a = &act[slot * dff..(slot + 1) * dff];
-                let rows_p = &part[slot * din..(slot + 1) * din];
-                if bad {
-                    assert!(rows_a.iter().chain(rows_p).all(|v| v.is_nan()), "{what}: slot {slot} rows must be NaN");
-                } else {
-                    assert!(
-                        rows_a.iter().chain(rows_p).all(|v| v.is_finite()),
-                        "{what}: slot {slot} rows must be finite"
-                    );
-                }
+        let act = download_values(&act);
+        let part = download_values(&part);
+        for slot in 0..k {
+            let bad = slot >= 2;
+            let rows_a = &act[slot * dff..(slot + 1) * dff];
+            let rows_p = &part[slot * din..(slot + 1) * din];
+            if bad {
+                assert!(rows_a.iter().chain(rows_p).all(|v| v.is_nan()), "{what}: slot {slot} rows must be NaN");
+            } else {
+                assert!(rows_a.iter().chain(rows_p).all(|v| v.is_finite()), "{what}: slot {slot} rows must be finite");
             }
-            // The good slots are still right.
-            let mut good = inp.clone();
-            good.idx.truncate(2);
-            good.scores.truncate(2);
-            let want_act = fc1_relu2(&good.x, &good.idx, &good.w1, good.n_experts);
-            assert!(rel(&act[..2 * dff], &want_act) < 1e-5, "{what}: good slots");
-            let out = download_t(dtype, &out);
-            assert!(out.iter().all(|v| v.is_nan()), "{what}: the combined output is NaN");
-
-            // Without a status pointer, the same NaN rows; with all ids good, status stays 0.
-            let (out2, st) = run_routed(&dev, dtype, &inp);
-            assert!(out2.iter().all(|v| v.is_nan()) && st == 3, "{what}: routed_forward status {st}");
-            let (_, st) = run_routed(&dev, dtype, &good);
-            assert_eq!(st, 0, "{what}: all ids in range leave status alone");
         }
+        // The good slots are still right.
+        let mut good = inp.clone();
+        good.idx.truncate(2);
+        good.scores.truncate(2);
+        let want_act = fc1_relu2(&good.x, &good.idx, &good.w1, good.n_experts);
+        assert!(rel(&act[..2 * dff], &want_act) < 1e-5, "{what}: good slots");
+        let out = download_values(&out);
+        assert!(out.iter().all(|v| v.is_nan()), "{what}: the combined output is NaN");
+
+        // Through routed_forward, the same NaN rows and status; with all ids good, status stays 0.
+        let (out2, st) = run_routed::<T>(dev, &inp);
+        assert!(out2.iter().all(|v| v.is_nan()) && st == 3, "{what}: routed_forward status {st}");
+        let (_, st) = run_routed::<T>(dev, &good);
+        assert_eq!(st, 0, "{what}: all ids in range leave status alone");
     }
 }
 
-#[test]
 fn check_expert_ids_on_the_host() {
     check_expert_ids(&[0, 5, 127], 128).unwrap();
     let err = check_expert_ids(&[0, 5, 128], 128).unwrap_err();
@@ -459,26 +445,26 @@ fn check_expert_ids_on_the_host() {
 }
 
 // ---------------------------------------------------------------------------
-// Launcher refusals
+// Launcher refusals (on the CPU emulator: checked before anything is launched)
 // ---------------------------------------------------------------------------
 
 fn refused(r: Result<(), Error>, argument: &str) -> String {
-    match r {
+    match r.map_err(|e| e.root().clone()) {
         Err(Error::InvalidArgument { argument: a, message }) if a == argument => message,
         other => panic!("expected a refusal of `{argument}`, got {other:?}"),
     }
 }
 
-#[test]
-fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
-    let dev = Device::cpu();
-    let dt = Dtype::Bf16;
-    let s = MoeShape { n_experts: 16, k: 6, din: 512, dff: 384, bits: 4, group_size: 64 };
-    let q = QuantizedPointers { w: 0x1000, scales: 0x2000, biases: 0x3000 };
-    let fc1 = |s: MoeShape, x: u64, q: QuantizedPointers, act: u64, status: u64| unsafe {
-        moe::fc1_relu2(&dev, dt, x, 0x4000, q, act, &s, status, Stream::DEFAULT)
-    };
+const S: MoeShape = MoeShape { n_experts: 16, k: 6, din: 512, dff: 384, bits: 4, group_size: 64 };
+const Q: QuantizedPointers = QuantizedPointers { w: 0x1000, scales: 0x2000, biases: 0x3000 };
 
+fn fc1(s: MoeShape, x: u64, q: QuantizedPointers, act: u64, status: u64) -> Result<(), Error> {
+    // SAFETY: every case is refused before the launch (asserted by `refused`).
+    unsafe { moe::fc1_relu2::<bf16>(&Device::cpu(), x, 0x4000, q, act, &s, status, Stream::DEFAULT) }
+}
+
+fn bad_shapes_are_refused_before_any_launch() {
+    let (s, q) = (S, Q);
     let m = refused(fc1(MoeShape { bits: 3, ..s }, 0x100, q, 0x500, 0), "bits");
     assert_eq!(m, "3 is not supported; use 4 or 8");
     refused(fc1(MoeShape { bits: 2, ..s }, 0x100, q, 0x500, 0), "bits");
@@ -498,7 +484,17 @@ fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
     // it on a 64-bit host (a 32-bit host would refuse it as overflowing usize).
     let huge = MoeShape { n_experts: u32::MAX, din: MAX_COLS, dff: MAX_COLS, bits: 8, ..s };
     assert_eq!(huge.validate().is_ok(), usize::BITS == 64);
-    // Null and misaligned pointers.
+    let down = |s: MoeShape| unsafe {
+        moe::down::<bf16>(&Device::cpu(), 0x4000, Q, 0x500, 0x700, 0x800, &s, 0, Stream::DEFAULT)
+    };
+    refused(down(MoeShape { group_size: 256, ..s }), "group_size");
+    let dev = Device::cpu();
+    refused(unsafe { moe::combine::<bf16>(&dev, 0x500, 0x600, 0, 512, Stream::DEFAULT) }, "k");
+    refused(unsafe { moe::combine::<bf16>(&dev, 0x500, 0x600, 6, 0, Stream::DEFAULT) }, "din");
+}
+
+fn null_and_misaligned_pointers_are_refused_and_named() {
+    let (s, q, dev) = (S, Q, Device::cpu());
     let m = refused(fc1(s, 0, q, 0x500, 0), "x");
     assert_eq!(m, "is a null pointer");
     refused(fc1(s, 0x101, q, 0x500, 0), "x");
@@ -507,88 +503,126 @@ fn bad_shapes_pointers_and_buffers_are_refused_before_any_launch() {
     refused(fc1(s, 0x100, QuantizedPointers { biases: 0, ..q }, 0x500, 0), "b1");
     refused(fc1(s, 0x100, q, 0x502, 0), "act");
     refused(fc1(s, 0x100, q, 0x500, 0x601), "status");
-    refused(unsafe { moe::fc1_relu2(&dev, dt, 0x100, 0x4002, q, 0x500, &s, 0, Stream::DEFAULT) }, "idx");
+    refused(unsafe { moe::fc1_relu2::<bf16>(&dev, 0x100, 0x4002, q, 0x500, &s, 0, Stream::DEFAULT) }, "idx");
 
-    let down = |s: MoeShape, scores: u64, part: u64| unsafe {
-        moe::down(&dev, dt, 0x4000, q, 0x500, scores, part, &s, 0, Stream::DEFAULT)
+    let down = |q: QuantizedPointers, scores: u64, part: u64| unsafe {
+        moe::down::<bf16>(&dev, 0x4000, q, 0x500, scores, part, &s, 0, Stream::DEFAULT)
     };
-    refused(down(MoeShape { group_size: 256, ..s }, 0x700, 0x800), "group_size");
-    refused(down(s, 0, 0x800), "scores");
-    refused(down(s, 0x700, 0x801), "part");
-    refused(
-        unsafe {
-            moe::down(
-                &dev,
-                dt,
-                0x4000,
-                QuantizedPointers { w: 0x1001, ..q },
-                0x500,
-                0x700,
-                0x800,
-                &s,
-                0,
-                Stream::DEFAULT,
-            )
-        },
-        "w2",
-    );
+    refused(down(q, 0, 0x800), "scores");
+    refused(down(q, 0x700, 0x801), "part");
+    refused(down(QuantizedPointers { w: 0x1001, ..q }, 0x700, 0x800), "w2");
 
-    refused(unsafe { moe::combine(&dev, dt, 0x500, 0x600, 0, 512, Stream::DEFAULT) }, "k");
-    refused(unsafe { moe::combine(&dev, dt, 0x500, 0x600, 6, 0, Stream::DEFAULT) }, "din");
-    refused(unsafe { moe::combine(&dev, dt, 0x502, 0x600, 6, 512, Stream::DEFAULT) }, "part");
-    refused(unsafe { moe::combine(&dev, dt, 0x500, 0x601, 6, 512, Stream::DEFAULT) }, "out");
+    refused(unsafe { moe::combine::<bf16>(&dev, 0x502, 0x600, 6, 512, Stream::DEFAULT) }, "part");
+    refused(unsafe { moe::combine::<bf16>(&dev, 0x500, 0x601, 6, 512, Stream::DEFAULT) }, "out");
+}
 
-    let p = RoutedPointers {
-        x: 0x100,
-        idx: 0x4000,
-        scores: 0x700,
-        w1: q,
-        w2: q,
-        out: 0x900,
-        scratch: 0x10000,
-        scratch_len: scratch_bytes(6, 512, 384),
+/// Routed-forward pointers far enough apart (256 MiB) that no two ranges of
+/// shape [`S`] overlap, so that each case is refused for the reason it tests.
+fn routed_pointers() -> RoutedPointers {
+    let at = |i: u64| i << 28;
+    RoutedPointers {
+        x: at(1),
+        idx: at(2),
+        scores: at(3),
+        w1: QuantizedPointers { w: at(4), scales: at(5), biases: at(6) },
+        w2: QuantizedPointers { w: at(7), scales: at(8), biases: at(9) },
+        out: at(10),
+        scratch: at(11),
+        scratch_len: scratch_bytes(S.k, S.din, S.dff),
         status: 0,
-    };
-    let routed = |p: RoutedPointers, s: MoeShape| unsafe { moe::routed_forward(&dev, dt, p, &s, Stream::DEFAULT) };
-    let m = refused(routed(RoutedPointers { scratch_len: scratch_bytes(6, 512, 384) - 4, ..p }, s), "scratch");
-    assert!(
-        m.starts_with(&format!("holds {} bytes, needs {}", scratch_bytes(6, 512, 384) - 4, scratch_bytes(6, 512, 384))),
-        "{m}"
-    );
-    refused(routed(RoutedPointers { scratch: 0, ..p }, s), "scratch");
-    refused(routed(RoutedPointers { out: 0x901, ..p }, s), "out");
-    refused(routed(p, MoeShape { bits: 5, ..s }), "bits");
-    assert_eq!(scratch_bytes(6, 512, 384), (6 * 384 * 4usize).next_multiple_of(256) + 6 * 512 * 4);
+    }
+}
 
-    // The safe wrappers check buffer sizes.
-    let inp = moe_inputs(dt, 256, 128, 2, 2, 4, 64, 5);
+fn routed_refused<T: Element>(p: RoutedPointers, s: MoeShape) -> Result<(), Error> {
+    // SAFETY: every case is refused before the launch (asserted by the callers).
+    match unsafe { moe::routed_forward::<T>(&Device::cpu(), p, &s, Stream::DEFAULT) } {
+        Ok(()) => panic!("{}: {p:x?} launched", T::DTYPE),
+        err => err,
+    }
+}
+
+fn routed_forward_refuses_its_scratch_and_output() {
+    let p = routed_pointers();
+    let need = scratch_bytes(6, 512, 384);
+    let m = refused(routed_refused::<bf16>(RoutedPointers { scratch_len: need - 4, ..p }, S), "scratch");
+    assert!(m.starts_with(&format!("holds {} bytes, needs {need}", need - 4)), "{m}");
+    refused(routed_refused::<bf16>(RoutedPointers { scratch: 0, ..p }, S), "scratch");
+    refused(routed_refused::<bf16>(RoutedPointers { out: p.out + 1, ..p }, S), "out");
+    refused(routed_refused::<bf16>(p, MoeShape { bits: 5, ..S }), "bits");
+    assert_eq!(need, (6 * 384 * 4usize).next_multiple_of(256) + 6 * 512 * 4);
+}
+
+/// `out` inside the scratch (at its start, inside `act`, inside `part`, or
+/// straddling its end) is refused, naming `out` and the scratch or the part of it.
+fn routed_forward_with_scratch_overlapping_out_is_refused<T: Element>(_: &Device) {
+    let p = routed_pointers();
+    let need = scratch_bytes(S.k, S.din, S.dff) as u64;
+    let part = moe::part_offset(S.k, S.dff) as u64;
+    let es = size_of::<T>() as u64;
+    for (what, out) in [
+        ("at the scratch's start", p.scratch),
+        ("inside act", p.scratch + 64),
+        ("at part", p.scratch + part),
+        ("straddling the scratch's end", p.scratch + need - 4 * es),
+        ("straddling the scratch's start", p.scratch - 4 * es),
+    ] {
+        let err = routed_refused::<T>(RoutedPointers { out, ..p }, S).unwrap_err();
+        match err.root() {
+            Error::InvalidArgument { argument: "scratch", message } if message.contains("`out`") => {}
+            Error::InvalidArgument { argument: "out", message } if message.contains("`part`") => {}
+            other => panic!("{} out {what}: expected a refusal naming `out` and the scratch, got {other}", T::DTYPE),
+        }
+    }
+    // And the scratch over an input, for the record.
+    let err = routed_refused::<T>(RoutedPointers { x: p.scratch, ..p }, S).unwrap_err();
+    assert!(matches!(err.root(), Error::InvalidArgument { .. }), "{}: x in the scratch: {err}", T::DTYPE);
+}
+
+fn the_safe_wrappers_check_buffer_sizes() {
+    type T = bf16;
+    let dev = Device::cpu();
+    let inp = moe_inputs(T::DTYPE, 256, 128, 2, 2, 4, 64, 5);
     let shape = shape_of(&inp);
-    let u = upload_inputs(&dev, dt, &inp);
-    let mut small = dev.alloc::<u8>(2 * 128 * 4 - 4).unwrap();
+    let u = upload_inputs::<T>(&dev, &inp);
+    let mut small = dev.alloc::<f32>(2 * 128 - 1).unwrap();
     let m = refused(
-        moe::run_fc1_relu2(&dev, dt, &u.x, &u.idx, u.w1.bufs(), &mut small, &shape, None, Stream::DEFAULT),
+        moe::run_fc1_relu2::<T>(&dev, &u.x, &u.idx, u.w1.bufs(), &mut small, &shape, None, Stream::DEFAULT),
         "act",
     );
     assert_eq!(m, "holds 1020 bytes, needs 1024 (256 f32 elements)");
-    let mut act = dev.alloc::<u8>(2 * 128 * 4).unwrap();
+    let mut act = dev.alloc::<f32>(2 * 128).unwrap();
     let wrong = MoeShape { n_experts: 3, ..shape };
-    refused(moe::run_fc1_relu2(&dev, dt, &u.x, &u.idx, u.w1.bufs(), &mut act, &wrong, None, Stream::DEFAULT), "w1");
-    let mut part = dev.alloc::<u8>(2 * 256 * 4).unwrap();
-    refused(moe::run_down(&dev, dt, &u.idx, u.w2.bufs(), &act, &u.x, &mut part, &wrong, None, Stream::DEFAULT), "w2");
-    let mut part_small = dev.alloc::<u8>(2 * 256 * 4 - 1).unwrap();
+    refused(moe::run_fc1_relu2::<T>(&dev, &u.x, &u.idx, u.w1.bufs(), &mut act, &wrong, None, Stream::DEFAULT), "w1");
+    let mut part = dev.alloc::<f32>(2 * 256).unwrap();
     refused(
-        moe::run_down(&dev, dt, &u.idx, u.w2.bufs(), &act, &u.x, &mut part_small, &shape, None, Stream::DEFAULT),
+        moe::run_down::<T>(&dev, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part, &wrong, None, Stream::DEFAULT),
+        "w2",
+    );
+    // (The old byte buffers were one byte short; an f32 buffer is one element short.)
+    let mut part_small = dev.alloc::<f32>(2 * 256 - 1).unwrap();
+    refused(
+        moe::run_down::<T>(&dev, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part_small, &shape, None, Stream::DEFAULT),
         "part",
     );
+    let mut out_small = dev.alloc::<T>(255).unwrap();
+    refused(moe::run_combine::<T>(&dev, &part, &mut out_small, shape.k, shape.din, Stream::DEFAULT), "out");
+    let mut out = dev.alloc::<T>(256).unwrap();
+    let mut scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff) - 1).unwrap();
+    let bufs = RoutedBuffers {
+        x: &u.x,
+        idx: &u.idx,
+        scores: &u.scores,
+        w1: u.w1.bufs(),
+        w2: u.w2.bufs(),
+        out: &mut out,
+        scratch: &mut scratch,
+        status: None,
+    };
+    refused(moe::run_routed_forward::<T>(&dev, bufs, &shape, Stream::DEFAULT), "scratch");
 }
 
-#[test]
-fn availability_matches_the_backends() {
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            assert!(moe::available(&dev, dtype), "{}: all three kernels are built for every dtype", label(&dev, dtype));
-        }
-    }
+fn availability_matches_the_backends<T: Element>(dev: &Device) {
+    assert!(moe::available(dev, T::DTYPE), "{}: all three kernels are built for every dtype", label::<T>(dev));
     assert_eq!(Device::cpu().backend(), BackendKind::Cpu);
 }
 
@@ -598,16 +632,13 @@ fn availability_matches_the_backends() {
 
 /// Din 2688, Dff 1856, E 16, K 6, gs 64, 4 bits, bf16 (E 128 on a GPU would only
 /// add unused experts).
-#[test]
-fn nemotron_shape() {
-    for dev in devices() {
-        let t = std::time::Instant::now();
-        let inp = moe_inputs(Dtype::Bf16, 2688, 1856, 16, 6, 4, 64, 2688);
-        eprintln!("nemotron data: {:.1} s", t.elapsed().as_secs_f64());
-        let t = std::time::Instant::now();
-        check_all(&dev, Dtype::Bf16, &inp, "nemotron");
-        eprintln!("nemotron check on {}: {:.1} s", dev.backend(), t.elapsed().as_secs_f64());
-    }
+fn nemotron_shape(dev: &Device) {
+    let t = std::time::Instant::now();
+    let inp = moe_inputs(Dtype::Bf16, 2688, 1856, 16, 6, 4, 64, 2688);
+    eprintln!("nemotron data: {:.1} s", t.elapsed().as_secs_f64());
+    let t = std::time::Instant::now();
+    check_all::<bf16>(dev, &inp, "nemotron");
+    eprintln!("nemotron check on {}: {:.1} s", dev.backend(), t.elapsed().as_secs_f64());
 }
 
 // ---------------------------------------------------------------------------
@@ -619,10 +650,16 @@ fn nemotron_shape() {
 /// of 6 experts (21 disjoint sets rotate, 34 MB of weights each, 710 MB in all),
 /// so the weights come from device memory, not from the L2.
 /// `cargo test --release --features cuda --test moe -- --ignored bench --nocapture`
-#[test]
-#[ignore = "GPU benchmark; run with --ignored on a machine with a GPU"]
 fn bench_nemotron_bandwidth() {
-    for dev in devices().into_iter().filter(|d| d.backend() != BackendKind::Cpu) {
+    let gpus: Vec<Device> = backends()
+        .iter()
+        .filter(|b| b.kind != BackendKind::Cpu)
+        .filter_map(|b| b.device.as_ref().ok().cloned())
+        .collect();
+    if gpus.is_empty() {
+        eprintln!("moe bench: no GPU backend present; nothing measured");
+    }
+    for dev in gpus {
         for bits in [4u32, 8] {
             bench_one(&dev, MoeShape { bits, ..MoeShape::NEMOTRON });
         }
@@ -679,7 +716,7 @@ fn bench_one(dev: &Device, shape: MoeShape) {
             scratch_len: scratch.len(),
             status: 0,
         };
-        unsafe { moe::routed_forward(dev, dtype, p, &shape, s) }
+        unsafe { moe::routed_forward::<bf16>(dev, p, &shape, s) }
     };
     for set in &sets {
         routed(set).unwrap();
@@ -709,9 +746,9 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     let fc1_bytes = kf * (dff * din * bits / 8.0 + 2.0 * dff * din / gs * 2.0) + din * 2.0 + kf * dff * 4.0;
     let down_bytes = kf * (din * dff * bits / 8.0 + 2.0 * din * dff / gs * 2.0) + kf * dff * 4.0 + kf * din * 4.0;
     let combine_bytes = kf * din * 4.0 + din * 2.0;
-    let t_fc1 = time(&|set| unsafe { moe::fc1_relu2(dev, dtype, x.ptr(), set.ptr(), q1, act, &shape, 0, s) });
-    let t_down = time(&|set| unsafe { moe::down(dev, dtype, set.ptr(), q2, act, scores.ptr(), part, &shape, 0, s) });
-    let t_comb = time(&|_| unsafe { moe::combine(dev, dtype, part, out.ptr(), shape.k, shape.din, s) });
+    let t_fc1 = time(&|set| unsafe { moe::fc1_relu2::<bf16>(dev, x.ptr(), set.ptr(), q1, act, &shape, 0, s) });
+    let t_down = time(&|set| unsafe { moe::down::<bf16>(dev, set.ptr(), q2, act, scores.ptr(), part, &shape, 0, s) });
+    let t_comb = time(&|_| unsafe { moe::combine::<bf16>(dev, part, out.ptr(), shape.k, shape.din, s) });
     let t_all = time(&routed);
     let line = |name: &str, us: f64, bytes: f64| {
         eprintln!("  {name:<14} {us:8.2} us  {:7.1} MB  {:7.0} GB/s", bytes / 1e6, bytes / us / 1e3)
@@ -721,4 +758,41 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     line("down", t_down, down_bytes);
     line("combine", t_comb, combine_bytes);
     line("routed (3)", t_all, fc1_bytes + down_bytes + combine_bytes);
+}
+
+fn main() {
+    Suite::new()
+        .per_backend("reduced_shape_bf16_bits_4", reduced_shape_bf16_bits_4)
+        .per_backend("reduced_shape_bf16_bits_8", reduced_shape_bf16_bits_8)
+        .per_backend_and_dtype("every_dtype_and_group_size", typed!(every_dtype_and_group_size))
+        .per_backend("long_rows_take_several_batches", long_rows_take_several_batches)
+        .per_backend("misaligned_pointers_take_the_slow_paths", misaligned_pointers_take_the_slow_paths)
+        .single(
+            "negative_control_a_fold_starting_at_8_fails_the_tolerance",
+            negative_control_a_fold_starting_at_8_fails_the_tolerance,
+        )
+        .per_backend(
+            "an_expert_id_out_of_range_gives_nan_rows_and_status",
+            an_expert_id_out_of_range_gives_nan_rows_and_status,
+        )
+        .single("check_expert_ids_on_the_host", check_expert_ids_on_the_host)
+        .single("bad_shapes_are_refused_before_any_launch", bad_shapes_are_refused_before_any_launch)
+        .single(
+            "null_and_misaligned_pointers_are_refused_and_named",
+            null_and_misaligned_pointers_are_refused_and_named,
+        )
+        .single("routed_forward_refuses_its_scratch_and_output", routed_forward_refuses_its_scratch_and_output)
+        .cpu_per_dtype(
+            "routed_forward_with_scratch_overlapping_out_is_refused",
+            typed!(routed_forward_with_scratch_overlapping_out_is_refused),
+        )
+        .single("the_safe_wrappers_check_buffer_sizes", the_safe_wrappers_check_buffer_sizes)
+        .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
+        .per_backend("nemotron_shape", nemotron_shape)
+        .ignored(
+            "bench_nemotron_bandwidth",
+            "GPU benchmark; run with --ignored --nocapture on a machine with a GPU (release build)",
+            bench_nemotron_bandwidth,
+        )
+        .run()
 }

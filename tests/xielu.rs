@@ -1,9 +1,13 @@
 //! `xielu` on every backend present: the consumer's acceptance data, 0
-//! differing bits against the bit-exact reference, in f32, f16 and bf16.
+//! differing bits against the bit-exact reference, in f32, f16 and bf16; one
+//! test per case, backend and dtype (tests/common).
 
 mod common;
 
-use common::{devices, download_bits, label, sentinel, upload};
+use std::ffi::c_void;
+
+use common::{Suite, download_bits, label, sentinel, upload};
+use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{
     BF16_WORKGROUP_MEM_BYTES, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN,
@@ -11,7 +15,7 @@ use mlxcel_amdgpu::kernels_device::geometry::xielu::{
 };
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::LaunchDims;
-use mlxcel_amdgpu::{Device, Error, Stream};
+use mlxcel_amdgpu::{BackendKind, Device, Element, Error, Stream};
 
 const P: XieluParams = XieluParams::APERTUS;
 
@@ -19,36 +23,49 @@ fn reference_bits(dtype: Dtype, x: &[f32], p: XieluParams) -> Vec<u32> {
     reference::store_all(dtype, &reference::xielu::xielu(dtype, x, p.alpha_p, p.alpha_n, p.beta, p.eps))
 }
 
-#[test]
-fn acceptance_data_is_bit_exact_on_every_backend_and_dtype() {
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            let x = data::xielu_acceptance_inputs(dtype);
-            let input = upload(&dev, dtype, &x);
-            let mut out = sentinel(&dev, dtype, x.len());
-            xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
-            let got = download_bits(dtype, &out);
-            metrics::assert_bits_equal(
-                dtype,
-                &got,
-                &reference_bits(dtype, &x, P),
-                &format!("xielu {}", label(&dev, dtype)),
-            );
-        }
+/// `case::<f32, C..>`, `case::<f16, C..>`, `case::<bf16, C..>` for a case with
+/// const parameters (the harness takes plain function pointers).
+macro_rules! typed_with {
+    ($case:ident, $($c:expr),+) => {
+        [
+            (Dtype::F32, $case::<f32, $({ $c }),+> as fn(&Device)),
+            (Dtype::F16, $case::<mlxcel_amdgpu::half::f16, $({ $c }),+> as fn(&Device)),
+            (Dtype::Bf16, $case::<bf16, $({ $c }),+> as fn(&Device)),
+        ]
+    };
+}
+
+/// Expects `InvalidArgument` for `argument` and returns its message.
+fn invalid(err: Error, argument: &str) -> String {
+    match err {
+        Error::InvalidArgument { argument: a, message } if a == argument => message,
+        other => panic!("expected invalid argument `{argument}`, got {other:?} ({other})"),
     }
 }
 
-#[test]
+// ---------------------------------------------------------------- acceptance
+
+fn acceptance_data_is_bit_exact<T: Element>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let x = data::xielu_acceptance_inputs(dtype);
+    let input = upload::<T>(dev, &x);
+    let mut out = sentinel::<T>(dev, x.len());
+    xielu::run(dev, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
+    let got = download_bits(&out);
+    metrics::assert_bits_equal(dtype, &got, &reference_bits(dtype, &x, P), &format!("xielu {}", label::<T>(dev)));
+}
+
 fn negative_control_alpha_n_in_the_positive_branch_is_caught() {
     // The comparison above must be able to fail: a model that uses alpha_n in the
     // positive branch differs from the kernel's output (nrms ~0.3).
-    let dev = mlxcel_amdgpu::Device::cpu();
-    let dtype = Dtype::Bf16;
+    type T = bf16;
+    let dev = Device::cpu();
+    let dtype = T::DTYPE;
     let x = data::xielu_acceptance_inputs(dtype);
-    let input = upload(&dev, dtype, &x);
-    let mut out = sentinel(&dev, dtype, x.len());
-    xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
-    let got = reference::widen_all(dtype, &download_bits(dtype, &out));
+    let input = upload::<T>(&dev, &x);
+    let mut out = sentinel::<T>(&dev, x.len());
+    xielu::run(&dev, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
+    let got = reference::widen_all(dtype, &download_bits(&out));
     let wrong = XieluParams { alpha_p: P.alpha_n, ..P };
     let wrong_model = reference::xielu::xielu(dtype, &x, wrong.alpha_p, wrong.alpha_n, wrong.beta, wrong.eps);
     let nrms = metrics::nrms(&got, &wrong_model);
@@ -63,80 +80,109 @@ fn negative_control_alpha_n_in_the_positive_branch_is_caught() {
     );
 }
 
-#[test]
-fn tails_misalignment_and_in_place_give_the_same_bits() {
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            let all = data::lcg_uniform(0x5EED, 4099);
-            let all = reference::round_all(dtype, &all);
-            // n from 1 to a few vectors, starting one element past an aligned address
-            // (scalar path) and aligned (vector path), and in place.
-            for n in [1usize, 7, 8, 9, 2047, 2048, 2049, 4097] {
-                for offset in [0usize, 1] {
-                    let x = &all[offset..offset + n];
-                    let buf = upload(&dev, dtype, &all[..offset + n]);
-                    let out = sentinel(&dev, dtype, offset + n);
-                    let es = dtype.size() as u64;
-                    unsafe {
-                        xielu::launch(
-                            &dev,
-                            dtype,
-                            buf.ptr() + es * offset as u64,
-                            out.ptr() + es * offset as u64,
-                            n as u64,
-                            P,
-                            Stream::DEFAULT,
-                        )
-                    }
-                    .unwrap();
-                    let got = download_bits(dtype, &out);
-                    let what = format!("xielu {} n={n} offset={offset}", label(&dev, dtype));
-                    metrics::assert_bits_equal(dtype, &got[offset..], &reference_bits(dtype, x, P), &what);
-                    if offset == 1 {
-                        assert_eq!(
-                            got[0],
-                            download_bits(dtype, &sentinel(&dev, dtype, 1))[0],
-                            "{what}: wrote before the start"
-                        );
-                    }
-                }
-            }
-            // In place.
-            let mut buf = upload(&dev, dtype, &all);
-            unsafe { xielu::launch(&dev, dtype, buf.ptr(), buf.ptr(), all.len() as u64, P, Stream::DEFAULT) }.unwrap();
-            metrics::assert_bits_equal(
-                dtype,
-                &download_bits(dtype, &buf),
-                &reference_bits(dtype, &all, P),
-                &format!("xielu in place {}", label(&dev, dtype)),
-            );
-            buf.fill_bytes(0).unwrap();
-        }
+// ------------------------------------------------- tails, alignment, in place
+
+/// The data of the tail and in-place cases, rounded to the dtype.
+fn tail_data(dtype: Dtype) -> Vec<f32> {
+    reference::round_all(dtype, &data::lcg_uniform(0x5EED, 4099))
+}
+
+/// `n` elements starting `OFFSET` elements past an aligned address (1: the
+/// scalar path, 0: the vector path), through the raw launcher.
+fn tail<T: Element, const N: usize, const OFFSET: usize>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let (n, offset) = (N, OFFSET);
+    let all = tail_data(dtype);
+    let x = &all[offset..offset + n];
+    let buf = upload::<T>(dev, &all[..offset + n]);
+    let out = sentinel::<T>(dev, offset + n);
+    let es = size_of::<T>() as u64;
+    unsafe {
+        xielu::launch::<T>(
+            dev,
+            buf.ptr() + es * offset as u64,
+            out.ptr() + es * offset as u64,
+            n as u64,
+            P,
+            Stream::DEFAULT,
+        )
+    }
+    .unwrap();
+    let got = download_bits(&out);
+    let what = format!("xielu {} n={n} offset={offset}", label::<T>(dev));
+    metrics::assert_bits_equal(dtype, &got[offset..], &reference_bits(dtype, x, P), &what);
+    if offset == 1 {
+        assert_eq!(got[0], download_bits(&sentinel::<T>(dev, 1))[0], "{what}: wrote before the start");
     }
 }
 
-#[test]
-fn the_result_does_not_depend_on_the_grid() {
-    let dtype = Dtype::F16;
-    let x = reference::round_all(dtype, &data::lcg_uniform(7, 20000));
-    for dev in devices() {
-        let kernel = dev.kernel("xielu_f16").unwrap();
-        let input = upload(&dev, dtype, &x);
-        let want = reference_bits(dtype, &x, P);
-        for groups in [1u32, 3, 64] {
-            let out = sentinel(&dev, dtype, x.len());
-            let args = xielu::args(input.ptr(), out.ptr(), x.len() as u64, P);
-            let dims = LaunchDims { grid: [groups, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
-            unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
-            metrics::assert_bits_equal(
-                dtype,
-                &download_bits(dtype, &out),
-                &want,
-                &format!("xielu grid {groups} on {}", dev.backend()),
-            );
-        }
-    }
+/// In place through the raw launcher (`x == out`).
+fn in_place_raw_launch_is_bit_exact<T: Element>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let all = tail_data(dtype);
+    let buf = upload::<T>(dev, &all);
+    unsafe { xielu::launch::<T>(dev, buf.ptr(), buf.ptr(), all.len() as u64, P, Stream::DEFAULT) }.unwrap();
+    metrics::assert_bits_equal(
+        dtype,
+        &download_bits(&buf),
+        &reference_bits(dtype, &all, P),
+        &format!("xielu in place (launch) {}", label::<T>(dev)),
+    );
 }
+
+/// In place through the safe wrapper.
+fn in_place_run_in_place_is_bit_exact<T: Element>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let all = tail_data(dtype);
+    let mut buf = upload::<T>(dev, &all);
+    xielu::run_in_place(dev, &mut buf, all.len(), P, Stream::DEFAULT).unwrap();
+    metrics::assert_bits_equal(
+        dtype,
+        &download_bits(&buf),
+        &reference_bits(dtype, &all, P),
+        &format!("xielu run_in_place {}", label::<T>(dev)),
+    );
+}
+
+/// `out` one element past `x` (`OUT_AFTER`) or before it: refused, naming
+/// both, and nothing written.
+fn partial_overlap_is_refused_and_writes_nothing<T: Element, const OUT_AFTER: bool>(dev: &Device) {
+    let n = 64usize;
+    let all = tail_data(T::DTYPE);
+    let buf = upload::<T>(dev, &all[..n + 1]);
+    let before = download_bits(&buf);
+    let es = size_of::<T>() as u64;
+    let (x, out) = if OUT_AFTER { (buf.ptr(), buf.ptr() + es) } else { (buf.ptr() + es, buf.ptr()) };
+    let err = unsafe { xielu::launch::<T>(dev, x, out, n as u64, P, Stream::DEFAULT) }.unwrap_err();
+    let message = invalid(err, "out");
+    assert!(message.contains("overlaps `x`"), "{message}");
+    assert!(message.contains("`out` may only be exactly `x`"), "{message}");
+    assert_eq!(download_bits(&buf), before, "a refused launch wrote on {}", label::<T>(dev));
+}
+
+// ------------------------------------------------------------------- the grid
+
+/// f16 over 20000 elements on a grid of `GROUPS` workgroups of 256.
+fn the_result_does_not_depend_on_the_grid<const GROUPS: u32>(dev: &Device) {
+    type T = mlxcel_amdgpu::half::f16;
+    let dtype = T::DTYPE;
+    let x = reference::round_all(dtype, &data::lcg_uniform(7, 20000));
+    let kernel = dev.kernel("xielu_f16").unwrap();
+    let input = upload::<T>(dev, &x);
+    let want = reference_bits(dtype, &x, P);
+    let out = sentinel::<T>(dev, x.len());
+    let args = xielu::args(input.ptr(), out.ptr(), x.len() as u64, P);
+    let dims = LaunchDims { grid: [GROUPS, 1, 1], workgroup_size: 256, workgroup_mem_bytes: 0 };
+    unsafe { dev.launch(&kernel, dims, &args.values(), Stream::DEFAULT) }.unwrap();
+    metrics::assert_bits_equal(
+        dtype,
+        &download_bits(&out),
+        &want,
+        &format!("xielu grid {GROUPS} on {}", dev.backend()),
+    );
+}
+
+// ------------------------------------------------------------ bf16 table path
 
 /// bf16 inputs for the table path: every value of the table's range (each
 /// chunk wholly inside it), then every bf16 pattern in order (chunks that mix
@@ -169,17 +215,16 @@ fn table_path_inputs(n: usize) -> Vec<u16> {
 fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in_place: bool, what: &str) {
     let dtype = Dtype::Bf16;
     let bits = table_path_inputs(n);
-    let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-    let input = dev.upload(&bytes).unwrap();
-    let separate = sentinel(dev, dtype, n);
+    let input = dev.upload(&bits.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<bf16>>()).unwrap();
+    let separate = sentinel::<bf16>(dev, n);
     let out = if in_place { &input } else { &separate };
     let kernel = dev.kernel("xielu_bf16").unwrap();
     let args = xielu::args(input.ptr(), out.ptr(), n as u64, p);
-    unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
+    unsafe { dev.launch(&kernel, dims, &args.values(), Stream::DEFAULT) }.unwrap();
     let x: Vec<f32> = bits.iter().map(|&b| reference::widen(dtype, b as u32)).collect();
     metrics::assert_bits_equal(
         dtype,
-        &download_bits(dtype, out),
+        &download_bits(out),
         &reference_bits(dtype, &x, p),
         &format!("{what} on {}", dev.backend()),
     );
@@ -190,63 +235,65 @@ fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in
 const TABLE_TEST_N: [usize; 2] =
     [2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 300 + 5, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 8 * 70 + 3];
 
-#[test]
-fn the_bf16_table_path_is_bit_exact() {
-    // Two workgroups with enough elements each for the kernel to build and use
-    // its table (the device crate's `uses_table_holds_where_the_tests_expect_it`
-    // checks that for these n and grid, since the bits cannot show which path
-    // ran), also in place, where chunks outside the table are read again after
-    // their group's other chunks were stored; with eps = 0 the same grid takes
-    // the model. Neither a whole number of groups nor of chunks: in the last
-    // round some threads end on a partial group, of 3 or 4 chunks for the
-    // first n and of 1 or 2 for the second (at every size here: the chunks
-    // left over fill waves of TABLE_CHUNKS_IN_FLIGHT x 32 in order), and the
-    // last partial chunk takes the loop after.
-    const { assert!(TABLE_CHUNKS_IN_FLIGHT == 5, "recount the partial groups") };
-    for dev in devices() {
-        for n in TABLE_TEST_N {
-            for size in [64, WORKGROUP_SIZE, TABLE_WORKGROUP_SIZE] {
-                let dims =
-                    LaunchDims { grid: [2, 1, 1], workgroup_size: size, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
-                check_table_path(
-                    &dev,
-                    n,
-                    dims,
-                    P,
-                    false,
-                    &format!("xielu bf16 table, n = {n}, 2 workgroups of {size}"),
-                );
-                check_table_path(
-                    &dev,
-                    n,
-                    dims,
-                    P,
-                    true,
-                    &format!("xielu bf16 table in place, n = {n}, 2 workgroups of {size}"),
-                );
-                check_table_path(
-                    &dev,
-                    n,
-                    dims,
-                    XieluParams { eps: 0.0, ..P },
-                    false,
-                    &format!("xielu bf16 table grid of {size}, n = {n}, eps = 0"),
-                );
-            }
+/// The variants of a table-path case.
+const TABLE: u8 = 0;
+const TABLE_IN_PLACE: u8 = 1;
+const TABLE_GRID_EPS_ZERO: u8 = 2;
+
+// Two workgroups with enough elements each for the kernel to build and use
+// its table (the device crate's `uses_table_holds_where_the_tests_expect_it`
+// checks that for these n and grid, since the bits cannot show which path
+// ran), also in place, where chunks outside the table are read again after
+// their group's other chunks were stored; with eps = 0 the same grid takes
+// the model. Neither a whole number of groups nor of chunks: in the last
+// round some threads end on a partial group, of 3 or 4 chunks for the
+// first n and of 1 or 2 for the second (at every size here: the chunks
+// left over fill waves of TABLE_CHUNKS_IN_FLIGHT x 32 in order), and the
+// last partial chunk takes the loop after.
+const _: () = assert!(TABLE_CHUNKS_IN_FLIGHT == 5, "recount the partial groups");
+
+/// One table-path case: `TABLE_TEST_N[N_INDEX]` elements on 2 workgroups of `SIZE`.
+fn the_bf16_table_path_is_bit_exact<const N_INDEX: usize, const SIZE: u32, const VARIANT: u8>(dev: &Device) {
+    let n = TABLE_TEST_N[N_INDEX];
+    let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
+    match VARIANT {
+        TABLE => {
+            check_table_path(dev, n, dims, P, false, &format!("xielu bf16 table, n = {n}, 2 workgroups of {SIZE}"))
         }
-        // Through the launcher, which picks the table grid for this device
-        // (GPUs only: on the emulator it would take minutes).
-        if dev.backend() != mlxcel_amdgpu::runtime::BackendKind::Cpu {
-            let table_groups = dev.info().compute_units * TABLE_WORKGROUPS_PER_CU;
-            let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize * table_groups as usize + 8 * 1000 + 3;
-            let launcher = xielu::dims(n as u64, Dtype::Bf16, dev.info().compute_units);
-            assert_eq!(launcher.grid[0], table_groups);
-            check_table_path(&dev, n, launcher, P, false, "xielu bf16 table, the launcher's grid");
-        }
+        TABLE_IN_PLACE => check_table_path(
+            dev,
+            n,
+            dims,
+            P,
+            true,
+            &format!("xielu bf16 table in place, n = {n}, 2 workgroups of {SIZE}"),
+        ),
+        _ => check_table_path(
+            dev,
+            n,
+            dims,
+            XieluParams { eps: 0.0, ..P },
+            false,
+            &format!("xielu bf16 table grid of {SIZE}, n = {n}, eps = 0"),
+        ),
     }
 }
 
-#[test]
+/// Through the launcher, which picks the table grid for this device. The
+/// launch runs on GPUs only (on the emulator it would take minutes); there
+/// only the grid choice is checked.
+fn the_bf16_table_path_through_the_launchers_grid(dev: &Device) {
+    let table_groups = dev.info().compute_units * TABLE_WORKGROUPS_PER_CU;
+    let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize * table_groups as usize + 8 * 1000 + 3;
+    let launcher = xielu::dims(n as u64, Dtype::Bf16, dev.info().compute_units);
+    assert_eq!(launcher.grid[0], table_groups);
+    if dev.backend() == BackendKind::Cpu {
+        eprintln!("cpu: only the launcher's grid checked; the launch of {n} elements takes minutes on the emulator");
+        return;
+    }
+    check_table_path(dev, n, launcher, P, false, "xielu bf16 table, the launcher's grid");
+}
+
 fn the_launcher_picks_the_table_grid_only_for_large_bf16() {
     let big = TABLE_MIN_ELEMS_PER_WORKGROUP * 2 * TABLE_WORKGROUPS_PER_CU as u64;
     let d = xielu::dims(big, Dtype::Bf16, 2);
@@ -264,42 +311,161 @@ fn the_launcher_picks_the_table_grid_only_for_large_bf16() {
     }
 }
 
-#[test]
-fn nan_propagates_and_signed_zeros_follow_the_model() {
-    for dev in devices() {
-        for dtype in Dtype::ALL {
-            let x = [f32::NAN, -f32::NAN, 0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-30, -1e-30];
-            let x = reference::round_all(dtype, &x);
-            let input = upload(&dev, dtype, &x);
-            let mut out = sentinel(&dev, dtype, x.len());
-            xielu::run(&dev, dtype, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
-            let got = download_bits(dtype, &out);
-            metrics::assert_bits_equal(
-                dtype,
-                &got,
-                &reference_bits(dtype, &x, P),
-                &format!("xielu specials {}", label(&dev, dtype)),
-            );
-            assert!(reference::is_nan_bits(dtype, got[0]) && reference::is_nan_bits(dtype, got[1]));
+// ----------------------------------------------------------------- specials
+
+fn nan_propagates_and_signed_zeros_follow_the_model<T: Element>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let x = [f32::NAN, -f32::NAN, 0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-30, -1e-30];
+    let x = reference::round_all(dtype, &x);
+    let input = upload::<T>(dev, &x);
+    let mut out = sentinel::<T>(dev, x.len());
+    xielu::run(dev, &input, &mut out, x.len(), P, Stream::DEFAULT).unwrap();
+    let got = download_bits(&out);
+    metrics::assert_bits_equal(
+        dtype,
+        &got,
+        &reference_bits(dtype, &x, P),
+        &format!("xielu specials {}", label::<T>(dev)),
+    );
+    assert!(reference::is_nan_bits(dtype, got[0]) && reference::is_nan_bits(dtype, got[1]));
+}
+
+// ------------------------------------------------------ arguments refused
+
+fn n_zero_is_a_no_op<T: Element>(dev: &Device) {
+    unsafe { xielu::launch::<T>(dev, 0, 0, 0, P, Stream::DEFAULT) }.unwrap();
+    let input = dev.alloc::<T>(0).unwrap();
+    let mut out = dev.alloc::<T>(0).unwrap();
+    xielu::run(dev, &input, &mut out, 0, P, Stream::DEFAULT).unwrap();
+}
+
+fn a_null_x_is_refused<T: Element>(dev: &Device) {
+    let err = unsafe { xielu::launch::<T>(dev, 0, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
+    assert_eq!(invalid(err, "x"), "is a null pointer");
+}
+
+fn a_misaligned_x_is_refused() {
+    let dev = Device::cpu();
+    let err = unsafe { xielu::launch::<f32>(&dev, 0x1002, 0x2000, 4, P, Stream::DEFAULT) }.unwrap_err();
+    assert_eq!(err.to_string(), "invalid argument `x`: pointer 0x1002 is not aligned to its f32 element (4 bytes)");
+}
+
+/// Every scalar: NaN and infinities are refused, naming it, before any launch.
+fn non_finite_scalars_are_refused<T: Element>(dev: &Device) {
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let cases: [(&str, XieluParams); 4] = [
+            ("alpha_p", XieluParams { alpha_p: bad, ..P }),
+            ("alpha_n", XieluParams { alpha_n: bad, ..P }),
+            ("beta", XieluParams { beta: bad, ..P }),
+            ("eps", XieluParams { eps: bad, ..P }),
+        ];
+        for (name, p) in cases {
+            let err = unsafe { xielu::launch::<T>(dev, 0x1000, 0x1000, 4, p, Stream::DEFAULT) }.unwrap_err();
+            assert_eq!(invalid(err, name), format!("{bad} is not a finite number"));
         }
     }
 }
 
-#[test]
-fn n_zero_is_a_no_op_and_bad_arguments_are_refused() {
-    let dev = mlxcel_amdgpu::Device::cpu();
-    unsafe { xielu::launch(&dev, Dtype::Bf16, 0, 0, 0, P, Stream::DEFAULT) }.unwrap();
-    let err = unsafe { xielu::launch(&dev, Dtype::Bf16, 0, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument { argument: "x", .. }), "{err}");
-    let err = unsafe { xielu::launch(&dev, Dtype::F32, 0x1002, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
-    assert_eq!(err.to_string(), "invalid argument `x`: pointer 0x1002 is not aligned to 4 bytes");
-    let err = unsafe {
-        xielu::launch(&dev, Dtype::F32, 0x1000, 0x1000, 4, XieluParams { beta: f32::NAN, ..P }, Stream::DEFAULT)
-    }
-    .unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument { argument: "beta", .. }), "{err}");
-    let small = dev.alloc::<u8>(6).unwrap();
-    let mut out = dev.alloc::<u8>(8).unwrap();
-    let err = xielu::run(&dev, Dtype::F16, &small, &mut out, 4, P, Stream::DEFAULT).unwrap_err();
+fn a_short_buffer_is_refused() {
+    let dev = Device::cpu();
+    type T = mlxcel_amdgpu::half::f16;
+    let small = dev.alloc::<T>(3).unwrap();
+    let mut out = dev.alloc::<T>(4).unwrap();
+    let err = xielu::run(&dev, &small, &mut out, 4, P, Stream::DEFAULT).unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `x`: holds 6 bytes, needs 8 (4 f16 elements)");
+    let mut buf = dev.alloc::<T>(3).unwrap();
+    let err = xielu::run_in_place(&dev, &mut buf, 4, P, Stream::DEFAULT).unwrap_err();
+    assert_eq!(err.to_string(), "invalid argument `x`: holds 6 bytes, needs 8 (4 f16 elements)");
+}
+
+/// The CPU backend has no streams: a non-NULL one is refused, naming `stream`,
+/// and nothing is written.
+fn the_cpu_backend_refuses_a_non_null_stream<T: Element>(dev: &Device) {
+    let stream = Stream(0x5000 as *mut c_void);
+    let x = tail_data(T::DTYPE)[..100].to_vec();
+    let input = upload::<T>(dev, &x);
+    let mut out = sentinel::<T>(dev, x.len());
+    let untouched = download_bits(&out);
+    let message = invalid(xielu::run(dev, &input, &mut out, x.len(), P, stream).unwrap_err(), "stream");
+    assert!(message.contains("not NULL"), "{message}");
+    assert_eq!(download_bits(&out), untouched, "a refused launch wrote");
+    let mut buf = upload::<T>(dev, &x);
+    let before = download_bits(&buf);
+    invalid(xielu::run_in_place(dev, &mut buf, x.len(), P, stream).unwrap_err(), "stream");
+    assert_eq!(download_bits(&buf), before, "a refused launch wrote");
+}
+
+/// Registers [`tail`] for each length, at both offsets.
+macro_rules! tails {
+    ($suite:expr; $($n:literal),+) => {
+        $(
+            $suite.per_backend_and_dtype(concat!("tail_n", $n, "_aligned"), typed_with!(tail, $n, 0));
+            $suite.per_backend_and_dtype(concat!("tail_n", $n, "_offset1"), typed_with!(tail, $n, 1));
+        )+
+    };
+}
+
+/// Registers the table-path cases of one length and workgroup size.
+macro_rules! table_cases {
+    ($suite:expr; $($n_index:literal: $size:expr, $size_name:literal);+ $(;)?) => {
+        $(
+            $suite.per_backend(
+                concat!("bf16_table_path_n", $n_index, "_groups_of_", $size_name),
+                the_bf16_table_path_is_bit_exact::<$n_index, { $size }, TABLE>,
+            );
+            $suite.per_backend(
+                concat!("bf16_table_path_in_place_n", $n_index, "_groups_of_", $size_name),
+                the_bf16_table_path_is_bit_exact::<$n_index, { $size }, TABLE_IN_PLACE>,
+            );
+            $suite.per_backend(
+                concat!("bf16_table_grid_eps_zero_n", $n_index, "_groups_of_", $size_name),
+                the_bf16_table_path_is_bit_exact::<$n_index, { $size }, TABLE_GRID_EPS_ZERO>,
+            );
+        )+
+    };
+}
+
+fn main() {
+    const { assert!(WORKGROUP_SIZE == 256 && TABLE_WORKGROUP_SIZE == 512, "rename the table cases") };
+    let mut suite = Suite::new();
+    suite.per_backend_and_dtype("acceptance_data_is_bit_exact", typed!(acceptance_data_is_bit_exact)).single(
+        "negative_control_alpha_n_in_the_positive_branch_is_caught::cpu::bf16",
+        negative_control_alpha_n_in_the_positive_branch_is_caught,
+    );
+    tails!(suite; 1, 7, 8, 9, 2047, 2048, 2049, 4097);
+    suite
+        .per_backend_and_dtype("in_place_raw_launch_is_bit_exact", typed!(in_place_raw_launch_is_bit_exact))
+        .per_backend_and_dtype("in_place_run_in_place_is_bit_exact", typed!(in_place_run_in_place_is_bit_exact))
+        .per_backend_and_dtype(
+            "partial_overlap_out_after_x_is_refused",
+            typed_with!(partial_overlap_is_refused_and_writes_nothing, true),
+        )
+        .per_backend_and_dtype(
+            "partial_overlap_out_before_x_is_refused",
+            typed_with!(partial_overlap_is_refused_and_writes_nothing, false),
+        )
+        .per_backend("grid_independence_f16_1_group", the_result_does_not_depend_on_the_grid::<1>)
+        .per_backend("grid_independence_f16_3_groups", the_result_does_not_depend_on_the_grid::<3>)
+        .per_backend("grid_independence_f16_64_groups", the_result_does_not_depend_on_the_grid::<64>);
+    table_cases!(suite;
+        0: 64, "64"; 0: WORKGROUP_SIZE, "256"; 0: TABLE_WORKGROUP_SIZE, "512";
+        1: 64, "64"; 1: WORKGROUP_SIZE, "256"; 1: TABLE_WORKGROUP_SIZE, "512";
+    );
+    suite
+        .per_backend("bf16_table_path_through_the_launchers_grid", the_bf16_table_path_through_the_launchers_grid)
+        .single(
+            "the_launcher_picks_the_table_grid_only_for_large_bf16",
+            the_launcher_picks_the_table_grid_only_for_large_bf16,
+        )
+        .per_backend_and_dtype(
+            "nan_propagates_and_signed_zeros_follow_the_model",
+            typed!(nan_propagates_and_signed_zeros_follow_the_model),
+        )
+        .cpu_per_dtype("n_zero_is_a_no_op", typed!(n_zero_is_a_no_op))
+        .cpu_per_dtype("a_null_x_is_refused", typed!(a_null_x_is_refused))
+        .single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused)
+        .cpu_per_dtype("non_finite_scalars_are_refused", typed!(non_finite_scalars_are_refused))
+        .single("a_short_buffer_is_refused::f16", a_short_buffer_is_refused)
+        .cpu_per_dtype("the_cpu_backend_refuses_a_non_null_stream", typed!(the_cpu_backend_refuses_a_non_null_stream))
+        .run();
 }
