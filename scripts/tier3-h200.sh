@@ -9,7 +9,7 @@ set -uo pipefail
 OUT=${OUT:-tier3-out}
 mkdir -p "$OUT"
 B=.device
-export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1
+export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1 MLXCEL_AMDGPU_CLI=$PWD/$B/mlxcel-amdgpu
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 status=0
 run() { local name=$1; shift; echo "== $name: $*"; "$@" > "$OUT/$name.log" 2>&1; local rc=$?; tail -n 5 "$OUT/$name.log"; echo "rc=$rc"; [ $rc -eq 0 ] || status=1; }
