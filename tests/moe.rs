@@ -26,7 +26,7 @@ use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::moe::{
     self, MoeShape, QuantizedBuffers, QuantizedPointers, RoutedBuffers, RoutedPointers, check_expert_ids, scratch_bytes,
 };
-use mlxcel_amdgpu::kernels_device::geometry::moe::{MAX_COLS, QUAD_WORDS};
+use mlxcel_amdgpu::kernels_device::geometry::moe::{MAX_COLS, QUAD_WORDS, values_per_word as moe_values_per_word};
 use mlxcel_amdgpu::reference::moe::{MoeInputs, Quantized, dense_f32_reference, down, fc1_relu2, moe_inputs, routed};
 use mlxcel_amdgpu::reference::{self, metrics};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element, Error, Stream, with_element};
@@ -578,6 +578,31 @@ fn routed_forward_with_scratch_overlapping_out_is_refused<T: Element>(_: &Device
     assert!(matches!(err.root(), Error::InvalidArgument { .. }), "{}: x in the scratch: {err}", T::DTYPE);
 }
 
+/// A weight ending inside `act` (which fc1 writes before down reads the
+/// weights) or starting inside `part` (which down writes) is refused too.
+fn routed_forward_with_a_weight_in_the_scratch_is_refused<T: Element>(_: &Device) {
+    let p = routed_pointers();
+    let part = p.scratch + moe::part_offset(S.k, S.dff) as u64;
+    let into_act = |bytes: u64| p.scratch + 64 - bytes;
+    let w2_bytes = (S.n_experts * S.din * (S.dff / moe_values_per_word(S.bits))) as u64 * 4;
+    let cases = [
+        (
+            "w2 ending inside act",
+            RoutedPointers { w2: QuantizedPointers { w: into_act(w2_bytes), ..p.w2 }, ..p },
+            "`w2`",
+        ),
+        ("w1 starting inside part", RoutedPointers { w1: QuantizedPointers { w: part + 64, ..p.w1 }, ..p }, "`w1`"),
+    ];
+    for (what, ptrs, name) in cases {
+        let err = routed_refused::<T>(ptrs, S).unwrap_err();
+        assert!(
+            matches!(err.root(), Error::InvalidArgument { message, .. } if message.contains(name)),
+            "{} {what}: expected a refusal naming {name}, got {err}",
+            T::DTYPE
+        );
+    }
+}
+
 fn the_safe_wrappers_check_buffer_sizes() {
     type T = bf16;
     let dev = Device::cpu();
@@ -785,6 +810,10 @@ fn main() {
         .cpu_per_dtype(
             "routed_forward_with_scratch_overlapping_out_is_refused",
             typed!(routed_forward_with_scratch_overlapping_out_is_refused),
+        )
+        .cpu_per_dtype(
+            "routed_forward_with_a_weight_in_the_scratch_is_refused",
+            typed!(routed_forward_with_a_weight_in_the_scratch_is_refused),
         )
         .single("the_safe_wrappers_check_buffer_sizes", the_safe_wrappers_check_buffer_sizes)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))

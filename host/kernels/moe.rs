@@ -382,19 +382,29 @@ fn enqueue_routed(
     check_buffers(kernels[0].spec, &fc1.extents(), capacity)?;
     check_buffers(kernels[1].spec, &down.extents(), capacity)?;
     check_buffers(kernels[2].spec, &combine.extents(), capacity)?;
-    // The scratch must not overlap any input or the output either.
-    for (name, ptr, bytes) in [
-        ("x", p.x, shape.din as u64 * dtype.size() as u64),
-        ("out", p.out, shape.din as u64 * dtype.size() as u64),
-        ("idx", p.idx, shape.k as u64 * 4),
-        ("scores", p.scores, shape.k as u64 * 4),
-        ("status", p.status, if p.status == 0 { 0 } else { 4 }),
-    ] {
-        if bytes != 0 && ptr < p.scratch.saturating_add(need as u64) && p.scratch < ptr.saturating_add(bytes) {
-            return Err(Error::invalid(
-                "scratch",
-                format!("overlaps `{name}`; the scratch must be a buffer of its own"),
-            ));
+    // The scratch (act and part together) must not overlap any other buffer of
+    // the three launches: fc1 writes act and down writes part, so a weight,
+    // input or output inside either would be overwritten or read half-written.
+    // Sizes from the declarations' extents, which the checks above validated.
+    let scratch_end = p.scratch.saturating_add(need as u64);
+    let others = [
+        (kernels[0].spec, fc1.extents().to_vec()),
+        (kernels[1].spec, down.extents().to_vec()),
+        (kernels[2].spec, combine.extents().to_vec()),
+    ];
+    for (spec, extents) in &others {
+        for (param, extent) in spec.params.iter().zip(extents) {
+            let Some(e) = extent else { continue };
+            if matches!(e.name, "act" | "part") || e.ptr == 0 {
+                continue;
+            }
+            let bytes = e.elems.unwrap_or(u64::MAX).saturating_mul(param.elem_bytes as u64);
+            if bytes != 0 && e.ptr < scratch_end && p.scratch < e.ptr.saturating_add(bytes) {
+                return Err(Error::invalid(
+                    "scratch",
+                    format!("overlaps `{}`; the scratch must be a buffer of its own", e.name),
+                ));
+            }
         }
     }
     unsafe {
