@@ -190,7 +190,7 @@ mod tests {
     /// The exhaustive version of the spec: every f32 in [-17, 0) within 1 ulp and every f32 in
     /// (0, 17] within 1.5 ulp. About a minute; run with `--ignored`.
     #[test]
-    #[ignore]
+    #[ignore = "exhaustive, about a minute of CPU time; run with -- --ignored"]
     fn accuracy_exhaustive() {
         let threads: Vec<_> = (0..8u32)
             .map(|part| {
