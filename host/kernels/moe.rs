@@ -30,16 +30,9 @@
 //! [`part_offset`] (the end of `act` rounded up to 256 bytes). Nemotron, K = 6:
 //! 44,544 + 64,512 = 109,056 bytes.
 //!
-//! **Speed** (NVIDIA H200, CUDA backend, `bench_nemotron_bandwidth` in
-//! `tests/moe.rs`: Nemotron shape with all 128 experts, bf16, every launch on a
-//! different set of 6 experts so the weights come from HBM; microseconds per
-//! launch in a stream of back-to-back launches, where even the trivial
-//! `moe_combine` takes 3.3 us): 4 bits: fc1_relu2 13.9 us (16.9 MB, 1.2 TB/s),
-//! down 14.6 us, routed forward 31.6 us; 8 bits: fc1_relu2 15.8 us (31.9 MB,
-//! 2.0 TB/s), down 18.4 us. Same run: a device copy 4.26 TB/s, cuBLAS bf16
-//! GEMV of the same rows (4x the bytes) 3.2-3.3 TB/s. Twice the bytes at 8 bits
-//! cost only 13% more time, so these kernels are bound by instruction issue and
-//! latency (one row per wave, ~4 instructions per weight), not yet by bandwidth.
+//! **Speed.** These kernels are bound by instruction issue and latency (one
+//! row per wave, about four instructions per weight), not yet by bandwidth;
+//! the measurements that show it are in `docs/performance.md`.
 
 use kernels_device::geometry::moe::{
     BITS, COMBINE_WORKGROUP_SIZE, GROUP_SIZES, MAX_COLS, MAX_K, WORKGROUP_SIZE, values_per_word, workgroup_mem_bytes,
