@@ -28,7 +28,7 @@
 // moe_down. Finally a 1 GiB device-to-device cudaMemcpy: `copy GBps=<2*bytes/t>` (read+write,
 // GB = 1e9, median of 20).
 //
-// Build: nvcc -O3 -arch=sm_90 -o moe_gemv moe_gemv.cu
+// Build: nvcc -O3 -arch=sm_90 -o moe_gemv moe_gemv.cu  (with common.cuh beside it)
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -42,15 +42,8 @@
 #include <functional>
 #include <vector>
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", #call, __FILE__, __LINE__,       \
-                    cudaGetErrorString(err_));                                                \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "common.cuh"
+
 
 constexpr int kRowsPerBlock = 8;  // 8 warps = 256 threads
 
@@ -163,34 +156,6 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float lo, f
 
 // ---- host helpers -------------------------------------------------------------------------
 
-static std::vector<float> gen(uint64_t seed, size_t n, double scale, double offset) {
-    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;  // the spec's MMIX generator
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        double u = (double)(st >> 40) / 16777216.0;
-        v[i] = (float)((u * 2.0 - 1.0) * scale + offset);
-    }
-    return v;
-}
-static uint16_t f32_to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf16_bits_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct Timer {
     cudaEvent_t e0, e1;
     void* flush = nullptr;
@@ -213,13 +178,7 @@ struct Timer {
         std::vector<double> t;
         for (int i = 0; i < reps; ++i) {
             if (flush_l2) CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
-            CK(cudaEventRecord(e0));
-            f();
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            t.push_back(ms * 1e3);
+            t.push_back(event_ms(e0, e1, f) * 1e3);
         }
         CK(cudaGetLastError());
         return median(t);
