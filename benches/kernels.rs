@@ -10,6 +10,9 @@
 //! and the time of an empty kernel launch. Times are medians of event-timed
 //! repetitions. Prints a Markdown table; `--csv` prints CSV instead.
 
+#[path = "../tests/common/timing.rs"]
+mod timing;
+
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers};
@@ -38,20 +41,7 @@ fn median_ms(dev: &Device, reps: usize, inner: usize, mut f: impl FnMut() -> Res
     for _ in 0..3 {
         f().unwrap();
     }
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            dev.time(Stream::DEFAULT, || {
-                for _ in 0..inner {
-                    f()?;
-                }
-                Ok(())
-            })
-            .unwrap()
-                / inner as f64
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
+    timing::median_of_timed(dev, reps, inner, f)
 }
 
 /// A buffer of `v`, each value rounded to `T`.

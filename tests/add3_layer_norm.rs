@@ -50,6 +50,14 @@ struct Inputs<T> {
     bias: Option<DeviceBuffer<T>>,
 }
 
+impl<T> Inputs<T> {
+    /// The raw launch's pointers: these inputs (bias 0 when absent) and the given outputs.
+    fn pointers(&self, x_new: u64, h: u64) -> Add3Pointers {
+        let bias = self.bias.as_ref().map_or(0, |b| b.ptr());
+        Add3Pointers { a: self.a.ptr(), b: self.b.ptr(), x: self.x.ptr(), w: self.w.ptr(), bias, x_new, h }
+    }
+}
+
 fn upload_inputs<T: Element>(dev: &Device, inp: &data::Add3Inputs) -> Inputs<T> {
     Inputs {
         a: upload::<T>(dev, &inp.a),
@@ -140,18 +148,8 @@ fn negative_control_an_approximate_rsqrt_is_caught() {
 fn run_instance<T: Element>(dev: &Device, base: &str, inp: &data::Add3Inputs, rows: usize, d: usize) -> Outputs {
     let i = upload_inputs::<T>(dev, inp);
     let (x_new, h) = (sentinel::<T>(dev, rows * d), sentinel::<T>(dev, rows * d));
-    let args = Add3LayerNormArgs {
-        a: i.a.ptr(),
-        b: i.b.ptr(),
-        x: i.x.ptr(),
-        w: i.w.ptr(),
-        bias: i.bias.as_ref().map_or(0, |b| b.ptr()),
-        x_new: x_new.ptr(),
-        h: h.ptr(),
-        rows: rows as u32,
-        d: d as u32,
-        eps: EPS,
-    };
+    let Add3Pointers { a, b, x, w, bias, x_new: xn, h: hn } = i.pointers(x_new.ptr(), h.ptr());
+    let args = Add3LayerNormArgs { a, b, x, w, bias, x_new: xn, h: hn, rows: rows as u32, d: d as u32, eps: EPS };
     let kernel = dev.kernel(&kernels::symbol(base, T::DTYPE)).unwrap();
     unsafe { dev.launch(&kernel, add3_layer_norm::dims(rows as u32), &args.values(), Stream::DEFAULT) }.unwrap();
     Outputs { x_new: download_bits(&x_new), h: download_bits(&h) }
@@ -294,15 +292,7 @@ fn in_place_gives_the_out_of_place_bytes<T: Element, const XN: u8, const H: u8>(
             }
         }
         let (x_new, h) = (place(XN, &i, &own_x_new), place(H, &i, &own_h));
-        let p = Add3Pointers {
-            a: i.a.ptr(),
-            b: i.b.ptr(),
-            x: i.x.ptr(),
-            w: i.w.ptr(),
-            bias: i.bias.as_ref().map_or(0, |b| b.ptr()),
-            x_new: x_new.ptr(),
-            h: h.ptr(),
-        };
+        let p = i.pointers(x_new.ptr(), h.ptr());
         unsafe { add3_layer_norm::launch::<T>(dev, p, rows as u32, d as u32, EPS, Stream::DEFAULT) }.unwrap();
         let got = Outputs { x_new: download_bits(x_new), h: download_bits(h) };
         assert_eq!(got.x_new, want.x_new, "x_new differs from the out-of-place run: {what}");

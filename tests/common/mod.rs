@@ -18,6 +18,8 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element};
 
+pub mod timing;
+
 /// One backend of this machine: the device, or why it cannot run the kernels.
 pub struct Backend {
     pub kind: BackendKind,
@@ -177,6 +179,20 @@ impl Suite {
         }
         conclusion.exit()
     }
+}
+
+/// The devices of the GPU backends present (for the timings); prints
+/// `none_message` on stderr when there is none.
+pub fn gpu_devices(none_message: &str) -> Vec<Device> {
+    let gpus: Vec<Device> = backends()
+        .iter()
+        .filter(|b| b.kind != BackendKind::Cpu)
+        .filter_map(|b| b.device.as_ref().ok().cloned())
+        .collect();
+    if gpus.is_empty() {
+        eprintln!("{none_message}");
+    }
+    gpus
 }
 
 /// A buffer of `values`, each rounded to `T`.
