@@ -207,10 +207,10 @@ fn check_all<T: Element>(dev: &Device, inp: &MoeInputs, what: &str) -> (f64, f64
         &format!("routed_forward of {what}"),
     );
 
-    let dense = dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
+    let dense = dense_f32_reference(dtype, inp);
     let (nrms, nmax) = (metrics::nrms(&routed_out, &dense), metrics::nmax(&routed_out, &dense));
     assert!(nrms < 5e-4 && nmax < 2e-2, "routed of {what} vs dense: nrms {nrms:e} nmax {nmax:e}");
-    let model = routed(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
+    let model = routed(dtype, inp);
     let (mr, mm) = (metrics::nrms(&routed_out, &model), metrics::nmax(&routed_out, &model));
     assert!(mr < 5e-4 && mm < 2e-2, "routed of {what} vs reference::moe::routed: nrms {mr:e} nmax {mm:e}");
     eprintln!(
@@ -361,7 +361,7 @@ fn negative_control_a_fold_starting_at_8_fails_the_tolerance() {
     let dtype = Dtype::Bf16;
     for (din, dff, bits, n_experts) in [(2688, 1856, 4, 6), (512, 384, 8, 16)] {
         let inp = moe_inputs(dtype, din, dff, n_experts, 6, bits, 64, 4242);
-        let dense = dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
+        let dense = dense_f32_reference(dtype, &inp);
         let wrong = routed_folding_from_8(dtype, &inp);
         let (nrms, nmax) = (metrics::nrms(&wrong, &dense), metrics::nmax(&wrong, &dense));
         eprintln!("fold from 8, Din {din} Dff {dff} bits {bits}: nrms {nrms:.3} nmax {nmax:.3}");

@@ -4,6 +4,14 @@
 use crate::elf::{ELFOSABI_AMDGPU_HSA, EM_AMDGPU, NT_AMDGPU_METADATA};
 use object::elf;
 
+/// The message of `r`'s error; panics, naming `what`, when it succeeded.
+pub(crate) fn err_message<T: std::fmt::Debug>(what: &str, r: Result<T, crate::CodeObjectError>) -> String {
+    match r {
+        Ok(v) => panic!("{what} unexpectedly succeeded: {v:?}"),
+        Err(e) => e.0,
+    }
+}
+
 // --- A minimal MessagePack writer, so tests can choose the integer encoding.
 
 pub(crate) enum Mp {
