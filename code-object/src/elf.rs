@@ -259,11 +259,7 @@ fn descriptor_symbols(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Elf, encode, err_message, probe_elf, probe_metadata};
-
-    fn read_err(bytes: &[u8]) -> String {
-        err_message("read", read(bytes))
-    }
+    use crate::testutil::{Elf, encode, probe_elf, probe_metadata, read_err};
 
     #[test]
     fn reads_the_container_of_a_synthetic_object() {

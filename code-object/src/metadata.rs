@@ -145,9 +145,7 @@ fn parse_metadata(root: &Value) -> Result<Metadata, CodeObjectError> {
     };
 
     let kernels = match get(root, "amdhsa.kernels") {
-        Some(v) => v
-            .as_array()
-            .ok_or_else(|| CodeObjectError(format!("amdhsa.kernels is {}, expected an array", describe(v))))?
+        Some(v) => as_array(v, "amdhsa.kernels")?
             .iter()
             .enumerate()
             .map(|(i, k)| parse_kernel(i, k))
@@ -165,9 +163,7 @@ fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectErr
     let f = Fields { map, ctx: &ctx };
     let symbol = f.required(".symbol", to_string)?;
     let args = match get(map, ".args") {
-        Some(v) => v
-            .as_array()
-            .ok_or_else(|| CodeObjectError(format!("{ctx} .args is {}, expected an array", describe(v))))?
+        Some(v) => as_array(v, &format!("{ctx} .args"))?
             .iter()
             .enumerate()
             .map(|(i, a)| parse_arg(&ctx, i, a))
@@ -246,6 +242,13 @@ fn get<'v>(map: &'v [(Value, Value)], key: &str) -> Option<&'v Value> {
         .map(|(_, v)| v)
 }
 
+fn as_array<'v>(value: &'v Value, what: &str) -> Result<&'v [Value], CodeObjectError> {
+    value
+        .as_array()
+        .map(Vec::as_slice)
+        .ok_or_else(|| CodeObjectError(format!("{what} is {}, expected an array", describe(value))))
+}
+
 fn as_map<'v>(value: &'v Value, what: &str) -> Result<&'v [(Value, Value)], CodeObjectError> {
     value
         .as_map()
@@ -307,11 +310,7 @@ fn describe(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Mp, arg, encode, err_message, kernel_map, metadata_with, probe_args, probe_metadata};
-
-    fn decode_err(bytes: &[u8]) -> String {
-        err_message("decode", decode(bytes))
-    }
+    use crate::testutil::{Mp, arg, decode_err, encode, kernel_map, metadata_with, probe_args, probe_metadata};
 
     #[test]
     fn decodes_the_probe_metadata() {

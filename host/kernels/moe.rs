@@ -209,24 +209,18 @@ pub fn combine_dims(din: u32) -> LaunchDims {
     }
 }
 
-fn fc1_args(x: u64, idx: u64, w1: QuantizedPointers, act: u64, shape: &MoeShape, status: u64) -> MoeFc1Relu2Args {
-    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
-    let QuantizedPointers { w: w1, scales: s1, biases: b1 } = w1;
-    MoeFc1Relu2Args { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }
-}
+impl MoeShape {
+    fn fc1_args(&self, x: u64, idx: u64, w1: QuantizedPointers, act: u64, status: u64) -> MoeFc1Relu2Args {
+        let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
+        let QuantizedPointers { w: w1, scales: s1, biases: b1 } = w1;
+        MoeFc1Relu2Args { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }
+    }
 
-fn down_args(
-    idx: u64,
-    w2: QuantizedPointers,
-    act: u64,
-    scores: u64,
-    part: u64,
-    shape: &MoeShape,
-    status: u64,
-) -> MoeDownArgs {
-    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
-    let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
-    MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
+    fn down_args(&self, idx: u64, w2: QuantizedPointers, act: u64, scores: u64, part: u64, status: u64) -> MoeDownArgs {
+        let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
+        let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
+        MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
+    }
 }
 
 fn check_combine_shape(k: u32, din: u32) -> Result<()> {
@@ -281,7 +275,7 @@ pub unsafe fn fc1_relu2<T: Element>(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_fc1(device, T::DTYPE, fc1_args(x, idx, w1, act, shape, status), &[], stream)
+    enqueue_fc1(device, T::DTYPE, shape.fc1_args(x, idx, w1, act, status), &[], stream)
 }
 
 /// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k.
@@ -300,7 +294,7 @@ pub unsafe fn down<T: Element>(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_down(device, T::DTYPE, down_args(idx, w2, act, scores, part, shape, status), &[], stream)
+    enqueue_down(device, T::DTYPE, shape.down_args(idx, w2, act, scores, part, status), &[], stream)
 }
 
 /// `out[h] = T(sum_k part[k, h])`: the sum in f32 over k ascending, one rounding.
@@ -376,8 +370,8 @@ fn enqueue_routed(
     let part = p.scratch.checked_add(part_offset(shape.k, shape.dff) as u64).ok_or_else(|| {
         Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
     })?;
-    let fc1 = fc1_args(p.x, p.idx, p.w1, act, shape, p.status);
-    let down = down_args(p.idx, p.w2, act, p.scores, part, shape, p.status);
+    let fc1 = shape.fc1_args(p.x, p.idx, p.w1, act, p.status);
+    let down = shape.down_args(p.idx, p.w2, act, p.scores, part, p.status);
     let combine = MoeCombineArgs { part, out: p.out, k: shape.k, din: shape.din };
     check_buffers(kernels[0].spec, &fc1.extents(), capacity)?;
     check_buffers(kernels[1].spec, &down.extents(), capacity)?;
@@ -470,7 +464,7 @@ pub fn run_fc1_relu2<T: Element>(
         capacity.push(("status", bytes_of(s)));
         s.ptr()
     });
-    let args = fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), shape, status);
+    let args = shape.fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), status);
     enqueue_fc1(device, T::DTYPE, args, &capacity, stream)
 }
 
@@ -494,7 +488,7 @@ pub fn run_down<T: Element>(
         capacity.push(("status", bytes_of(s)));
         s.ptr()
     });
-    let args = down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), shape, status);
+    let args = shape.down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), status);
     enqueue_down(device, T::DTYPE, args, &capacity, stream)
 }
 

@@ -494,10 +494,9 @@ impl Backend for HipBackend {
     }
 
     unsafe fn launch(&self, call: Launch<'_>, stream: Stream) -> Result<()> {
-        let Some(function) = call.gpu_function("a CPU emulator function was given to the HIP backend")? else {
+        let Some((function, dims, args)) = call.gpu("a CPU emulator function was given to the HIP backend")? else {
             return Ok(());
         };
-        let (dims, args) = (call.dims, call.args);
         self.current()?;
         self.check_stream(stream)?;
         let mut size: usize = args.len();

@@ -96,15 +96,15 @@ pub(crate) struct Launch<'a> {
     pub args: &'a PackedArgs,
 }
 
-impl Launch<'_> {
-    /// The HIP or CUDA function handle, or `None` when the grid is empty and
-    /// there is nothing to launch; an emulator handle is refused with
-    /// `wrong_handle`.
-    pub(crate) fn gpu_function(&self, wrong_handle: &str) -> Result<Option<*mut c_void>> {
+impl<'a> Launch<'a> {
+    /// The HIP or CUDA function handle with the grid and the arguments, or
+    /// `None` when the grid is empty and there is nothing to launch; an
+    /// emulator handle is refused with `wrong_handle`.
+    pub(crate) fn gpu(self, wrong_handle: &str) -> Result<Option<(*mut c_void, LaunchDims, &'a PackedArgs)>> {
         let FunctionHandle::Gpu(function) = self.function else {
             return Err(Error::CodeObject(wrong_handle.into()));
         };
-        Ok(if self.dims.is_empty() { None } else { Some(function) })
+        Ok(if self.dims.is_empty() { None } else { Some((function, self.dims, self.args)) })
     }
 }
 
