@@ -635,25 +635,24 @@ fn timing_on_gpus() {
 }
 
 fn main() {
-    Suite::new()
-        .per_backend("f32_acceptance_matrix_is_within_1e_5", f32_acceptance_matrix_is_within_1e_5)
-        .per_backend("bf16_beats_the_op_by_op_graph", bf16_beats_the_op_by_op_graph)
-        .per_backend("f16_is_within_one_rounding", f16_is_within_one_rounding)
-        .per_backend_and_dtype("n_dm_and_l_off_the_multiples_of_8", typed!(n_dm_and_l_off_the_multiples_of_8))
-        .per_backend_and_dtype(
-            "state_carried_across_two_launches_equals_one_launch_bitwise",
-            typed!(state_carried_across_two_launches_equals_one_launch_bitwise),
-        )
-        .per_backend_and_dtype("in_place_state_equals_separate_buffers", typed!(in_place_state_equals_separate_buffers))
-        .per_backend_and_dtype("nan_and_infinity_follow_the_model", typed!(nan_and_infinity_follow_the_model))
-        .single("negative_control_a_fold_starting_at_8_fails_the_n32_test", negative_control_a_fold_starting_at_8_fails_the_n32_test)
-        .single("bad_shapes_are_refused_before_any_launch", bad_shapes_are_refused_before_any_launch)
-        .single("null_and_misaligned_pointers_are_refused_and_named", null_and_misaligned_pointers_are_refused_and_named)
-        .cpu_per_dtype("y_overlapping_x_is_refused_naming_both", typed!(y_overlapping_x_is_refused_naming_both))
-        .single("the_safe_wrapper_checks_every_buffer_size", the_safe_wrapper_checks_every_buffer_size)
-        .single("the_cpu_backend_refuses_a_stream", the_cpu_backend_refuses_a_stream)
-        .per_backend_and_dtype("availability_matches_the_launch_lookup", typed!(availability_matches_the_launch_lookup))
-        .per_backend("a_long_prefill_stays_within_1e_5", a_long_prefill_stays_within_1e_5)
+    let mut suite = Suite::new();
+    named_cases!(suite;
+        per_backend: f32_acceptance_matrix_is_within_1e_5, bf16_beats_the_op_by_op_graph, f16_is_within_one_rounding;
+        per_backend_and_dtype:
+            n_dm_and_l_off_the_multiples_of_8,
+            state_carried_across_two_launches_equals_one_launch_bitwise,
+            in_place_state_equals_separate_buffers,
+            nan_and_infinity_follow_the_model;
+        single:
+            negative_control_a_fold_starting_at_8_fails_the_n32_test,
+            bad_shapes_are_refused_before_any_launch,
+            null_and_misaligned_pointers_are_refused_and_named;
+        cpu_per_dtype: y_overlapping_x_is_refused_naming_both;
+        single: the_safe_wrapper_checks_every_buffer_size, the_cpu_backend_refuses_a_stream;
+        per_backend_and_dtype: availability_matches_the_launch_lookup;
+        per_backend: a_long_prefill_stays_within_1e_5;
+    );
+    suite
         .ignored(
             "timing_on_gpus",
             "GPU timing at the consumers' shapes; run with --ignored --nocapture on a machine with a GPU (release build)",

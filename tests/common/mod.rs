@@ -95,6 +95,40 @@ macro_rules! typed {
     };
 }
 
+/// [`typed!`] with const arguments after the element type: `case::<T, C...>`.
+#[macro_export]
+macro_rules! typed_with {
+    ($case:ident, $($c:expr),+) => {
+        [
+            (mlxcel_amdgpu::Dtype::F32, $case::<f32, $({ $c }),+> as fn(&mlxcel_amdgpu::Device)),
+            (mlxcel_amdgpu::Dtype::F16, $case::<mlxcel_amdgpu::half::f16, $({ $c }),+> as fn(&mlxcel_amdgpu::Device)),
+            (mlxcel_amdgpu::Dtype::Bf16, $case::<mlxcel_amdgpu::half::bf16, $({ $c }),+> as fn(&mlxcel_amdgpu::Device)),
+        ]
+    };
+}
+
+/// Registers cases under their functions' names, in order:
+/// `named_cases!(suite; per_backend: a, b; single: c; cpu_per_dtype: d;)` calls
+/// `suite.per_backend("a", a)`, ..., with [`typed!`] around the cases of the
+/// per-dtype methods.
+#[macro_export]
+macro_rules! named_cases {
+    ($suite:ident; $($method:ident: $($case:ident),+;)+) => {
+        $($( $suite.$method(stringify!($case), $crate::named_cases!(@case $method $case)); )+)+
+    };
+    (@case per_backend_and_dtype $case:ident) => { typed!($case) };
+    (@case cpu_per_dtype $case:ident) => { typed!($case) };
+    (@case $method:ident $case:ident) => { $case };
+}
+
+/// `suite.per_backend_and_dtype(name, typed_with!(case, C...))` for each `name => C...;`.
+#[macro_export]
+macro_rules! typed_with_cases {
+    ($suite:ident, $case:ident; $($name:literal => $($c:expr),+;)+) => {
+        $( $suite.per_backend_and_dtype($name, typed_with!($case, $($c),+)); )+
+    };
+}
+
 impl Suite {
     pub fn new() -> Suite {
         Suite::default()
