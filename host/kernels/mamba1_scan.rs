@@ -11,7 +11,7 @@ use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_SIZE, ch
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 
-use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -139,17 +139,13 @@ fn args(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Mamba1ScanArg
 }
 
 /// Checks the shape, then launches.
-fn enqueue_checked(
-    device: &Device,
-    dtype: Dtype,
-    args: Mamba1ScanArgs,
-    capacity: Capacity,
-    stream: Stream,
-) -> Result<()> {
-    let kernel = kernel_for(device, KERNEL, dtype)?;
-    let Mamba1ScanArgs { batch, len, dm, n, .. } = args;
-    sizes(dtype, batch, len, dm, n)?;
-    unsafe { enqueue(device, &kernel, dims(batch, dm, n), &args.values(), &args.extents(), capacity, stream) }
+impl CheckedArgs for Mamba1ScanArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, KERNEL, dtype)?;
+        let Mamba1ScanArgs { batch, len, dm, n, .. } = self;
+        sizes(dtype, batch, len, dm, n)?;
+        unsafe { enqueue(device, &kernel, dims(batch, dm, n), &self.values(), &self.extents(), capacity, stream) }
+    }
 }
 
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
@@ -169,7 +165,7 @@ pub unsafe fn launch<T: Element>(
     n: u32,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_checked(device, T::DTYPE, args(p, batch, len, dm, n), &[], stream)
+    args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// Typed buffers of one [`run`]: `a`, `state_in` and `state_out` hold f32, the
@@ -220,5 +216,5 @@ pub fn run<T: Element>(
         y: bufs.y.ptr(),
         state_out,
     };
-    enqueue_checked(device, T::DTYPE, args(p, batch, len, dm, n), &capacity, stream)
+    args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

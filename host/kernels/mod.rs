@@ -35,6 +35,14 @@ pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<Ke
 /// The bytes a safe wrapper's buffer holds, by argument name.
 pub(crate) type Capacity<'a> = &'a [(&'static str, usize)];
 
+/// A kernel family's arguments, checked and enqueued by its module.
+pub(crate) trait CheckedArgs {
+    /// Checks the arguments (scalars, shape, then the pointers against the
+    /// declaration and `capacity`) and enqueues the instance for `dtype`;
+    /// nothing is enqueued where there is nothing to do.
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()>;
+}
+
 /// The byte size of a typed buffer, for [`Capacity`].
 pub(crate) fn bytes_of<T>(buf: &DeviceBuffer<T>) -> usize {
     buf.len() * size_of::<T>()

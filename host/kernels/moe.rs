@@ -48,7 +48,7 @@ use kernels_device::geometry::moe::{
 
 pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args};
 
-use super::{Capacity, bytes_of, check_buffers, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, bytes_of, check_buffers, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
@@ -233,30 +233,31 @@ fn check_combine_shape(k: u32, din: u32) -> Result<()> {
     Ok(())
 }
 
-fn enqueue_fc1(device: &Device, dtype: Dtype, args: MoeFc1Relu2Args, capacity: Capacity, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, FC1_KERNEL, dtype)?;
-    let shape = MoeShape::of_fc1(&args);
-    shape.validate()?;
-    unsafe { enqueue(device, &kernel, fc1_dims(&shape), &args.values(), &args.extents(), capacity, stream) }
+/// The checked enqueue of fc1 and down: the kernel looked up, then the shape validated.
+macro_rules! checked_gemv {
+    ($($args:ty => $base:ident, $shape_of:ident, $dims:ident;)+) => {$(
+        impl CheckedArgs for $args {
+            fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+                let kernel = kernel_for(device, $base, dtype)?;
+                let shape = MoeShape::$shape_of(&self);
+                shape.validate()?;
+                unsafe { enqueue(device, &kernel, $dims(&shape), &self.values(), &self.extents(), capacity, stream) }
+            }
+        }
+    )+};
 }
 
-fn enqueue_down(device: &Device, dtype: Dtype, args: MoeDownArgs, capacity: Capacity, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, DOWN_KERNEL, dtype)?;
-    let shape = MoeShape::of_down(&args);
-    shape.validate()?;
-    unsafe { enqueue(device, &kernel, down_dims(&shape), &args.values(), &args.extents(), capacity, stream) }
+checked_gemv! {
+    MoeFc1Relu2Args => FC1_KERNEL, of_fc1, fc1_dims;
+    MoeDownArgs => DOWN_KERNEL, of_down, down_dims;
 }
 
-fn enqueue_combine(
-    device: &Device,
-    dtype: Dtype,
-    args: MoeCombineArgs,
-    capacity: Capacity,
-    stream: Stream,
-) -> Result<()> {
-    let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
-    check_combine_shape(args.k, args.din)?;
-    unsafe { enqueue(device, &kernel, combine_dims(args.din), &args.values(), &args.extents(), capacity, stream) }
+impl CheckedArgs for MoeCombineArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
+        check_combine_shape(self.k, self.din)?;
+        unsafe { enqueue(device, &kernel, combine_dims(self.din), &self.values(), &self.extents(), capacity, stream) }
+    }
 }
 
 /// `act[k, f] = relu(sum_i x[i] * w1[idx[k], f, i])^2` (f32) for every slot k.
@@ -275,7 +276,7 @@ pub unsafe fn fc1_relu2<T: Element>(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_fc1(device, T::DTYPE, shape.fc1_args(x, idx, w1, act, status), &[], stream)
+    shape.fc1_args(x, idx, w1, act, status).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k.
@@ -294,7 +295,7 @@ pub unsafe fn down<T: Element>(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_down(device, T::DTYPE, shape.down_args(idx, w2, act, scores, part, status), &[], stream)
+    shape.down_args(idx, w2, act, scores, part, status).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// `out[h] = T(sum_k part[k, h])`: the sum in f32 over k ascending, one rounding.
@@ -309,7 +310,7 @@ pub unsafe fn combine<T: Element>(
     din: u32,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_combine(device, T::DTYPE, MoeCombineArgs { part, out, k, din }, &[], stream)
+    MoeCombineArgs { part, out, k, din }.enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// Bytes of the f32 scratch of [`routed_forward`]: `act [K, Dff]` at offset 0,
@@ -465,7 +466,7 @@ pub fn run_fc1_relu2<T: Element>(
         s.ptr()
     });
     let args = shape.fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), status);
-    enqueue_fc1(device, T::DTYPE, args, &capacity, stream)
+    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// [`down`] over typed buffers, checking their sizes.
@@ -489,7 +490,7 @@ pub fn run_down<T: Element>(
         s.ptr()
     });
     let args = shape.down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), status);
-    enqueue_down(device, T::DTYPE, args, &capacity, stream)
+    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// [`combine`] over typed buffers, checking their sizes.
@@ -502,7 +503,7 @@ pub fn run_combine<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let capacity = [("part", bytes_of(part)), ("out", bytes_of(out))];
-    enqueue_combine(device, T::DTYPE, MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }, &capacity, stream)
+    MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// The typed buffers of one [`run_routed_forward`].

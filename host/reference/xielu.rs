@@ -83,6 +83,15 @@ mod tests {
     use super::super::{is_nan_bits, store};
     use super::*;
 
+    /// For each dtype: the acceptance inputs and the model's results on them.
+    fn acceptance_cases() -> impl Iterator<Item = (Dtype, Vec<f32>, Vec<f32>)> {
+        Dtype::ALL.into_iter().map(|dtype| {
+            let x = xielu_acceptance_inputs(dtype);
+            let model = xielu(dtype, &x, ALPHA_P, ALPHA_N, BETA, EPS);
+            (dtype, x, model)
+        })
+    }
+
     /// `got` within section 1's budget of `want` (printed, labelled `what`), but for
     /// bf16's nmax, which is allowed up to `bf16_nmax`.
     fn assert_within_budget(dtype: Dtype, got: &[f32], want: &[impl Copy + Into<f64>], what: &str, bf16_nmax: f64) {
@@ -100,9 +109,7 @@ mod tests {
     /// not to exact math.
     #[test]
     fn within_tolerance_of_f64() {
-        for dtype in Dtype::ALL {
-            let x = xielu_acceptance_inputs(dtype);
-            let got = xielu(dtype, &x, ALPHA_P, ALPHA_N, BETA, EPS);
+        for (dtype, x, got) in acceptance_cases() {
             let want = xielu_f64(&x, ALPHA_P, ALPHA_N, BETA, EPS);
             assert_within_budget(dtype, &got, &want, "vs f64", 0.1);
         }
@@ -114,9 +121,7 @@ mod tests {
     /// paths that round like the model (see the report in the module's tests).
     #[test]
     fn single_rounding_path_within_budget() {
-        for dtype in Dtype::ALL {
-            let x = xielu_acceptance_inputs(dtype);
-            let want = xielu(dtype, &x, ALPHA_P, ALPHA_N, BETA, EPS);
+        for (dtype, x, want) in acceptance_cases() {
             let r = |v: f32| round(dtype, v);
             let (ap, an, be, ep) = (r(ALPHA_P), r(ALPHA_N), r(BETA), r(EPS));
             let got: Vec<f32> = x
@@ -133,9 +138,7 @@ mod tests {
     #[test]
     fn negative_control_detected() {
         // alpha_n swapped into the positive branch.
-        for dtype in Dtype::ALL {
-            let x = xielu_acceptance_inputs(dtype);
-            let good = xielu(dtype, &x, ALPHA_P, ALPHA_N, BETA, EPS);
+        for (dtype, x, good) in acceptance_cases() {
             let bad = xielu(dtype, &x, ALPHA_N, ALPHA_N, BETA, EPS);
             let r = nrms(&bad, &good);
             println!("xielu {} negative control: nrms {r:.3}", dtype.name());
