@@ -82,6 +82,19 @@ __device__ __forceinline__ float qrow_dot(const uint32_t* __restrict__ wrow,
     return warp_sum(acc);
 }
 
+// Row `r` of slot blockIdx.z's expert in a quantized [E, rows, cols] matrix, dotted with v (as
+// qrow_dot). An expert id >= E is clamped (the host checks the ids before launching).
+template <int BITS, class LoadV>
+__device__ __forceinline__ float expert_row_dot(const uint32_t* __restrict__ idx, const uint32_t* __restrict__ w,
+                                                const __nv_bfloat16* __restrict__ s,
+                                                const __nv_bfloat16* __restrict__ b, int r, int rows, int cols,
+                                                int E, int gs, int lane, LoadV load_v) {
+    const uint32_t e = min(idx[blockIdx.z], (uint32_t)(E - 1));
+    const size_t row = (size_t)e * rows + r;
+    const int wpr = cols * BITS / 32, gpr = cols / gs;
+    return qrow_dot<BITS>(w + row * wpr, s + row * gpr, b + row * gpr, cols, gs, lane, load_v);
+}
+
 template <int BITS>
 __global__ void __launch_bounds__(256)
 moe_fc1_relu2(const __nv_bfloat16* __restrict__ x,   // [Din]
@@ -95,11 +108,8 @@ moe_fc1_relu2(const __nv_bfloat16* __restrict__ x,   // [Din]
     const int f = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     const int k = blockIdx.z;
     if (f >= Dff) return;
-    const uint32_t e = min(idx[k], (uint32_t)(E - 1));
-    const size_t row = (size_t)e * Dff + f;
-    const int wpr = Din * BITS / 32, gpr = Din / gs;
-    float dot = qrow_dot<BITS>(w1 + row * wpr, s1 + row * gpr, b1 + row * gpr, Din, gs, lane,
-                               [&](int i) { return __bfloat162float(x[i]); });
+    float dot = expert_row_dot<BITS>(idx, w1, s1, b1, f, Dff, Din, E, gs, lane,
+                                     [&](int i) { return __bfloat162float(x[i]); });
     if (lane == 0) {
         const float r = fmaxf(dot, 0.0f);
         act[(size_t)k * Dff + f] = r * r;
@@ -120,12 +130,8 @@ moe_down(const uint32_t* __restrict__ idx,      // [K]
     const int h = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     const int k = blockIdx.z;
     if (h >= Din) return;
-    const uint32_t e = min(idx[k], (uint32_t)(E - 1));
-    const size_t row = (size_t)e * Din + h;
-    const int wpr = Dff * BITS / 32, gpr = Dff / gs;
     const float* a = act + (size_t)k * Dff;
-    float dot = qrow_dot<BITS>(w2 + row * wpr, s2 + row * gpr, b2 + row * gpr, Dff, gs, lane,
-                               [&](int i) { return a[i]; });
+    float dot = expert_row_dot<BITS>(idx, w2, s2, b2, h, Din, Dff, E, gs, lane, [&](int i) { return a[i]; });
     if (lane == 0) part[(size_t)k * Din + h] = scores[k] * dot;
 }
 
