@@ -136,25 +136,10 @@ pub fn run<T: Element>(
     eps: f32,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![
-        ("a", bytes_of(bufs.a)),
-        ("b", bytes_of(bufs.b)),
-        ("x", bytes_of(bufs.x)),
-        ("w", bytes_of(bufs.w)),
-        ("x_new", bytes_of(bufs.x_new)),
-        ("h", bytes_of(bufs.h)),
-    ];
+    let mut capacity = capacity_of!(bufs: a, b, x, w, x_new, h).to_vec();
     if let Some(bias) = bufs.bias {
         capacity.push(("bias", bytes_of(bias)));
     }
-    let p = Add3Pointers {
-        a: bufs.a.ptr(),
-        b: bufs.b.ptr(),
-        x: bufs.x.ptr(),
-        w: bufs.w.ptr(),
-        bias: bufs.bias.map_or(0, |b| b.ptr()),
-        x_new: bufs.x_new.ptr(),
-        h: bufs.h.ptr(),
-    };
+    let p = pointers_of!(Add3Pointers { bufs: a, b, x, w, x_new, h; bias: bufs.bias.map_or(0, |b| b.ptr()) });
     args(p, rows, d, eps).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

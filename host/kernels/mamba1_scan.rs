@@ -194,27 +194,10 @@ pub fn run<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let state_out = bufs.state_out.ptr();
-    let capacity = [
-        ("x", bytes_of(bufs.x)),
-        ("dt", bytes_of(bufs.dt)),
-        ("bm", bytes_of(bufs.bm)),
-        ("cm", bytes_of(bufs.cm)),
-        ("a", bytes_of(bufs.a)),
-        ("dskip", bytes_of(bufs.dskip)),
-        ("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)),
-        ("y", bytes_of(bufs.y)),
-        ("state_out", bytes_of(bufs.state_out)),
-    ];
-    let p = ScanPointers {
-        x: bufs.x.ptr(),
-        dt: bufs.dt.ptr(),
-        bm: bufs.bm.ptr(),
-        cm: bufs.cm.ptr(),
-        a: bufs.a.ptr(),
-        dskip: bufs.dskip.ptr(),
-        state_in: bufs.state_in.map_or(state_out, |s| s.ptr()),
-        y: bufs.y.ptr(),
-        state_out,
-    };
+    let mut capacity = capacity_of!(bufs: x, dt, bm, cm, a, dskip).to_vec();
+    capacity.push(("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)));
+    capacity.extend(capacity_of!(bufs: y, state_out));
+    let state_in = bufs.state_in.map_or(state_out, |s| s.ptr());
+    let p = pointers_of!(ScanPointers { bufs: x, dt, bm, cm, a, dskip, y; state_in, state_out });
     args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

@@ -10,6 +10,23 @@
 //! safe `run` wrappers take typed [`crate::DeviceBuffer`]s and check those
 //! sizes too.
 
+/// `[("a", bytes_of(bufs.a)), ...]`: the [`Capacity`] entries of the named
+/// buffers of a safe wrapper's `bufs`, each under its field's (= argument's) name.
+macro_rules! capacity_of {
+    ($bufs:ident: $($field:ident),+ $(,)?) => {
+        [$((stringify!($field), $crate::kernels::bytes_of($bufs.$field))),+]
+    };
+}
+
+/// `Ty { a: bufs.a.ptr(), ..., other: value, ... }`: a safe wrapper's pointer
+/// set, from the named buffers of its `bufs` and the other fields' values
+/// (`other` alone: the local of that name).
+macro_rules! pointers_of {
+    ($ty:ident { $bufs:ident: $($field:ident),+; $($other:ident $(: $value:expr)?),* $(,)? }) => {
+        $ty { $($field: $bufs.$field.ptr(),)+ $($other $(: $value)?),* }
+    };
+}
+
 pub mod add3_layer_norm;
 pub mod mamba1_scan;
 pub mod moe;

@@ -526,28 +526,14 @@ pub fn run_routed_forward<T: Element>(
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![
-        ("x", bytes_of(bufs.x)),
-        ("idx", bytes_of(bufs.idx)),
-        ("scores", bytes_of(bufs.scores)),
-        ("out", bytes_of(bufs.out)),
-    ];
+    let mut capacity = capacity_of!(bufs: x, idx, scores, out).to_vec();
     capacity.extend(bufs.w1.capacity(["w1", "s1", "b1"]));
     capacity.extend(bufs.w2.capacity(["w2", "s2", "b2"]));
     let status = bufs.status.map_or(0, |s| {
         capacity.push(("status", bytes_of(s)));
         s.ptr()
     });
-    let p = RoutedPointers {
-        x: bufs.x.ptr(),
-        idx: bufs.idx.ptr(),
-        scores: bufs.scores.ptr(),
-        w1: bufs.w1.pointers(),
-        w2: bufs.w2.pointers(),
-        out: bufs.out.ptr(),
-        scratch: bufs.scratch.ptr(),
-        scratch_len: bufs.scratch.len(),
-        status,
-    };
+    let (w1, w2, scratch_len) = (bufs.w1.pointers(), bufs.w2.pointers(), bufs.scratch.len());
+    let p = pointers_of!(RoutedPointers { bufs: x, idx, scores, out, scratch; w1, w2, scratch_len, status });
     enqueue_routed(device, T::DTYPE, p, shape, &capacity, stream)
 }
