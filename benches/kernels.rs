@@ -10,6 +10,9 @@
 //! and the time of an empty kernel launch. Times are medians of event-timed
 //! repetitions. Prints a Markdown table; `--csv` prints CSV instead.
 
+#[path = "../tests/common/timing.rs"]
+mod timing;
+
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers};
@@ -32,26 +35,20 @@ struct Row {
     note: String,
 }
 
+impl Row {
+    /// A measured row without a note: `millis` per call, moving `bytes`.
+    fn timed(kernel: String, shape: String, millis: f64, bytes: f64) -> Row {
+        Row { kernel, shape, micros: millis * 1e3, bytes, note: String::new() }
+    }
+}
+
 /// Median milliseconds of one call of `f`, each repetition timed with events
 /// around `inner` back-to-back calls.
 fn median_ms(dev: &Device, reps: usize, inner: usize, mut f: impl FnMut() -> Result<()>) -> f64 {
     for _ in 0..3 {
         f().unwrap();
     }
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            dev.time(Stream::DEFAULT, || {
-                for _ in 0..inner {
-                    f()?;
-                }
-                Ok(())
-            })
-            .unwrap()
-                / inner as f64
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
+    timing::median_of_timed(dev, reps, inner, f)
 }
 
 /// A buffer of `v`, each value rounded to `T`.
@@ -117,13 +114,7 @@ fn bench_xielu<T: Element>(dev: &Device, rows: &mut Vec<Row>, n: usize) {
     let mut out = dev.alloc::<T>(n).unwrap();
     let p = XieluParams::APERTUS;
     let ms = median_ms(dev, 20, 10, || xielu::run(dev, &input, &mut out, n, p, Stream::DEFAULT));
-    rows.push(Row {
-        kernel: format!("xielu {dtype}"),
-        shape: format!("n={n}"),
-        micros: ms * 1e3,
-        bytes: (2 * n * dtype.size()) as f64,
-        note: String::new(),
-    });
+    rows.push(Row::timed(format!("xielu {dtype}"), format!("n={n}"), ms, (2 * n * dtype.size()) as f64));
 }
 
 fn bench_add3<T: Element>(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d: usize) {
@@ -139,13 +130,7 @@ fn bench_add3<T: Element>(dev: &Device, rows_out: &mut Vec<Row>, rows: usize, d:
         add3_layer_norm::run(dev, bufs, rows as u32, d as u32, 1e-5, Stream::DEFAULT)
     });
     let bytes = ((5 * rows * d + 2 * d) * dtype.size()) as f64;
-    rows_out.push(Row {
-        kernel: format!("add3_layer_norm {dtype}"),
-        shape: format!("rows={rows} D={d}"),
-        micros: ms * 1e3,
-        bytes,
-        note: String::new(),
-    });
+    rows_out.push(Row::timed(format!("add3_layer_norm {dtype}"), format!("rows={rows} D={d}"), ms, bytes));
 }
 
 fn bench_mamba<T: Element>(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: usize) {
@@ -175,13 +160,7 @@ fn bench_mamba<T: Element>(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: us
         mamba1_scan::launch::<T>(dev, p, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
     });
     let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + dm * n * 4 * 3) as f64;
-    rows.push(Row {
-        kernel: format!("mamba1_scan {dtype}"),
-        shape: format!("B=1 Dm={dm} N={n} L={len}"),
-        micros: ms * 1e3,
-        bytes,
-        note: String::new(),
-    });
+    rows.push(Row::timed(format!("mamba1_scan {dtype}"), format!("B=1 Dm={dm} N={n} L={len}"), ms, bytes));
 }
 
 /// A deterministic pseudo-random fill (splitmix64), for buffers too large to quantize on the host.
@@ -248,23 +227,21 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
     let fc1 = median_ms(dev, 30, 10, || unsafe {
         moe::fc1_relu2::<T>(dev, x.ptr(), next_idx(), q1, act, &shape, status.ptr(), Stream::DEFAULT)
     });
-    rows.push(Row {
-        kernel: format!("moe_fc1_relu2 {dtype}"),
-        shape: format!("Nemotron bits={bits}"),
-        micros: fc1 * 1e3,
-        bytes: matrix_bytes(shape.dff, shape.din),
-        note: String::new(),
-    });
+    rows.push(Row::timed(
+        format!("moe_fc1_relu2 {dtype}"),
+        format!("Nemotron bits={bits}"),
+        fc1,
+        matrix_bytes(shape.dff, shape.din),
+    ));
     let down = median_ms(dev, 30, 10, || unsafe {
         moe::down::<T>(dev, next_idx(), q2, act, scores.ptr(), part, &shape, status.ptr(), Stream::DEFAULT)
     });
-    rows.push(Row {
-        kernel: format!("moe_down {dtype}"),
-        shape: format!("Nemotron bits={bits}"),
-        micros: down * 1e3,
-        bytes: matrix_bytes(shape.din, shape.dff),
-        note: String::new(),
-    });
+    rows.push(Row::timed(
+        format!("moe_down {dtype}"),
+        format!("Nemotron bits={bits}"),
+        down,
+        matrix_bytes(shape.din, shape.dff),
+    ));
     let p = |idx: u64| moe::RoutedPointers {
         x: x.ptr(),
         idx,
@@ -279,13 +256,7 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
     let routed =
         median_ms(dev, 30, 10, || unsafe { moe::routed_forward::<T>(dev, p(next_idx()), &shape, Stream::DEFAULT) });
     let bytes = matrix_bytes(shape.dff, shape.din) + matrix_bytes(shape.din, shape.dff);
-    rows.push(Row {
-        kernel: format!("moe routed forward {dtype}"),
-        shape: format!("Nemotron bits={bits}"),
-        micros: routed * 1e3,
-        bytes,
-        note: String::new(),
-    });
+    rows.push(Row::timed(format!("moe routed forward {dtype}"), format!("Nemotron bits={bits}"), routed, bytes));
     assert_eq!(status.download().unwrap()[0], 0, "no expert id was out of range");
     let fc1_bytes = matrix_bytes(shape.dff, shape.din) as usize;
     let short = short_copy_bandwidth(dev, fc1_bytes);

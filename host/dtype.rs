@@ -69,30 +69,24 @@ impl Element for f32 {
         self.to_bits()
     }
 }
-impl Element for half::f16 {
-    const DTYPE: Dtype = Dtype::F16;
-    fn from_f32(v: f32) -> Self {
-        half::f16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        half::f16::to_f32(self)
-    }
-    fn to_bits_u32(self) -> u32 {
-        self.to_bits() as u32
-    }
+/// The 16-bit elements, through the `half` crate's conversions.
+macro_rules! half_element {
+    ($($t:ident => $dtype:ident),*) => {$(
+        impl Element for half::$t {
+            const DTYPE: Dtype = Dtype::$dtype;
+            fn from_f32(v: f32) -> Self {
+                half::$t::from_f32(v)
+            }
+            fn to_f32(self) -> f32 {
+                half::$t::to_f32(self)
+            }
+            fn to_bits_u32(self) -> u32 {
+                self.to_bits() as u32
+            }
+        }
+    )*};
 }
-impl Element for half::bf16 {
-    const DTYPE: Dtype = Dtype::Bf16;
-    fn from_f32(v: f32) -> Self {
-        half::bf16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        half::bf16::to_f32(self)
-    }
-    fn to_bits_u32(self) -> u32 {
-        self.to_bits() as u32
-    }
-}
+half_element!(f16 => F16, bf16 => Bf16);
 
 mod sealed {
     pub trait Sealed {}

@@ -15,18 +15,6 @@ use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Error, Stream, w
 
 const EPS: f32 = 1e-5;
 
-/// `case::<f32, C..>`, `case::<f16, C..>`, `case::<bf16, C..>` for a case with
-/// const parameters (the harness takes plain function pointers).
-macro_rules! typed_with {
-    ($case:ident, $($c:expr),+) => {
-        [
-            (Dtype::F32, $case::<f32, $({ $c }),+> as fn(&Device)),
-            (Dtype::F16, $case::<mlxcel_amdgpu::half::f16, $({ $c }),+> as fn(&Device)),
-            (Dtype::Bf16, $case::<mlxcel_amdgpu::half::bf16, $({ $c }),+> as fn(&Device)),
-        ]
-    };
-}
-
 /// Expects `InvalidArgument` for `argument` and returns its message.
 fn invalid(err: Error, argument: &str) -> String {
     match err {
@@ -48,6 +36,14 @@ struct Inputs<T> {
     x: DeviceBuffer<T>,
     w: DeviceBuffer<T>,
     bias: Option<DeviceBuffer<T>>,
+}
+
+impl<T> Inputs<T> {
+    /// The raw launch's pointers: these inputs (bias 0 when absent) and the given outputs.
+    fn pointers(&self, x_new: u64, h: u64) -> Add3Pointers {
+        let bias = self.bias.as_ref().map_or(0, |b| b.ptr());
+        Add3Pointers { a: self.a.ptr(), b: self.b.ptr(), x: self.x.ptr(), w: self.w.ptr(), bias, x_new, h }
+    }
 }
 
 fn upload_inputs<T: Element>(dev: &Device, inp: &data::Add3Inputs) -> Inputs<T> {
@@ -113,7 +109,7 @@ fn negative_control_an_approximate_rsqrt_is_caught() {
         let inp = data::add3_inputs(case.dtype, case.rows, case.d, case.bias, 100 + n as u64);
         let got = with_element!(case.dtype, T => run_kernel::<T>(&dev, &inp, case.rows, case.d));
         let x_new = layer_norm::add3(case.dtype, &inp.a, &inp.b, &inp.x);
-        let wrong = layer_norm::layer_norm_with_rsqrt(
+        let wrong = layer_norm::layer_norm(
             case.dtype,
             &x_new,
             &inp.w,
@@ -140,18 +136,8 @@ fn negative_control_an_approximate_rsqrt_is_caught() {
 fn run_instance<T: Element>(dev: &Device, base: &str, inp: &data::Add3Inputs, rows: usize, d: usize) -> Outputs {
     let i = upload_inputs::<T>(dev, inp);
     let (x_new, h) = (sentinel::<T>(dev, rows * d), sentinel::<T>(dev, rows * d));
-    let args = Add3LayerNormArgs {
-        a: i.a.ptr(),
-        b: i.b.ptr(),
-        x: i.x.ptr(),
-        w: i.w.ptr(),
-        bias: i.bias.as_ref().map_or(0, |b| b.ptr()),
-        x_new: x_new.ptr(),
-        h: h.ptr(),
-        rows: rows as u32,
-        d: d as u32,
-        eps: EPS,
-    };
+    let Add3Pointers { a, b, x, w, bias, x_new: xn, h: hn } = i.pointers(x_new.ptr(), h.ptr());
+    let args = Add3LayerNormArgs { a, b, x, w, bias, x_new: xn, h: hn, rows: rows as u32, d: d as u32, eps: EPS };
     let kernel = dev.kernel(&kernels::symbol(base, T::DTYPE)).unwrap();
     unsafe { dev.launch(&kernel, add3_layer_norm::dims(rows as u32), &args.values(), Stream::DEFAULT) }.unwrap();
     Outputs { x_new: download_bits(&x_new), h: download_bits(&h) }
@@ -294,15 +280,7 @@ fn in_place_gives_the_out_of_place_bytes<T: Element, const XN: u8, const H: u8>(
             }
         }
         let (x_new, h) = (place(XN, &i, &own_x_new), place(H, &i, &own_h));
-        let p = Add3Pointers {
-            a: i.a.ptr(),
-            b: i.b.ptr(),
-            x: i.x.ptr(),
-            w: i.w.ptr(),
-            bias: i.bias.as_ref().map_or(0, |b| b.ptr()),
-            x_new: x_new.ptr(),
-            h: h.ptr(),
-        };
+        let p = i.pointers(x_new.ptr(), h.ptr());
         unsafe { add3_layer_norm::launch::<T>(dev, p, rows as u32, d as u32, EPS, Stream::DEFAULT) }.unwrap();
         let got = Outputs { x_new: download_bits(x_new), h: download_bits(h) };
         assert_eq!(got.x_new, want.x_new, "x_new differs from the out-of-place run: {what}");
@@ -522,42 +500,30 @@ fn main() {
         the_short_instance_writes_nothing_for_a_longer_row,
     );
     random_shapes!(suite; 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10);
-    suite
-        .per_backend_and_dtype("nan_inf_and_signed_zero_rows", typed!(nan_inf_and_signed_zero_rows))
-        .per_backend_and_dtype("huge_weights_and_bias_round_exactly", typed!(huge_weights_and_bias_round_exactly));
+    named_cases!(suite; per_backend_and_dtype: nan_inf_and_signed_zero_rows, huge_weights_and_bias_round_exactly;);
     in_place_cases!(suite;
         OVER_A, OWN; OVER_B, OWN; OVER_X, OWN;
         OWN, OVER_A; OWN, OVER_B; OWN, OVER_X;
         OVER_A, OVER_B; OVER_A, OVER_X; OVER_B, OVER_A; OVER_B, OVER_X; OVER_X, OVER_A; OVER_X, OVER_B;
     );
-    suite
-        .per_backend_and_dtype(
-            "x_new_equal_to_h_is_refused",
-            typed_with!(a_refused_aliasing_names_both_and_writes_nothing, XNEW_IS_H),
-        )
-        .per_backend_and_dtype(
-            "x_new_one_element_into_a_is_refused",
-            typed_with!(a_refused_aliasing_names_both_and_writes_nothing, XNEW_PAST_A),
-        )
-        .per_backend_and_dtype(
-            "h_one_element_into_x_is_refused",
-            typed_with!(a_refused_aliasing_names_both_and_writes_nothing, H_PAST_X),
-        )
-        .per_backend_and_dtype(
-            "h_equal_to_w_is_refused",
-            typed_with!(a_refused_aliasing_names_both_and_writes_nothing, H_OVER_W),
-        )
-        .single("a_row_too_long_is_refused::bf16", a_row_too_long_is_refused)
-        .cpu_per_dtype("d_zero_is_refused_and_the_message_says_why", typed!(d_zero_is_refused_and_the_message_says_why))
-        .cpu_per_dtype(
-            "a_nan_eps_is_refused_and_the_message_says_nan",
-            typed!(a_nan_eps_is_refused_and_the_message_says_nan),
-        )
-        .single("a_misaligned_w_is_refused::f32", a_misaligned_w_is_refused)
-        .cpu_per_dtype("a_null_h_is_refused", typed!(a_null_h_is_refused))
-        .cpu_per_dtype("too_many_rows_are_refused", typed!(too_many_rows_are_refused))
-        .cpu_per_dtype("rows_zero_is_a_no_op", typed!(rows_zero_is_a_no_op))
-        .cpu_per_dtype("a_short_buffer_is_refused", typed!(a_short_buffer_is_refused))
-        .cpu_per_dtype("the_cpu_backend_refuses_a_non_null_stream", typed!(the_cpu_backend_refuses_a_non_null_stream))
-        .run();
+    typed_with_cases!(suite, a_refused_aliasing_names_both_and_writes_nothing;
+        "x_new_equal_to_h_is_refused" => XNEW_IS_H;
+        "x_new_one_element_into_a_is_refused" => XNEW_PAST_A;
+        "h_one_element_into_x_is_refused" => H_PAST_X;
+        "h_equal_to_w_is_refused" => H_OVER_W;
+    );
+    suite.single("a_row_too_long_is_refused::bf16", a_row_too_long_is_refused);
+    named_cases!(suite;
+        cpu_per_dtype: d_zero_is_refused_and_the_message_says_why, a_nan_eps_is_refused_and_the_message_says_nan;
+    );
+    suite.single("a_misaligned_w_is_refused::f32", a_misaligned_w_is_refused);
+    named_cases!(suite;
+        cpu_per_dtype:
+            a_null_h_is_refused,
+            too_many_rows_are_refused,
+            rows_zero_is_a_no_op,
+            a_short_buffer_is_refused,
+            the_cpu_backend_refuses_a_non_null_stream;
+    );
+    suite.run();
 }

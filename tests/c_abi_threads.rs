@@ -19,12 +19,13 @@ fn concurrent_launches_are_correct_and_errors_stay_on_their_thread() {
                 for round in 0..10 {
                     let x: Vec<f32> = (0..777).map(|i| ((i * 7 + t * 13 + round) % 97) as f32 * 0.05 - 2.4).collect();
                     let mut out = vec![0f32; x.len()];
-                    let st = unsafe {
+                    // SAFETY: `x` and `out` hold `n` f32 values.
+                    let xielu = |dtype: u32, out: &mut [f32], n: u64| unsafe {
                         mlxcel_amdgpu_xielu(
-                            0,
+                            dtype,
                             x.as_ptr().cast(),
                             out.as_mut_ptr().cast(),
-                            x.len() as u64,
+                            n,
                             ap,
                             an,
                             be,
@@ -32,25 +33,14 @@ fn concurrent_launches_are_correct_and_errors_stay_on_their_thread() {
                             std::ptr::null_mut(),
                         )
                     };
+                    let st = xielu(0, &mut out, x.len() as u64);
                     assert_eq!(st, MlxcelAmdgpuStatus::MLXCEL_AMDGPU_OK);
                     let want = reference::xielu::xielu(Dtype::F32, &x, ap, an, be, eps);
                     let same = out.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
                     assert!(same, "thread {t} round {round}: result differs from the reference");
                     // Odd threads also fail a call; its message must stay theirs.
                     if t % 2 == 1 {
-                        let st = unsafe {
-                            mlxcel_amdgpu_xielu(
-                                9,
-                                x.as_ptr().cast(),
-                                out.as_mut_ptr().cast(),
-                                1,
-                                ap,
-                                an,
-                                be,
-                                eps,
-                                std::ptr::null_mut(),
-                            )
-                        };
+                        let st = xielu(9, &mut out, 1);
                         assert_eq!(st, MlxcelAmdgpuStatus::MLXCEL_AMDGPU_INVALID_ARGUMENT);
                         let msg = unsafe { CStr::from_ptr(mlxcel_amdgpu_last_error()) }.to_string_lossy().into_owned();
                         assert!(msg.contains("dtype"), "thread {t}: {msg}");

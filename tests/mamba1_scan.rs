@@ -15,7 +15,8 @@
 
 mod common;
 
-use common::{Suite, backends, download_bits, download_values, label, sentinel, upload};
+use common::timing::median_of_timed;
+use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers};
 use mlxcel_amdgpu::kernels_device::num::exp;
@@ -68,6 +69,34 @@ fn upload_inputs<T: Element>(dev: &Device, s: &ScanInputs) -> Inputs<T> {
     }
 }
 
+impl<T> Inputs<T> {
+    /// The raw launch's pointers: these inputs and the given state and output.
+    fn pointers(&self, state_in: u64, y: u64, state_out: u64) -> ScanPointers {
+        ScanPointers {
+            x: self.x.ptr(),
+            dt: self.dt.ptr(),
+            bm: self.bm.ptr(),
+            cm: self.cm.ptr(),
+            a: self.a.ptr(),
+            dskip: self.dskip.ptr(),
+            state_in,
+            y,
+            state_out,
+        }
+    }
+
+    /// The safe `run`'s buffers: these inputs and the given state and output.
+    fn buffers<'a>(
+        &'a self,
+        state_in: Option<&'a DeviceBuffer<f32>>,
+        y: &'a mut DeviceBuffer<T>,
+        state_out: &'a mut DeviceBuffer<f32>,
+    ) -> ScanBuffers<'a, T> {
+        let (x, dt, bm, cm, a, dskip) = (&self.x, &self.dt, &self.bm, &self.cm, &self.a, &self.dskip);
+        ScanBuffers { x, dt, bm, cm, a, dskip, state_in, y, state_out }
+    }
+}
+
 /// Where the launch reads the state from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StateIn {
@@ -95,31 +124,12 @@ fn run_kernel<T: Element>(dev: &Device, s: &ScanInputs, state: StateIn) -> Outpu
     };
     let (b, l, dm, n) = (s.batch as u32, s.len as u32, s.dm as u32, s.n as u32);
     if state == StateIn::Aliased {
-        let p = ScanPointers {
-            x: inp.x.ptr(),
-            dt: inp.dt.ptr(),
-            bm: inp.bm.ptr(),
-            cm: inp.cm.ptr(),
-            a: inp.a.ptr(),
-            dskip: inp.dskip.ptr(),
-            state_in: state_out.ptr(),
-            y: y.ptr(),
-            state_out: state_out.ptr(),
-        };
+        let p = inp.pointers(state_out.ptr(), y.ptr(), state_out.ptr());
         // SAFETY: every buffer holds at least the shape's elements.
         unsafe { mamba1_scan::launch::<T>(dev, p, b, l, dm, n, Stream::DEFAULT) }.unwrap();
     } else {
-        let bufs = ScanBuffers {
-            x: &inp.x,
-            dt: &inp.dt,
-            bm: &inp.bm,
-            cm: &inp.cm,
-            a: &inp.a,
-            dskip: &inp.dskip,
-            state_in: if state == StateIn::Separate { Some(&state_in) } else { None },
-            y: &mut y,
-            state_out: &mut state_out,
-        };
+        let state_in = if state == StateIn::Separate { Some(&state_in) } else { None };
+        let bufs = inp.buffers(state_in, &mut y, &mut state_out);
         mamba1_scan::run::<T>(dev, bufs, b, l, dm, n, Stream::DEFAULT).unwrap();
     }
     let y_bits = download_bits(&y);
@@ -163,28 +173,18 @@ fn kernel_fold(n: usize) -> usize {
 /// `decay = exp(dt*A)`, `u = (dt*x)*B`, `s = fma(decay, s, u)`, `p = s*C` (+0.0
 /// on lanes >= N), `y = T(butterfly(p) + x*Dskip)`. Returns `(y, state_out)`.
 fn model(dtype: Dtype, s: &ScanInputs, fold: usize) -> (Vec<f32>, Vec<f32>) {
-    s.check();
-    let (bsz, len, dm, n) = (s.batch, s.len, s.dm, s.n);
-    let mut y = vec![0.0f32; bsz * len * dm];
-    let mut state = s.state_in.clone();
-    for b in 0..bsz {
-        for d in 0..dm {
-            let st = &mut state[(b * dm + d) * n..(b * dm + d + 1) * n];
-            for t in 0..len {
-                let row = b * len + t;
-                let (dt, x) = (s.dt[row * dm + d], s.x[row * dm + d]);
-                let mut p = [0.0f32; 32];
-                for k in 0..n {
-                    let decay = exp(dt * s.a[d * n + k]);
-                    let u = (dt * x) * s.bm[row * n + k];
-                    st[k] = decay.mul_add(st[k], u);
-                    p[k] = st[k] * s.cm[row * n + k];
-                }
-                y[row * dm + d] = reference::round(dtype, butterfly(p, fold) + x * s.dskip[d]);
-            }
+    let n = s.n;
+    s.scan_each(s.state_in.clone(), |d, row, st| {
+        let (dt, x) = (s.dt[row * s.dm + d], s.x[row * s.dm + d]);
+        let mut p = [0.0f32; 32];
+        for k in 0..n {
+            let decay = exp(dt * s.a[d * n + k]);
+            let u = (dt * x) * s.bm[row * n + k];
+            st[k] = decay.mul_add(st[k], u);
+            p[k] = st[k] * s.cm[row * n + k];
         }
-    }
-    (y, state)
+        reference::round(dtype, butterfly(p, fold) + x * s.dskip[d])
+    })
 }
 
 /// The kernel's outputs equal [`model`]'s: bit for bit on the emulator, within
@@ -516,17 +516,7 @@ fn buffers<'a>(
     y: &'a mut DeviceBuffer<f16>,
     state_out: &'a mut DeviceBuffer<f32>,
 ) -> ScanBuffers<'a, f16> {
-    ScanBuffers {
-        x: &inp.x,
-        dt: &inp.dt,
-        bm,
-        cm: &inp.cm,
-        a: &inp.a,
-        dskip: &inp.dskip,
-        state_in: Some(state_in),
-        y,
-        state_out,
-    }
+    ScanBuffers { bm, ..inp.buffers(Some(state_in), y, state_out) }
 }
 
 fn the_safe_wrapper_checks_every_buffer_size() {
@@ -561,17 +551,7 @@ fn the_cpu_backend_refuses_a_stream() {
     let inp = upload_inputs::<f32>(&dev, &s);
     let mut y = sentinel::<f32>(&dev, 2 * 8);
     let mut state_out = upload::<f32>(&dev, &s.state_in);
-    let bufs = ScanBuffers {
-        x: &inp.x,
-        dt: &inp.dt,
-        bm: &inp.bm,
-        cm: &inp.cm,
-        a: &inp.a,
-        dskip: &inp.dskip,
-        state_in: None,
-        y: &mut y,
-        state_out: &mut state_out,
-    };
+    let bufs = inp.buffers(None, &mut y, &mut state_out);
     let stream = Stream(0x1000 as *mut std::ffi::c_void);
     let err = mamba1_scan::run::<f32>(&dev, bufs, 1, 2, 8, 16, stream).unwrap_err();
     assert_eq!(arg(&err), "stream", "{err}");
@@ -602,15 +582,7 @@ fn a_long_prefill_stays_within_1e_5(dev: &Device) {
 /// microseconds per launch and the effective bandwidth. Ignored by default:
 /// `cargo test --release --features cuda --test mamba1_scan -- --ignored --nocapture`.
 fn timing_on_gpus() {
-    let gpus: Vec<Device> = backends()
-        .iter()
-        .filter(|b| b.kind != BackendKind::Cpu)
-        .filter_map(|b| b.device.as_ref().ok().cloned())
-        .collect();
-    if gpus.is_empty() {
-        eprintln!("[mamba1_scan timing] no GPU backend present; nothing timed");
-    }
-    for dev in gpus {
+    for dev in gpu_devices("[mamba1_scan timing] no GPU backend present; nothing timed") {
         type T = bf16;
         let dtype = T::DTYPE;
         for (batch, len, dm, n) in [
@@ -629,17 +601,7 @@ fn timing_on_gpus() {
             let state_in = upload::<f32>(&dev, &s.state_in);
             let y = sentinel::<T>(&dev, s.x.len());
             let state_out = sentinel::<f32>(&dev, s.state_in.len());
-            let p = ScanPointers {
-                x: inp.x.ptr(),
-                dt: inp.dt.ptr(),
-                bm: inp.bm.ptr(),
-                cm: inp.cm.ptr(),
-                a: inp.a.ptr(),
-                dskip: inp.dskip.ptr(),
-                state_in: state_in.ptr(),
-                y: y.ptr(),
-                state_out: state_out.ptr(),
-            };
+            let p = inp.pointers(state_in.ptr(), y.ptr(), state_out.ptr());
             let (b, l, d, nn) = (batch as u32, len as u32, dm as u32, n as u32);
             // SAFETY: every buffer holds the shape's elements.
             let call = || unsafe { mamba1_scan::launch::<T>(&dev, p, b, l, d, nn, Stream::DEFAULT) };
@@ -659,20 +621,7 @@ fn timing_on_gpus() {
                 assert_matches_model(dtype, &got, &s, &format!("timing shape {batch}x{len}x{dm}x{n}"));
             }
             let inner = 10;
-            let mut ms: Vec<f64> = (0..15)
-                .map(|_| {
-                    dev.time(Stream::DEFAULT, || {
-                        for _ in 0..inner {
-                            call()?;
-                        }
-                        Ok(())
-                    })
-                    .unwrap()
-                        / inner as f64
-                })
-                .collect();
-            ms.sort_by(f64::total_cmp);
-            let us = ms[ms.len() / 2] * 1e3;
+            let us = median_of_timed(&dev, 15, inner, call) * 1e3;
             let t = dtype.size();
             let bytes = (3 * s.x.len() * t + 2 * s.bm.len() * t + 4 * s.a.len() + 8 * s.state_in.len() + t * dm) as f64;
             eprintln!(
@@ -686,25 +635,24 @@ fn timing_on_gpus() {
 }
 
 fn main() {
-    Suite::new()
-        .per_backend("f32_acceptance_matrix_is_within_1e_5", f32_acceptance_matrix_is_within_1e_5)
-        .per_backend("bf16_beats_the_op_by_op_graph", bf16_beats_the_op_by_op_graph)
-        .per_backend("f16_is_within_one_rounding", f16_is_within_one_rounding)
-        .per_backend_and_dtype("n_dm_and_l_off_the_multiples_of_8", typed!(n_dm_and_l_off_the_multiples_of_8))
-        .per_backend_and_dtype(
-            "state_carried_across_two_launches_equals_one_launch_bitwise",
-            typed!(state_carried_across_two_launches_equals_one_launch_bitwise),
-        )
-        .per_backend_and_dtype("in_place_state_equals_separate_buffers", typed!(in_place_state_equals_separate_buffers))
-        .per_backend_and_dtype("nan_and_infinity_follow_the_model", typed!(nan_and_infinity_follow_the_model))
-        .single("negative_control_a_fold_starting_at_8_fails_the_n32_test", negative_control_a_fold_starting_at_8_fails_the_n32_test)
-        .single("bad_shapes_are_refused_before_any_launch", bad_shapes_are_refused_before_any_launch)
-        .single("null_and_misaligned_pointers_are_refused_and_named", null_and_misaligned_pointers_are_refused_and_named)
-        .cpu_per_dtype("y_overlapping_x_is_refused_naming_both", typed!(y_overlapping_x_is_refused_naming_both))
-        .single("the_safe_wrapper_checks_every_buffer_size", the_safe_wrapper_checks_every_buffer_size)
-        .single("the_cpu_backend_refuses_a_stream", the_cpu_backend_refuses_a_stream)
-        .per_backend_and_dtype("availability_matches_the_launch_lookup", typed!(availability_matches_the_launch_lookup))
-        .per_backend("a_long_prefill_stays_within_1e_5", a_long_prefill_stays_within_1e_5)
+    let mut suite = Suite::new();
+    named_cases!(suite;
+        per_backend: f32_acceptance_matrix_is_within_1e_5, bf16_beats_the_op_by_op_graph, f16_is_within_one_rounding;
+        per_backend_and_dtype:
+            n_dm_and_l_off_the_multiples_of_8,
+            state_carried_across_two_launches_equals_one_launch_bitwise,
+            in_place_state_equals_separate_buffers,
+            nan_and_infinity_follow_the_model;
+        single:
+            negative_control_a_fold_starting_at_8_fails_the_n32_test,
+            bad_shapes_are_refused_before_any_launch,
+            null_and_misaligned_pointers_are_refused_and_named;
+        cpu_per_dtype: y_overlapping_x_is_refused_naming_both;
+        single: the_safe_wrapper_checks_every_buffer_size, the_cpu_backend_refuses_a_stream;
+        per_backend_and_dtype: availability_matches_the_launch_lookup;
+        per_backend: a_long_prefill_stays_within_1e_5;
+    );
+    suite
         .ignored(
             "timing_on_gpus",
             "GPU timing at the consumers' shapes; run with --ignored --nocapture on a machine with a GPU (release build)",

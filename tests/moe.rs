@@ -21,7 +21,7 @@
 
 mod common;
 
-use common::{Suite, backends, download_values, label, upload};
+use common::{Suite, download_values, gpu_devices, label, upload};
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::moe::{
     self, MoeShape, QuantizedBuffers, QuantizedPointers, RoutedBuffers, RoutedPointers, check_expert_ids, scratch_bytes,
@@ -90,6 +90,19 @@ struct Uploaded<T> {
     w2: Stack<T>,
 }
 
+impl<T: Element> Uploaded<T> {
+    /// The safe routed forward's buffers: these inputs and the given outputs.
+    fn routed<'a>(
+        &'a self,
+        out: &'a mut DeviceBuffer<T>,
+        scratch: &'a mut DeviceBuffer<u8>,
+        status: Option<&'a mut DeviceBuffer<u32>>,
+    ) -> RoutedBuffers<'a, T> {
+        let (x, idx, scores) = (&self.x, &self.idx, &self.scores);
+        RoutedBuffers { x, idx, scores, w1: self.w1.bufs(), w2: self.w2.bufs(), out, scratch, status }
+    }
+}
+
 fn upload_inputs<T: Element>(dev: &Device, inp: &MoeInputs) -> Uploaded<T> {
     Uploaded {
         x: upload::<T>(dev, &inp.x),
@@ -138,16 +151,7 @@ fn run_routed<T: Element>(dev: &Device, inp: &MoeInputs) -> (Vec<f32>, u32) {
     let mut out = poisoned::<T>(dev, shape.din as usize);
     let mut scratch = poisoned_bytes(dev, scratch_bytes(shape.k, shape.din, shape.dff));
     let mut status = dev.upload(&[0u32]).unwrap();
-    let bufs = RoutedBuffers {
-        x: &u.x,
-        idx: &u.idx,
-        scores: &u.scores,
-        w1: u.w1.bufs(),
-        w2: u.w2.bufs(),
-        out: &mut out,
-        scratch: &mut scratch,
-        status: Some(&mut status),
-    };
+    let bufs = u.routed(&mut out, &mut scratch, Some(&mut status));
     moe::run_routed_forward::<T>(dev, bufs, &shape, Stream::DEFAULT).unwrap();
     (download_values(&out), status_word(&status))
 }
@@ -203,10 +207,10 @@ fn check_all<T: Element>(dev: &Device, inp: &MoeInputs, what: &str) -> (f64, f64
         &format!("routed_forward of {what}"),
     );
 
-    let dense = dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
+    let dense = dense_f32_reference(dtype, inp);
     let (nrms, nmax) = (metrics::nrms(&routed_out, &dense), metrics::nmax(&routed_out, &dense));
     assert!(nrms < 5e-4 && nmax < 2e-2, "routed of {what} vs dense: nrms {nrms:e} nmax {nmax:e}");
-    let model = routed(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
+    let model = routed(dtype, inp);
     let (mr, mm) = (metrics::nrms(&routed_out, &model), metrics::nmax(&routed_out, &model));
     assert!(mr < 5e-4 && mm < 2e-2, "routed of {what} vs reference::moe::routed: nrms {mr:e} nmax {mm:e}");
     eprintln!(
@@ -357,7 +361,7 @@ fn negative_control_a_fold_starting_at_8_fails_the_tolerance() {
     let dtype = Dtype::Bf16;
     for (din, dff, bits, n_experts) in [(2688, 1856, 4, 6), (512, 384, 8, 16)] {
         let inp = moe_inputs(dtype, din, dff, n_experts, 6, bits, 64, 4242);
-        let dense = dense_f32_reference(dtype, &inp.x, &inp.idx, &inp.scores, &inp.w1, &inp.w2, inp.n_experts);
+        let dense = dense_f32_reference(dtype, &inp);
         let wrong = routed_folding_from_8(dtype, &inp);
         let (nrms, nmax) = (metrics::nrms(&wrong, &dense), metrics::nmax(&wrong, &dense));
         eprintln!("fold from 8, Din {din} Dff {dff} bits {bits}: nrms {nrms:.3} nmax {nmax:.3}");
@@ -633,16 +637,7 @@ fn the_safe_wrappers_check_buffer_sizes() {
     refused(moe::run_combine::<T>(&dev, &part, &mut out_small, shape.k, shape.din, Stream::DEFAULT), "out");
     let mut out = dev.alloc::<T>(256).unwrap();
     let mut scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff) - 1).unwrap();
-    let bufs = RoutedBuffers {
-        x: &u.x,
-        idx: &u.idx,
-        scores: &u.scores,
-        w1: u.w1.bufs(),
-        w2: u.w2.bufs(),
-        out: &mut out,
-        scratch: &mut scratch,
-        status: None,
-    };
+    let bufs = u.routed(&mut out, &mut scratch, None);
     refused(moe::run_routed_forward::<T>(&dev, bufs, &shape, Stream::DEFAULT), "scratch");
 }
 
@@ -676,15 +671,7 @@ fn nemotron_shape(dev: &Device) {
 /// so the weights come from device memory, not from the L2.
 /// `cargo test --release --features cuda --test moe -- --ignored bench --nocapture`
 fn bench_nemotron_bandwidth() {
-    let gpus: Vec<Device> = backends()
-        .iter()
-        .filter(|b| b.kind != BackendKind::Cpu)
-        .filter_map(|b| b.device.as_ref().ok().cloned())
-        .collect();
-    if gpus.is_empty() {
-        eprintln!("moe bench: no GPU backend present; nothing measured");
-    }
-    for dev in gpus {
+    for dev in gpu_devices("moe bench: no GPU backend present; nothing measured") {
         for bits in [4u32, 8] {
             bench_one(&dev, MoeShape { bits, ..MoeShape::NEMOTRON });
         }

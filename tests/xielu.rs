@@ -23,18 +23,6 @@ fn reference_bits(dtype: Dtype, x: &[f32], p: XieluParams) -> Vec<u32> {
     reference::store_all(dtype, &reference::xielu::xielu(dtype, x, p.alpha_p, p.alpha_n, p.beta, p.eps))
 }
 
-/// `case::<f32, C..>`, `case::<f16, C..>`, `case::<bf16, C..>` for a case with
-/// const parameters (the harness takes plain function pointers).
-macro_rules! typed_with {
-    ($case:ident, $($c:expr),+) => {
-        [
-            (Dtype::F32, $case::<f32, $({ $c }),+> as fn(&Device)),
-            (Dtype::F16, $case::<mlxcel_amdgpu::half::f16, $({ $c }),+> as fn(&Device)),
-            (Dtype::Bf16, $case::<bf16, $({ $c }),+> as fn(&Device)),
-        ]
-    };
-}
-
 /// Expects `InvalidArgument` for `argument` and returns its message.
 fn invalid(err: Error, argument: &str) -> String {
     match err {
@@ -433,17 +421,12 @@ fn main() {
         negative_control_alpha_n_in_the_positive_branch_is_caught,
     );
     tails!(suite; 1, 7, 8, 9, 2047, 2048, 2049, 4097);
+    named_cases!(suite; per_backend_and_dtype: in_place_raw_launch_is_bit_exact, in_place_run_in_place_is_bit_exact;);
+    typed_with_cases!(suite, partial_overlap_is_refused_and_writes_nothing;
+        "partial_overlap_out_after_x_is_refused" => true;
+        "partial_overlap_out_before_x_is_refused" => false;
+    );
     suite
-        .per_backend_and_dtype("in_place_raw_launch_is_bit_exact", typed!(in_place_raw_launch_is_bit_exact))
-        .per_backend_and_dtype("in_place_run_in_place_is_bit_exact", typed!(in_place_run_in_place_is_bit_exact))
-        .per_backend_and_dtype(
-            "partial_overlap_out_after_x_is_refused",
-            typed_with!(partial_overlap_is_refused_and_writes_nothing, true),
-        )
-        .per_backend_and_dtype(
-            "partial_overlap_out_before_x_is_refused",
-            typed_with!(partial_overlap_is_refused_and_writes_nothing, false),
-        )
         .per_backend("grid_independence_f16_1_group", the_result_does_not_depend_on_the_grid::<1>)
         .per_backend("grid_independence_f16_3_groups", the_result_does_not_depend_on_the_grid::<3>)
         .per_backend("grid_independence_f16_64_groups", the_result_does_not_depend_on_the_grid::<64>);
@@ -456,16 +439,14 @@ fn main() {
         .single(
             "the_launcher_picks_the_table_grid_only_for_large_bf16",
             the_launcher_picks_the_table_grid_only_for_large_bf16,
-        )
-        .per_backend_and_dtype(
-            "nan_propagates_and_signed_zeros_follow_the_model",
-            typed!(nan_propagates_and_signed_zeros_follow_the_model),
-        )
-        .cpu_per_dtype("n_zero_is_a_no_op", typed!(n_zero_is_a_no_op))
-        .cpu_per_dtype("a_null_x_is_refused", typed!(a_null_x_is_refused))
-        .single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused)
-        .cpu_per_dtype("non_finite_scalars_are_refused", typed!(non_finite_scalars_are_refused))
-        .single("a_short_buffer_is_refused::f16", a_short_buffer_is_refused)
-        .cpu_per_dtype("the_cpu_backend_refuses_a_non_null_stream", typed!(the_cpu_backend_refuses_a_non_null_stream))
-        .run();
+        );
+    named_cases!(suite;
+        per_backend_and_dtype: nan_propagates_and_signed_zeros_follow_the_model;
+        cpu_per_dtype: n_zero_is_a_no_op, a_null_x_is_refused;
+    );
+    suite.single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused);
+    named_cases!(suite; cpu_per_dtype: non_finite_scalars_are_refused;);
+    suite.single("a_short_buffer_is_refused::f16", a_short_buffer_is_refused);
+    named_cases!(suite; cpu_per_dtype: the_cpu_backend_refuses_a_non_null_stream;);
+    suite.run();
 }

@@ -18,7 +18,7 @@
 // or 10 when one launch takes over 1 ms) and their median, one stdout line per shape:
 //   baseline cuda-cpp mamba1_scan B=1 Dm=5120 N=16 L=<L> us=<median>
 //
-// Build: nvcc -O3 -arch=sm_90 -o mamba1_scan mamba1_scan.cu
+// Build: nvcc -O3 -arch=sm_90 -o mamba1_scan mamba1_scan.cu  (with common.cuh beside it)
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -31,15 +31,8 @@
 #include <cstring>
 #include <vector>
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", #call, __FILE__, __LINE__,       \
-                    cudaGetErrorString(err_));                                                \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "common.cuh"
+
 
 constexpr int kWarpsPerBlock = 8;  // 8 channels per 256-thread block
 
@@ -88,31 +81,6 @@ mamba1_scan_bf16(const __nv_bfloat16* __restrict__ x,      // [B, L, Dm]
 
 // ---- host helpers -------------------------------------------------------------------------
 
-// The spec's test-data generator: state = seed * 0x9E3779B97F4A7C15 + 1, then per element the
-// MMIX step; value (((state >> 40) / 2^24) * 2 - 1) * scale + offset.
-static std::vector<float> gen(uint64_t seed, size_t n, double scale, double offset) {
-    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        double u = (double)(st >> 40) / 16777216.0;
-        v[i] = (float)((u * 2.0 - 1.0) * scale + offset);
-    }
-    return v;
-}
-
-static uint16_t f32_to_bf16_bits(float f) {  // round to nearest even (finite inputs)
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf16_bits_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 // Rounds v to bf16 in place (so the host reference sees the same values) and returns the bits.
 static std::vector<uint16_t> to_bf16(std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
@@ -129,12 +97,6 @@ static T* upload(const std::vector<T>& h) {
     CK(cudaMalloc(&d, h.size() * sizeof(T)));
     CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
     return d;
-}
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static bool run_shape(int Bsz, int Dm, int N, int L) {
@@ -208,23 +170,10 @@ static bool run_shape(int Bsz, int Dm, int N, int L) {
     for (int i = 0; i < 5; ++i) launch();
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    CK(cudaEventRecord(e0));
-    launch();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float one_ms = 0;
-    CK(cudaEventElapsedTime(&one_ms, e0, e1));
+    const float one_ms = event_ms(e0, e1, launch);
     const int reps = one_ms > 1.0f ? 10 : 50;
     std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-        CK(cudaEventRecord(e0));
-        launch();
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float msf = 0;
-        CK(cudaEventElapsedTime(&msf, e0, e1));
-        t.push_back(msf * 1e3);
-    }
+    for (int i = 0; i < reps; ++i) t.push_back(event_ms(e0, e1, launch) * 1e3);
     CK(cudaGetLastError());
     printf("baseline cuda-cpp mamba1_scan B=%d Dm=%d N=%d L=%d us=%.2f\n", Bsz, Dm, N, L, median(t));
     fflush(stdout);

@@ -28,7 +28,7 @@
 // moe_down. Finally a 1 GiB device-to-device cudaMemcpy: `copy GBps=<2*bytes/t>` (read+write,
 // GB = 1e9, median of 20).
 //
-// Build: nvcc -O3 -arch=sm_90 -o moe_gemv moe_gemv.cu
+// Build: nvcc -O3 -arch=sm_90 -o moe_gemv moe_gemv.cu  (with common.cuh beside it)
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -42,15 +42,8 @@
 #include <functional>
 #include <vector>
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", #call, __FILE__, __LINE__,       \
-                    cudaGetErrorString(err_));                                                \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "common.cuh"
+
 
 constexpr int kRowsPerBlock = 8;  // 8 warps = 256 threads
 
@@ -89,6 +82,19 @@ __device__ __forceinline__ float qrow_dot(const uint32_t* __restrict__ wrow,
     return warp_sum(acc);
 }
 
+// Row `r` of slot blockIdx.z's expert in a quantized [E, rows, cols] matrix, dotted with v (as
+// qrow_dot). An expert id >= E is clamped (the host checks the ids before launching).
+template <int BITS, class LoadV>
+__device__ __forceinline__ float expert_row_dot(const uint32_t* __restrict__ idx, const uint32_t* __restrict__ w,
+                                                const __nv_bfloat16* __restrict__ s,
+                                                const __nv_bfloat16* __restrict__ b, int r, int rows, int cols,
+                                                int E, int gs, int lane, LoadV load_v) {
+    const uint32_t e = min(idx[blockIdx.z], (uint32_t)(E - 1));
+    const size_t row = (size_t)e * rows + r;
+    const int wpr = cols * BITS / 32, gpr = cols / gs;
+    return qrow_dot<BITS>(w + row * wpr, s + row * gpr, b + row * gpr, cols, gs, lane, load_v);
+}
+
 template <int BITS>
 __global__ void __launch_bounds__(256)
 moe_fc1_relu2(const __nv_bfloat16* __restrict__ x,   // [Din]
@@ -102,11 +108,8 @@ moe_fc1_relu2(const __nv_bfloat16* __restrict__ x,   // [Din]
     const int f = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     const int k = blockIdx.z;
     if (f >= Dff) return;
-    const uint32_t e = min(idx[k], (uint32_t)(E - 1));
-    const size_t row = (size_t)e * Dff + f;
-    const int wpr = Din * BITS / 32, gpr = Din / gs;
-    float dot = qrow_dot<BITS>(w1 + row * wpr, s1 + row * gpr, b1 + row * gpr, Din, gs, lane,
-                               [&](int i) { return __bfloat162float(x[i]); });
+    float dot = expert_row_dot<BITS>(idx, w1, s1, b1, f, Dff, Din, E, gs, lane,
+                                     [&](int i) { return __bfloat162float(x[i]); });
     if (lane == 0) {
         const float r = fmaxf(dot, 0.0f);
         act[(size_t)k * Dff + f] = r * r;
@@ -127,12 +130,8 @@ moe_down(const uint32_t* __restrict__ idx,      // [K]
     const int h = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     const int k = blockIdx.z;
     if (h >= Din) return;
-    const uint32_t e = min(idx[k], (uint32_t)(E - 1));
-    const size_t row = (size_t)e * Din + h;
-    const int wpr = Dff * BITS / 32, gpr = Dff / gs;
     const float* a = act + (size_t)k * Dff;
-    float dot = qrow_dot<BITS>(w2 + row * wpr, s2 + row * gpr, b2 + row * gpr, Dff, gs, lane,
-                               [&](int i) { return a[i]; });
+    float dot = expert_row_dot<BITS>(idx, w2, s2, b2, h, Din, Dff, E, gs, lane, [&](int i) { return a[i]; });
     if (lane == 0) part[(size_t)k * Din + h] = scores[k] * dot;
 }
 
@@ -163,34 +162,6 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float lo, f
 
 // ---- host helpers -------------------------------------------------------------------------
 
-static std::vector<float> gen(uint64_t seed, size_t n, double scale, double offset) {
-    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;  // the spec's MMIX generator
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        double u = (double)(st >> 40) / 16777216.0;
-        v[i] = (float)((u * 2.0 - 1.0) * scale + offset);
-    }
-    return v;
-}
-static uint16_t f32_to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf16_bits_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct Timer {
     cudaEvent_t e0, e1;
     void* flush = nullptr;
@@ -213,13 +184,7 @@ struct Timer {
         std::vector<double> t;
         for (int i = 0; i < reps; ++i) {
             if (flush_l2) CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
-            CK(cudaEventRecord(e0));
-            f();
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            t.push_back(ms * 1e3);
+            t.push_back(event_ms(e0, e1, f) * 1e3);
         }
         CK(cudaGetLastError());
         return median(t);

@@ -259,14 +259,7 @@ fn descriptor_symbols(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Elf, encode, probe_elf, probe_metadata};
-
-    fn read_err(bytes: &[u8]) -> String {
-        match read(bytes) {
-            Ok(info) => panic!("read unexpectedly succeeded: {info:?}"),
-            Err(e) => e.0,
-        }
-    }
+    use crate::testutil::{Elf, encode, probe_elf, probe_metadata, read_err};
 
     #[test]
     fn reads_the_container_of_a_synthetic_object() {
@@ -300,24 +293,22 @@ mod tests {
         assert!(read_err(b"\x7fELF").contains("truncated"));
     }
 
+    /// ELF32 and big-endian input: `e_ident`'s class (byte 4) or data encoding
+    /// (byte 5) set to `value`; the error says `says` ("": any message).
     #[test]
-    fn elf32_input() {
-        let mut elf = probe_elf();
-        elf[4] = elf::ELFCLASS32;
-        assert!(read_err(&elf).contains("ELF32"));
-        elf[4] = 9;
-        assert!(read_err(&elf).contains("unknown ELF class 9"));
-    }
-
-    #[test]
-    fn big_endian_input() {
-        let mut elf = probe_elf();
-        elf[5] = elf::ELFDATA2MSB;
-        // Read big-endian, e_machine is 0xe000: not AMDGPU.
-        assert!(read_err(&elf).contains("not EM_AMDGPU"));
-        elf[5] = 7;
-        let e = read_err(&elf);
-        assert!(!e.is_empty());
+    fn elf32_and_big_endian_input() {
+        for (byte, value, says) in [
+            (4, elf::ELFCLASS32, "ELF32"),
+            (4, 9, "unknown ELF class 9"),
+            // Read big-endian, e_machine is 0xe000: not AMDGPU.
+            (5, elf::ELFDATA2MSB, "not EM_AMDGPU"),
+            (5, 7, ""),
+        ] {
+            let mut elf = probe_elf();
+            elf[byte] = value;
+            let e = read_err(&elf);
+            assert!(!e.is_empty() && e.contains(says), "byte {byte} = {value}: {e}");
+        }
     }
 
     #[test]

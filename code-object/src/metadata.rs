@@ -145,9 +145,7 @@ fn parse_metadata(root: &Value) -> Result<Metadata, CodeObjectError> {
     };
 
     let kernels = match get(root, "amdhsa.kernels") {
-        Some(v) => v
-            .as_array()
-            .ok_or_else(|| CodeObjectError(format!("amdhsa.kernels is {}, expected an array", describe(v))))?
+        Some(v) => as_array(v, "amdhsa.kernels")?
             .iter()
             .enumerate()
             .map(|(i, k)| parse_kernel(i, k))
@@ -160,32 +158,12 @@ fn parse_metadata(root: &Value) -> Result<Metadata, CodeObjectError> {
 
 fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectError> {
     let map = as_map(value, &format!("amdhsa.kernels[{index}]"))?;
-    let name = match get(map, ".name") {
-        Some(v) => to_string(v, &format!("amdhsa.kernels[{index}] .name"))?,
-        None => return err(format!("amdhsa.kernels[{index}] has no .name")),
-    };
+    let name = Fields { map, ctx: &format!("amdhsa.kernels[{index}]") }.required(".name", to_string)?;
     let ctx = format!("kernel `{name}`");
-    let required_u32 = |key: &str| -> Result<u32, CodeObjectError> {
-        match get(map, key) {
-            Some(v) => to_u32(v, &format!("{ctx} {key}")),
-            None => err(format!("{ctx} has no {key}")),
-        }
-    };
-    let optional_u32 = |key: &str| -> Result<Option<u32>, CodeObjectError> {
-        get(map, key).map(|v| to_u32(v, &format!("{ctx} {key}"))).transpose()
-    };
-    let optional_bool = |key: &str| -> Result<Option<bool>, CodeObjectError> {
-        get(map, key).map(|v| to_bool(v, &format!("{ctx} {key}"))).transpose()
-    };
-
-    let symbol = match get(map, ".symbol") {
-        Some(v) => to_string(v, &format!("{ctx} .symbol"))?,
-        None => return err(format!("{ctx} has no .symbol")),
-    };
+    let f = Fields { map, ctx: &ctx };
+    let symbol = f.required(".symbol", to_string)?;
     let args = match get(map, ".args") {
-        Some(v) => v
-            .as_array()
-            .ok_or_else(|| CodeObjectError(format!("{ctx} .args is {}, expected an array", describe(v))))?
+        Some(v) => as_array(v, &format!("{ctx} .args"))?
             .iter()
             .enumerate()
             .map(|(i, a)| parse_arg(&ctx, i, a))
@@ -196,22 +174,22 @@ fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectErr
     Ok(KernelInfo {
         symbol,
         args,
-        wavefront_size: required_u32(".wavefront_size")?,
-        group_segment_fixed_size: required_u32(".group_segment_fixed_size")?,
-        private_segment_fixed_size: required_u32(".private_segment_fixed_size")?,
-        uses_dynamic_stack: optional_bool(".uses_dynamic_stack")?.unwrap_or(false),
-        sgpr_count: required_u32(".sgpr_count")?,
-        vgpr_count: required_u32(".vgpr_count")?,
-        sgpr_spill_count: optional_u32(".sgpr_spill_count")?.unwrap_or(0),
-        vgpr_spill_count: optional_u32(".vgpr_spill_count")?.unwrap_or(0),
-        kernarg_segment_size: required_u32(".kernarg_segment_size")?,
-        kernarg_segment_align: required_u32(".kernarg_segment_align")?,
-        max_flat_workgroup_size: required_u32(".max_flat_workgroup_size")?,
+        wavefront_size: f.required(".wavefront_size", to_u32)?,
+        group_segment_fixed_size: f.required(".group_segment_fixed_size", to_u32)?,
+        private_segment_fixed_size: f.required(".private_segment_fixed_size", to_u32)?,
+        uses_dynamic_stack: f.optional(".uses_dynamic_stack", to_bool)?.unwrap_or(false),
+        sgpr_count: f.required(".sgpr_count", to_u32)?,
+        vgpr_count: f.required(".vgpr_count", to_u32)?,
+        sgpr_spill_count: f.optional(".sgpr_spill_count", to_u32)?.unwrap_or(0),
+        vgpr_spill_count: f.optional(".vgpr_spill_count", to_u32)?.unwrap_or(0),
+        kernarg_segment_size: f.required(".kernarg_segment_size", to_u32)?,
+        kernarg_segment_align: f.required(".kernarg_segment_align", to_u32)?,
+        max_flat_workgroup_size: f.required(".max_flat_workgroup_size", to_u32)?,
         has_descriptor_symbol: false,
         float_modes: None,
-        agpr_count: optional_u32(".agpr_count")?.unwrap_or(0),
-        uniform_work_group_size: optional_bool(".uniform_work_group_size")?,
-        dynamic_lds_size: optional_u32(".dynamic_lds_size")?,
+        agpr_count: f.optional(".agpr_count", to_u32)?.unwrap_or(0),
+        uniform_work_group_size: f.optional(".uniform_work_group_size", to_bool)?,
+        dynamic_lds_size: f.optional(".dynamic_lds_size", to_u32)?,
         name,
     })
 }
@@ -219,26 +197,37 @@ fn parse_kernel(index: usize, value: &Value) -> Result<KernelInfo, CodeObjectErr
 fn parse_arg(kernel: &str, index: usize, value: &Value) -> Result<ArgInfo, CodeObjectError> {
     let ctx = format!("{kernel} .args[{index}]");
     let map = as_map(value, &ctx)?;
-    let required_u32 = |key: &str| -> Result<u32, CodeObjectError> {
-        match get(map, key) {
-            Some(v) => to_u32(v, &format!("{ctx} {key}")),
-            None => err(format!("{ctx} has no {key}")),
-        }
-    };
-    let optional_string = |key: &str| -> Result<Option<String>, CodeObjectError> {
-        get(map, key).map(|v| to_string(v, &format!("{ctx} {key}"))).transpose()
-    };
+    let f = Fields { map, ctx: &ctx };
     Ok(ArgInfo {
-        name: optional_string(".name")?,
-        offset: required_u32(".offset")?,
-        size: required_u32(".size")?,
-        value_kind: match get(map, ".value_kind") {
-            Some(v) => to_string(v, &format!("{ctx} .value_kind"))?,
-            None => return err(format!("{ctx} has no .value_kind")),
-        },
-        address_space: optional_string(".address_space")?,
-        actual_access: optional_string(".actual_access")?,
+        name: f.optional(".name", to_string)?,
+        offset: f.required(".offset", to_u32)?,
+        size: f.required(".size", to_u32)?,
+        value_kind: f.required(".value_kind", to_string)?,
+        address_space: f.optional(".address_space", to_string)?,
+        actual_access: f.optional(".actual_access", to_string)?,
     })
+}
+
+/// The fields of one metadata map; errors name a field as `{ctx} {key}`.
+struct Fields<'a> {
+    map: &'a [(Value, Value)],
+    ctx: &'a str,
+}
+
+impl Fields<'_> {
+    /// The field `key` converted by `to`, or `None` when it is absent.
+    fn optional<T>(
+        &self,
+        key: &str,
+        to: fn(&Value, &str) -> Result<T, CodeObjectError>,
+    ) -> Result<Option<T>, CodeObjectError> {
+        get(self.map, key).map(|v| to(v, &format!("{} {key}", self.ctx))).transpose()
+    }
+
+    /// The field `key` converted by `to`; an error when it is absent.
+    fn required<T>(&self, key: &str, to: fn(&Value, &str) -> Result<T, CodeObjectError>) -> Result<T, CodeObjectError> {
+        self.optional(key, to)?.map_or_else(|| err(format!("{} has no {key}", self.ctx)), Ok)
+    }
 }
 
 /// The value of `key` in a MessagePack map (keys as strings, or as binary,
@@ -251,6 +240,13 @@ fn get<'v>(map: &'v [(Value, Value)], key: &str) -> Option<&'v Value> {
             _ => false,
         })
         .map(|(_, v)| v)
+}
+
+fn as_array<'v>(value: &'v Value, what: &str) -> Result<&'v [Value], CodeObjectError> {
+    value
+        .as_array()
+        .map(Vec::as_slice)
+        .ok_or_else(|| CodeObjectError(format!("{what} is {}, expected an array", describe(value))))
 }
 
 fn as_map<'v>(value: &'v Value, what: &str) -> Result<&'v [(Value, Value)], CodeObjectError> {
@@ -314,14 +310,7 @@ fn describe(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Mp, arg, encode, kernel_map, metadata_with, probe_args, probe_metadata};
-
-    fn decode_err(bytes: &[u8]) -> String {
-        match decode(bytes) {
-            Ok(m) => panic!("decode unexpectedly succeeded: {m:?}"),
-            Err(e) => e.0,
-        }
-    }
+    use crate::testutil::{Mp, arg, decode_err, encode, kernel_map, metadata_with, probe_args, probe_metadata};
 
     #[test]
     fn decodes_the_probe_metadata() {

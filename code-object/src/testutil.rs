@@ -4,6 +4,24 @@
 use crate::elf::{ELFOSABI_AMDGPU_HSA, EM_AMDGPU, NT_AMDGPU_METADATA};
 use object::elf;
 
+/// The message of `r`'s error; panics, naming `what`, when it succeeded.
+fn err_message<T: std::fmt::Debug>(what: &str, r: Result<T, crate::CodeObjectError>) -> String {
+    match r {
+        Ok(v) => panic!("{what} unexpectedly succeeded: {v:?}"),
+        Err(e) => e.0,
+    }
+}
+
+/// The error of reading `bytes` as a code object ([`crate::elf::read`]).
+pub(crate) fn read_err(bytes: &[u8]) -> String {
+    err_message("read", crate::elf::read(bytes))
+}
+
+/// The error of decoding `bytes` as metadata ([`crate::metadata::decode`]).
+pub(crate) fn decode_err(bytes: &[u8]) -> String {
+    err_message("decode", crate::metadata::decode(bytes))
+}
+
 // --- A minimal MessagePack writer, so tests can choose the integer encoding.
 
 pub(crate) enum Mp {

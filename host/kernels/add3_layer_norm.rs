@@ -6,7 +6,7 @@ use kernels_device::geometry::add3_layer_norm::{
 
 pub use kernels_device::entry::Add3LayerNormArgs;
 
-use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -74,29 +74,25 @@ pub fn supports(device: &Device, dtype: Dtype, rows: u32, d: u32) -> bool {
 }
 
 /// Checks the scalars, then launches (nothing for `rows = 0`).
-fn enqueue_checked(
-    device: &Device,
-    dtype: Dtype,
-    args: Add3LayerNormArgs,
-    capacity: Capacity,
-    stream: Stream,
-) -> Result<()> {
-    // Both instances are looked up, as `available` does, whatever `d` is.
-    let full = kernel_for(device, KERNEL, dtype)?;
-    let short = kernel_for(device, SHORT_KERNEL, dtype)?;
-    let (rows, d, eps) = (args.rows, args.d, args.eps);
-    let kernel = if kernel_base(d) == SHORT_KERNEL { short } else { full };
-    check_shape(rows, d)?;
-    if eps.is_nan() {
-        return Err(Error::invalid("eps", "is NaN; it must be a finite non-negative number"));
+impl CheckedArgs for Add3LayerNormArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        // Both instances are looked up, as `available` does, whatever `d` is.
+        let full = kernel_for(device, KERNEL, dtype)?;
+        let short = kernel_for(device, SHORT_KERNEL, dtype)?;
+        let (rows, d, eps) = (self.rows, self.d, self.eps);
+        let kernel = if kernel_base(d) == SHORT_KERNEL { short } else { full };
+        check_shape(rows, d)?;
+        if eps.is_nan() {
+            return Err(Error::invalid("eps", "is NaN; it must be a finite non-negative number"));
+        }
+        if !eps.is_finite() || eps < 0.0 {
+            return Err(Error::invalid("eps", format!("{eps} is not a finite non-negative number")));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        unsafe { enqueue(device, &kernel, dims(rows), &self.values(), &self.extents(), capacity, stream) }
     }
-    if !eps.is_finite() || eps < 0.0 {
-        return Err(Error::invalid("eps", format!("{eps} is not a finite non-negative number")));
-    }
-    if rows == 0 {
-        return Ok(());
-    }
-    unsafe { enqueue(device, &kernel, dims(rows), &args.values(), &args.extents(), capacity, stream) }
 }
 
 fn args(p: Add3Pointers, rows: u32, d: u32, eps: f32) -> Add3LayerNormArgs {
@@ -117,7 +113,7 @@ pub unsafe fn launch<T: Element>(
     eps: f32,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_checked(device, T::DTYPE, args(p, rows, d, eps), &[], stream)
+    args(p, rows, d, eps).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// Typed buffers of one [`run`].
@@ -140,25 +136,10 @@ pub fn run<T: Element>(
     eps: f32,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![
-        ("a", bytes_of(bufs.a)),
-        ("b", bytes_of(bufs.b)),
-        ("x", bytes_of(bufs.x)),
-        ("w", bytes_of(bufs.w)),
-        ("x_new", bytes_of(bufs.x_new)),
-        ("h", bytes_of(bufs.h)),
-    ];
+    let mut capacity = capacity_of!(bufs: a, b, x, w, x_new, h).to_vec();
     if let Some(bias) = bufs.bias {
         capacity.push(("bias", bytes_of(bias)));
     }
-    let p = Add3Pointers {
-        a: bufs.a.ptr(),
-        b: bufs.b.ptr(),
-        x: bufs.x.ptr(),
-        w: bufs.w.ptr(),
-        bias: bufs.bias.map_or(0, |b| b.ptr()),
-        x_new: bufs.x_new.ptr(),
-        h: bufs.h.ptr(),
-    };
-    enqueue_checked(device, T::DTYPE, args(p, rows, d, eps), &capacity, stream)
+    let p = pointers_of!(Add3Pointers { bufs: a, b, x, w, x_new, h; bias: bufs.bias.map_or(0, |b| b.ptr()) });
+    args(p, rows, d, eps).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

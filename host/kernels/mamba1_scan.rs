@@ -11,7 +11,7 @@ use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_SIZE, ch
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 
-use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -139,17 +139,13 @@ fn args(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Mamba1ScanArg
 }
 
 /// Checks the shape, then launches.
-fn enqueue_checked(
-    device: &Device,
-    dtype: Dtype,
-    args: Mamba1ScanArgs,
-    capacity: Capacity,
-    stream: Stream,
-) -> Result<()> {
-    let kernel = kernel_for(device, KERNEL, dtype)?;
-    let Mamba1ScanArgs { batch, len, dm, n, .. } = args;
-    sizes(dtype, batch, len, dm, n)?;
-    unsafe { enqueue(device, &kernel, dims(batch, dm, n), &args.values(), &args.extents(), capacity, stream) }
+impl CheckedArgs for Mamba1ScanArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, KERNEL, dtype)?;
+        let Mamba1ScanArgs { batch, len, dm, n, .. } = self;
+        sizes(dtype, batch, len, dm, n)?;
+        unsafe { enqueue(device, &kernel, dims(batch, dm, n), &self.values(), &self.extents(), capacity, stream) }
+    }
 }
 
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
@@ -169,7 +165,7 @@ pub unsafe fn launch<T: Element>(
     n: u32,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_checked(device, T::DTYPE, args(p, batch, len, dm, n), &[], stream)
+    args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// Typed buffers of one [`run`]: `a`, `state_in` and `state_out` hold f32, the
@@ -198,27 +194,10 @@ pub fn run<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let state_out = bufs.state_out.ptr();
-    let capacity = [
-        ("x", bytes_of(bufs.x)),
-        ("dt", bytes_of(bufs.dt)),
-        ("bm", bytes_of(bufs.bm)),
-        ("cm", bytes_of(bufs.cm)),
-        ("a", bytes_of(bufs.a)),
-        ("dskip", bytes_of(bufs.dskip)),
-        ("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)),
-        ("y", bytes_of(bufs.y)),
-        ("state_out", bytes_of(bufs.state_out)),
-    ];
-    let p = ScanPointers {
-        x: bufs.x.ptr(),
-        dt: bufs.dt.ptr(),
-        bm: bufs.bm.ptr(),
-        cm: bufs.cm.ptr(),
-        a: bufs.a.ptr(),
-        dskip: bufs.dskip.ptr(),
-        state_in: bufs.state_in.map_or(state_out, |s| s.ptr()),
-        y: bufs.y.ptr(),
-        state_out,
-    };
-    enqueue_checked(device, T::DTYPE, args(p, batch, len, dm, n), &capacity, stream)
+    let mut capacity = capacity_of!(bufs: x, dt, bm, cm, a, dskip).to_vec();
+    capacity.push(("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)));
+    capacity.extend(capacity_of!(bufs: y, state_out));
+    let state_in = bufs.state_in.map_or(state_out, |s| s.ptr());
+    let p = pointers_of!(ScanPointers { bufs: x, dt, bm, cm, a, dskip, y; state_in, state_out });
+    args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

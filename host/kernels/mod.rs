@@ -10,6 +10,23 @@
 //! safe `run` wrappers take typed [`crate::DeviceBuffer`]s and check those
 //! sizes too.
 
+/// `[("a", bytes_of(bufs.a)), ...]`: the [`Capacity`] entries of the named
+/// buffers of a safe wrapper's `bufs`, each under its field's (= argument's) name.
+macro_rules! capacity_of {
+    ($bufs:ident: $($field:ident),+ $(,)?) => {
+        [$((stringify!($field), $crate::kernels::bytes_of($bufs.$field))),+]
+    };
+}
+
+/// `Ty { a: bufs.a.ptr(), ..., other: value, ... }`: a safe wrapper's pointer
+/// set, from the named buffers of its `bufs` and the other fields' values
+/// (`other` alone: the local of that name).
+macro_rules! pointers_of {
+    ($ty:ident { $bufs:ident: $($field:ident),+; $($other:ident $(: $value:expr)?),* $(,)? }) => {
+        $ty { $($field: $bufs.$field.ptr(),)+ $($other $(: $value)?),* }
+    };
+}
+
 pub mod add3_layer_norm;
 pub mod mamba1_scan;
 pub mod moe;
@@ -34,6 +51,14 @@ pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<Ke
 
 /// The bytes a safe wrapper's buffer holds, by argument name.
 pub(crate) type Capacity<'a> = &'a [(&'static str, usize)];
+
+/// A kernel family's arguments, checked and enqueued by its module.
+pub(crate) trait CheckedArgs {
+    /// Checks the arguments (scalars, shape, then the pointers against the
+    /// declaration and `capacity`) and enqueues the instance for `dtype`;
+    /// nothing is enqueued where there is nothing to do.
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()>;
+}
 
 /// The byte size of a typed buffer, for [`Capacity`].
 pub(crate) fn bytes_of<T>(buf: &DeviceBuffer<T>) -> usize {

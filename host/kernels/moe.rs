@@ -41,7 +41,7 @@ use kernels_device::geometry::moe::{
 
 pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args};
 
-use super::{Capacity, bytes_of, check_buffers, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, bytes_of, check_buffers, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
@@ -202,24 +202,18 @@ pub fn combine_dims(din: u32) -> LaunchDims {
     }
 }
 
-fn fc1_args(x: u64, idx: u64, w1: QuantizedPointers, act: u64, shape: &MoeShape, status: u64) -> MoeFc1Relu2Args {
-    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
-    let QuantizedPointers { w: w1, scales: s1, biases: b1 } = w1;
-    MoeFc1Relu2Args { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }
-}
+impl MoeShape {
+    fn fc1_args(&self, x: u64, idx: u64, w1: QuantizedPointers, act: u64, status: u64) -> MoeFc1Relu2Args {
+        let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
+        let QuantizedPointers { w: w1, scales: s1, biases: b1 } = w1;
+        MoeFc1Relu2Args { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }
+    }
 
-fn down_args(
-    idx: u64,
-    w2: QuantizedPointers,
-    act: u64,
-    scores: u64,
-    part: u64,
-    shape: &MoeShape,
-    status: u64,
-) -> MoeDownArgs {
-    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
-    let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
-    MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
+    fn down_args(&self, idx: u64, w2: QuantizedPointers, act: u64, scores: u64, part: u64, status: u64) -> MoeDownArgs {
+        let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
+        let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
+        MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
+    }
 }
 
 fn check_combine_shape(k: u32, din: u32) -> Result<()> {
@@ -232,30 +226,31 @@ fn check_combine_shape(k: u32, din: u32) -> Result<()> {
     Ok(())
 }
 
-fn enqueue_fc1(device: &Device, dtype: Dtype, args: MoeFc1Relu2Args, capacity: Capacity, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, FC1_KERNEL, dtype)?;
-    let shape = MoeShape::of_fc1(&args);
-    shape.validate()?;
-    unsafe { enqueue(device, &kernel, fc1_dims(&shape), &args.values(), &args.extents(), capacity, stream) }
+/// The checked enqueue of fc1 and down: the kernel looked up, then the shape validated.
+macro_rules! checked_gemv {
+    ($($args:ty => $base:ident, $shape_of:ident, $dims:ident;)+) => {$(
+        impl CheckedArgs for $args {
+            fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+                let kernel = kernel_for(device, $base, dtype)?;
+                let shape = MoeShape::$shape_of(&self);
+                shape.validate()?;
+                unsafe { enqueue(device, &kernel, $dims(&shape), &self.values(), &self.extents(), capacity, stream) }
+            }
+        }
+    )+};
 }
 
-fn enqueue_down(device: &Device, dtype: Dtype, args: MoeDownArgs, capacity: Capacity, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, DOWN_KERNEL, dtype)?;
-    let shape = MoeShape::of_down(&args);
-    shape.validate()?;
-    unsafe { enqueue(device, &kernel, down_dims(&shape), &args.values(), &args.extents(), capacity, stream) }
+checked_gemv! {
+    MoeFc1Relu2Args => FC1_KERNEL, of_fc1, fc1_dims;
+    MoeDownArgs => DOWN_KERNEL, of_down, down_dims;
 }
 
-fn enqueue_combine(
-    device: &Device,
-    dtype: Dtype,
-    args: MoeCombineArgs,
-    capacity: Capacity,
-    stream: Stream,
-) -> Result<()> {
-    let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
-    check_combine_shape(args.k, args.din)?;
-    unsafe { enqueue(device, &kernel, combine_dims(args.din), &args.values(), &args.extents(), capacity, stream) }
+impl CheckedArgs for MoeCombineArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, COMBINE_KERNEL, dtype)?;
+        check_combine_shape(self.k, self.din)?;
+        unsafe { enqueue(device, &kernel, combine_dims(self.din), &self.values(), &self.extents(), capacity, stream) }
+    }
 }
 
 /// `act[k, f] = relu(sum_i x[i] * w1[idx[k], f, i])^2` (f32) for every slot k.
@@ -274,7 +269,7 @@ pub unsafe fn fc1_relu2<T: Element>(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_fc1(device, T::DTYPE, fc1_args(x, idx, w1, act, shape, status), &[], stream)
+    shape.fc1_args(x, idx, w1, act, status).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k.
@@ -293,7 +288,7 @@ pub unsafe fn down<T: Element>(
     status: u64,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_down(device, T::DTYPE, down_args(idx, w2, act, scores, part, shape, status), &[], stream)
+    shape.down_args(idx, w2, act, scores, part, status).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// `out[h] = T(sum_k part[k, h])`: the sum in f32 over k ascending, one rounding.
@@ -308,7 +303,7 @@ pub unsafe fn combine<T: Element>(
     din: u32,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_combine(device, T::DTYPE, MoeCombineArgs { part, out, k, din }, &[], stream)
+    MoeCombineArgs { part, out, k, din }.enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// Bytes of the f32 scratch of [`routed_forward`]: `act [K, Dff]` at offset 0,
@@ -369,8 +364,8 @@ fn enqueue_routed(
     let part = p.scratch.checked_add(part_offset(shape.k, shape.dff) as u64).ok_or_else(|| {
         Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
     })?;
-    let fc1 = fc1_args(p.x, p.idx, p.w1, act, shape, p.status);
-    let down = down_args(p.idx, p.w2, act, p.scores, part, shape, p.status);
+    let fc1 = shape.fc1_args(p.x, p.idx, p.w1, act, p.status);
+    let down = shape.down_args(p.idx, p.w2, act, p.scores, part, p.status);
     let combine = MoeCombineArgs { part, out: p.out, k: shape.k, din: shape.din };
     check_buffers(kernels[0].spec, &fc1.extents(), capacity)?;
     check_buffers(kernels[1].spec, &down.extents(), capacity)?;
@@ -473,8 +468,8 @@ pub fn run_fc1_relu2<T: Element>(
         capacity.push(("status", bytes_of(s)));
         s.ptr()
     });
-    let args = fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), shape, status);
-    enqueue_fc1(device, T::DTYPE, args, &capacity, stream)
+    let args = shape.fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), status);
+    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// [`down`] over typed buffers, checking their sizes.
@@ -497,8 +492,8 @@ pub fn run_down<T: Element>(
         capacity.push(("status", bytes_of(s)));
         s.ptr()
     });
-    let args = down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), shape, status);
-    enqueue_down(device, T::DTYPE, args, &capacity, stream)
+    let args = shape.down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), status);
+    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// [`combine`] over typed buffers, checking their sizes.
@@ -511,7 +506,7 @@ pub fn run_combine<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let capacity = [("part", bytes_of(part)), ("out", bytes_of(out))];
-    enqueue_combine(device, T::DTYPE, MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }, &capacity, stream)
+    MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// The typed buffers of one [`run_routed_forward`].
@@ -534,28 +529,14 @@ pub fn run_routed_forward<T: Element>(
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![
-        ("x", bytes_of(bufs.x)),
-        ("idx", bytes_of(bufs.idx)),
-        ("scores", bytes_of(bufs.scores)),
-        ("out", bytes_of(bufs.out)),
-    ];
+    let mut capacity = capacity_of!(bufs: x, idx, scores, out).to_vec();
     capacity.extend(bufs.w1.capacity(["w1", "s1", "b1"]));
     capacity.extend(bufs.w2.capacity(["w2", "s2", "b2"]));
     let status = bufs.status.map_or(0, |s| {
         capacity.push(("status", bytes_of(s)));
         s.ptr()
     });
-    let p = RoutedPointers {
-        x: bufs.x.ptr(),
-        idx: bufs.idx.ptr(),
-        scores: bufs.scores.ptr(),
-        w1: bufs.w1.pointers(),
-        w2: bufs.w2.pointers(),
-        out: bufs.out.ptr(),
-        scratch: bufs.scratch.ptr(),
-        scratch_len: bufs.scratch.len(),
-        status,
-    };
+    let (w1, w2, scratch_len) = (bufs.w1.pointers(), bufs.w2.pointers(), bufs.scratch.len());
+    let p = pointers_of!(RoutedPointers { bufs: x, idx, scores, out, scratch; w1, w2, scratch_len, status });
     enqueue_routed(device, T::DTYPE, p, shape, &capacity, stream)
 }

@@ -7,7 +7,7 @@ use kernels_device::geometry::xielu::{
 
 pub use kernels_device::entry::XieluArgs;
 
-use super::{Capacity, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -61,18 +61,21 @@ pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
 }
 
 /// Checks the scalars, then launches (nothing for `n = 0`).
-fn enqueue_checked(device: &Device, dtype: Dtype, args: XieluArgs, capacity: Capacity, stream: Stream) -> Result<()> {
-    let kernel = kernel_for(device, KERNEL, dtype)?;
-    for (name, v) in [("alpha_p", args.alpha_p), ("alpha_n", args.alpha_n), ("beta", args.beta), ("eps", args.eps)] {
-        if !v.is_finite() {
-            return Err(Error::invalid(name, format!("{v} is not a finite number")));
+impl CheckedArgs for XieluArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, KERNEL, dtype)?;
+        for (name, v) in [("alpha_p", self.alpha_p), ("alpha_n", self.alpha_n), ("beta", self.beta), ("eps", self.eps)]
+        {
+            if !v.is_finite() {
+                return Err(Error::invalid(name, format!("{v} is not a finite number")));
+            }
         }
+        if self.n == 0 {
+            return Ok(());
+        }
+        let dims = dims(self.n, dtype, device.info().compute_units);
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
-    if args.n == 0 {
-        return Ok(());
-    }
-    let dims = dims(args.n, dtype, device.info().compute_units);
-    unsafe { enqueue(device, &kernel, dims, &args.values(), &args.extents(), capacity, stream) }
 }
 
 /// `out[i] = xielu(x[i])` for `i < n`. `out` may be exactly `x` (in place);
@@ -89,7 +92,7 @@ pub unsafe fn launch<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_checked(device, T::DTYPE, args(x, out, n, params), &[], stream)
+    args(x, out, n, params).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
 /// The kernel's arguments by name (for [`launch`], and for tests that launch
@@ -109,7 +112,7 @@ pub fn run<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let capacity = [("x", bytes_of(x)), ("out", bytes_of(out))];
-    enqueue_checked(device, T::DTYPE, args(x.ptr(), out.ptr(), n as u64, params), &capacity, stream)
+    args(x.ptr(), out.ptr(), n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
 /// [`run`] in place: `buf[i] = xielu(buf[i])` for `i < n`.
@@ -121,5 +124,5 @@ pub fn run_in_place<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let capacity = [("x", bytes_of(buf)), ("out", bytes_of(buf))];
-    enqueue_checked(device, T::DTYPE, args(buf.ptr(), buf.ptr(), n as u64, params), &capacity, stream)
+    args(buf.ptr(), buf.ptr(), n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

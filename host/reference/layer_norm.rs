@@ -63,6 +63,11 @@ pub fn block_sum(partials: &[f32; THREADS]) -> f32 {
     wave_butterfly(lanes)[0]
 }
 
+/// Step 8 of section 2: `r = 1.0 / sqrt(v)` (two correctly rounded operations).
+pub fn exact_rsqrt(v: f32) -> f32 {
+    1.0 / v.sqrt()
+}
+
 /// `x_new = T(f(T(f(a) + f(b))) + f(x))`: two roundings, `(a + b)` first, then `+ x`.
 pub fn add3(dtype: Dtype, a: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
     assert!(a.len() == b.len() && b.len() == x.len(), "add3: a, b, x lengths differ");
@@ -70,23 +75,11 @@ pub fn add3(dtype: Dtype, a: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
 }
 
 /// MLX-ROCm's `layer_norm` over `x_new [rows, d]` (values of `dtype`), bit-exact steps 1-9 of
-/// section 2. `w [d]`, optional `bias [d]`; returns `h [rows, d]` rounded to `dtype`.
+/// section 2 when `rsqrt` is [`exact_rsqrt`]. `w [d]`, optional `bias [d]`; returns `h [rows, d]`
+/// rounded to `dtype`. Another `rsqrt` in step 8 (`r = rsqrt(v)`) is the hook of the spec's
+/// negative control (an approximate reciprocal square root must fail the bit-exact test).
+#[allow(clippy::too_many_arguments)]
 pub fn layer_norm(
-    dtype: Dtype,
-    x_new: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    eps: f32,
-    rows: usize,
-    d: usize,
-) -> Vec<f32> {
-    layer_norm_with_rsqrt(dtype, x_new, w, bias, eps, rows, d, |v| 1.0 / v.sqrt())
-}
-
-/// [`layer_norm`] with step 8's `r = 1.0 / sqrt(v)` replaced by `rsqrt(v)`: the
-/// hook of the spec's negative control (an approximate reciprocal square root
-/// must fail the bit-exact test).
-pub fn layer_norm_with_rsqrt(
     dtype: Dtype,
     x_new: &[f32],
     w: &[f32],
@@ -165,7 +158,7 @@ pub fn add3_layer_norm(
 ) -> (Vec<f32>, Vec<f32>) {
     assert_eq!(a.len(), rows * d, "a must be [rows, d]");
     let x_new = add3(dtype, a, b, x);
-    let h = layer_norm(dtype, &x_new, w, bias, eps, rows, d);
+    let h = layer_norm(dtype, &x_new, w, bias, eps, rows, d, exact_rsqrt);
     (x_new, h)
 }
 

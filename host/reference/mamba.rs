@@ -75,61 +75,65 @@ impl ScanInputs {
         assert_eq!(self.dskip.len(), dm, "Dskip must be [Dm]");
         assert_eq!(self.state_in.len(), b * dm * n, "state_in must be [B, Dm, N]");
     }
+
+    /// The loop every scan shares, after [`ScanInputs::check`]: for each batch b and channel d,
+    /// sequentially over t, `step(d, row, st)` (row = b*L + t) updates the channel's state
+    /// `st [N]` (a slice of `state`, which starts as the given `[B, Dm, N]` state in) and returns
+    /// `y[row, d]`. Returns `(y [B, L, Dm], state_out)`.
+    pub fn scan_each<S, Y: Clone + Default>(
+        &self,
+        mut state: Vec<S>,
+        mut step: impl FnMut(usize, usize, &mut [S]) -> Y,
+    ) -> (Vec<Y>, Vec<S>) {
+        self.check();
+        let (bsz, len, dm, n) = (self.batch, self.len, self.dm, self.n);
+        let mut y = vec![Y::default(); bsz * len * dm];
+        for b in 0..bsz {
+            for d in 0..dm {
+                let st = &mut state[(b * dm + d) * n..(b * dm + d + 1) * n];
+                for t in 0..len {
+                    let row = b * len + t;
+                    y[row * dm + d] = step(d, row, st);
+                }
+            }
+        }
+        (y, state)
+    }
 }
 
 /// Exact reference in f64 (inputs widened, `f64::exp`). Returns `(y [B,L,Dm], state_out [B,Dm,N])`.
 pub fn scan_f64(s: &ScanInputs) -> (Vec<f64>, Vec<f64>) {
-    s.check();
-    let (bsz, len, dm, n) = (s.batch, s.len, s.dm, s.n);
-    let mut y = vec![0.0f64; bsz * len * dm];
-    let mut state: Vec<f64> = s.state_in.iter().map(|&v| v as f64).collect();
-    for b in 0..bsz {
-        for d in 0..dm {
-            let st = &mut state[(b * dm + d) * n..(b * dm + d + 1) * n];
-            for t in 0..len {
-                let row = b * len + t;
-                let dt = s.dt[row * dm + d] as f64;
-                let x = s.x[row * dm + d] as f64;
-                let mut acc = 0.0f64;
-                for (k, sk) in st.iter_mut().enumerate() {
-                    let decay = (dt * s.a[d * n + k] as f64).exp();
-                    *sk = decay * *sk + dt * x * s.bm[row * n + k] as f64;
-                    acc += *sk * s.cm[row * n + k] as f64;
-                }
-                y[row * dm + d] = acc + x * s.dskip[d] as f64;
-            }
+    let n = s.n;
+    s.scan_each(s.state_in.iter().map(|&v| v as f64).collect(), |d, row, st| {
+        let dt = s.dt[row * s.dm + d] as f64;
+        let x = s.x[row * s.dm + d] as f64;
+        let mut acc = 0.0f64;
+        for (k, sk) in st.iter_mut().enumerate() {
+            let decay = (dt * s.a[d * n + k] as f64).exp();
+            *sk = decay * *sk + dt * x * s.bm[row * n + k] as f64;
+            acc += *sk * s.cm[row * n + k] as f64;
         }
-    }
-    (y, state)
+        acc + x * s.dskip[d] as f64
+    })
 }
 
 /// f32 reference: state carried in f32, per step `s = exp(dt*A) * s + (dt*x) * B` (plain f32
 /// operations, `f32::exp` from std), `y = (sum over n ascending of s*C) + x*Dskip` accumulated
 /// in f32 and rounded to `dtype` once. Returns `(y, state_out)`; state_out stays f32.
 pub fn scan_f32(dtype: Dtype, s: &ScanInputs) -> (Vec<f32>, Vec<f32>) {
-    s.check();
-    let (bsz, len, dm, n) = (s.batch, s.len, s.dm, s.n);
-    let mut y = vec![0.0f32; bsz * len * dm];
-    let mut state = s.state_in.clone();
-    for b in 0..bsz {
-        for d in 0..dm {
-            let st = &mut state[(b * dm + d) * n..(b * dm + d + 1) * n];
-            for t in 0..len {
-                let row = b * len + t;
-                let dt = s.dt[row * dm + d];
-                let x = s.x[row * dm + d];
-                let dtx = dt * x;
-                let mut acc = 0.0f32;
-                for (k, sk) in st.iter_mut().enumerate() {
-                    let decay = (dt * s.a[d * n + k]).exp();
-                    *sk = decay * *sk + dtx * s.bm[row * n + k];
-                    acc = acc + *sk * s.cm[row * n + k];
-                }
-                y[row * dm + d] = round(dtype, acc + x * s.dskip[d]);
-            }
+    let n = s.n;
+    s.scan_each(s.state_in.clone(), |d, row, st| {
+        let dt = s.dt[row * s.dm + d];
+        let x = s.x[row * s.dm + d];
+        let dtx = dt * x;
+        let mut acc = 0.0f32;
+        for (k, sk) in st.iter_mut().enumerate() {
+            let decay = (dt * s.a[d * n + k]).exp();
+            *sk = decay * *sk + dtx * s.bm[row * n + k];
+            acc = acc + *sk * s.cm[row * n + k];
         }
-    }
-    (y, state)
+        round(dtype, acc + x * s.dskip[d])
+    })
 }
 
 /// The op-by-op bf16 graph of section 3 (inputs should be bf16 values): every step of the state
@@ -139,32 +143,22 @@ pub fn scan_f32(dtype: Dtype, s: &ScanInputs) -> (Vec<f32>, Vec<f32>) {
 /// (n ascending), one rounding: only the listed steps are rounded, which keeps this
 /// reference as accurate as the spec allows (the kernel must beat it). Returns `(y, state_out)`.
 pub fn scan_graph_bf16(s: &ScanInputs) -> (Vec<f32>, Vec<f32>) {
-    s.check();
     let r = |v: f32| round(Dtype::Bf16, v);
-    let (bsz, len, dm, n) = (s.batch, s.len, s.dm, s.n);
-    let mut y = vec![0.0f32; bsz * len * dm];
-    let mut state = s.state_in.clone();
-    for b in 0..bsz {
-        for d in 0..dm {
-            let st = &mut state[(b * dm + d) * n..(b * dm + d + 1) * n];
-            for t in 0..len {
-                let row = b * len + t;
-                let dt = s.dt[row * dm + d];
-                let x = s.x[row * dm + d];
-                let dtx = r(dt * x);
-                let mut acc = 0.0f32;
-                for (k, sk) in st.iter_mut().enumerate() {
-                    let decay = r((dt * s.a[d * n + k]).exp());
-                    let u = r(dtx * s.bm[row * n + k]);
-                    let ds = r(decay * *sk);
-                    *sk = r(ds + u);
-                    acc = acc + *sk * s.cm[row * n + k];
-                }
-                y[row * dm + d] = r(acc + x * s.dskip[d]);
-            }
+    let n = s.n;
+    s.scan_each(s.state_in.clone(), |d, row, st| {
+        let dt = s.dt[row * s.dm + d];
+        let x = s.x[row * s.dm + d];
+        let dtx = r(dt * x);
+        let mut acc = 0.0f32;
+        for (k, sk) in st.iter_mut().enumerate() {
+            let decay = r((dt * s.a[d * n + k]).exp());
+            let u = r(dtx * s.bm[row * n + k]);
+            let ds = r(decay * *sk);
+            *sk = r(ds + u);
+            acc = acc + *sk * s.cm[row * n + k];
         }
-    }
-    (y, state)
+        r(acc + x * s.dskip[d])
+    })
 }
 
 #[cfg(test)]

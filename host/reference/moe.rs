@@ -219,15 +219,9 @@ pub fn down(idx: &[u32], w2: &Quantized, n_experts: usize, act: &[f32], scores: 
 /// The whole routed-expert forward: [`fc1_relu2`], [`down`], then
 /// `routed[h] = T(sum_k part[k, h])` (sum in f32 over k ascending from +0.0, one rounding).
 /// Returns `[Din]` values of `dtype`.
-pub fn routed(
-    dtype: Dtype,
-    x: &[f32],
-    idx: &[u32],
-    scores: &[f32],
-    w1: &Quantized,
-    w2: &Quantized,
-    n_experts: usize,
-) -> Vec<f32> {
+pub fn routed(dtype: Dtype, m: &MoeInputs) -> Vec<f32> {
+    let MoeInputs { x, idx, scores, w1, w2, n_experts } = m;
+    let (idx, n_experts) = (idx.as_slice(), *n_experts);
     let act = fc1_relu2(x, idx, w1, n_experts);
     let part = down(idx, w2, n_experts, &act, scores);
     let din = w2.rows / n_experts;
@@ -245,15 +239,9 @@ pub fn routed(
 /// The dense reference of section 4's tolerance test: dequantize, matmul, relu^2, matmul, weight
 /// by scores, sum over k, then round to `dtype` once. Computed entirely in f64 (at least as
 /// accurate as the f32 reference the spec names). Returns `[Din]` values of `dtype`.
-pub fn dense_f32_reference(
-    dtype: Dtype,
-    x: &[f32],
-    idx: &[u32],
-    scores: &[f32],
-    w1: &Quantized,
-    w2: &Quantized,
-    n_experts: usize,
-) -> Vec<f32> {
+pub fn dense_f32_reference(dtype: Dtype, m: &MoeInputs) -> Vec<f32> {
+    let MoeInputs { x, idx, scores, w1, w2, n_experts } = m;
+    let n_experts = *n_experts;
     let dff = w1.rows / n_experts;
     let din = w1.cols;
     assert_eq!(w2.rows, n_experts * din, "w2 must be [E, Din, Dff]");
@@ -409,8 +397,8 @@ mod tests {
     fn routed_vs_dense() {
         for bits in [4, 8] {
             let m = moe_inputs(Dtype::Bf16, 512, 384, 16, 6, bits, 64, 77 + bits as u64);
-            let got = routed(Dtype::Bf16, &m.x, &m.idx, &m.scores, &m.w1, &m.w2, m.n_experts);
-            let want = dense_f32_reference(Dtype::Bf16, &m.x, &m.idx, &m.scores, &m.w1, &m.w2, m.n_experts);
+            let got = routed(Dtype::Bf16, &m);
+            let want = dense_f32_reference(Dtype::Bf16, &m);
             let (r, x) = (nrms(&got, &want), nmax(&got, &want));
             println!("moe bits {bits}: nrms {r:.3e} nmax {x:.3e}");
             assert!(r < 5e-4 && x < 2e-2, "bits {bits}: nrms {r:e} nmax {x:e}");
@@ -423,7 +411,7 @@ mod tests {
     #[test]
     fn negative_control_half_fold() {
         let m = moe_inputs(Dtype::Bf16, 512, 384, 16, 6, 4, 64, 81);
-        let want = dense_f32_reference(Dtype::Bf16, &m.x, &m.idx, &m.scores, &m.w1, &m.w2, m.n_experts);
+        let want = dense_f32_reference(Dtype::Bf16, &m);
         let vpw = m.w1.values_per_word();
         let lane_ok = |col: usize| (col / vpw) % 32 < 16;
         let (dff, din) = (m.w1.rows / m.n_experts, m.w1.cols);

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use kernels_device::emulator::{self, LaunchConfig};
 
-use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, LaunchDims, PackedArgs, Stream};
+use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, Launch, Stream};
 use crate::error::{Error, Result};
 
 /// Alignment of every allocation: enough for the widest vector load of a kernel.
@@ -107,14 +107,9 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    unsafe fn launch(
-        &self,
-        function: FunctionHandle,
-        dims: LaunchDims,
-        args: &PackedArgs,
-        stream: Stream,
-    ) -> Result<()> {
+    unsafe fn launch(&self, call: Launch<'_>, stream: Stream) -> Result<()> {
         no_stream(stream)?;
+        let Launch { function, dims, args } = call;
         let FunctionHandle::Cpu(entry) = function else {
             return Err(Error::CodeObject("a GPU function handle was given to the CPU backend".into()));
         };

@@ -41,7 +41,7 @@ use std::ptr;
 
 use cudarc::driver::sys;
 
-use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, LaunchDims, PackedArgs, Stream};
+use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, Launch, Stream};
 use crate::error::{Error, Result};
 
 const BACKEND: &str = "cuda";
@@ -478,19 +478,11 @@ impl Backend for CudaBackend {
         cu!(cuCtxSynchronize())
     }
 
-    unsafe fn launch(
-        &self,
-        function: FunctionHandle,
-        dims: LaunchDims,
-        args: &PackedArgs,
-        stream: Stream,
-    ) -> Result<()> {
-        let FunctionHandle::Gpu(function) = function else {
-            return Err(Error::CodeObject("an emulator function handle was given to the CUDA backend".into()));
-        };
-        if dims.is_empty() {
+    unsafe fn launch(&self, call: Launch<'_>, stream: Stream) -> Result<()> {
+        let Some((function, dims, args)) = call.gpu("an emulator function handle was given to the CUDA backend")?
+        else {
             return Ok(());
-        }
+        };
         self.make_current()?;
         self.check_stream(stream)?;
         // One pointer per argument, into `args`, which outlives the call (the

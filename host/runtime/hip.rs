@@ -33,7 +33,7 @@ use std::ptr;
 
 use super::hip_api as sys;
 
-use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, LaunchDims, PackedArgs, Stream};
+use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, Launch, Stream};
 use crate::embedded::{AMDGPU_CODE_OBJECTS, EmbeddedCodeObject};
 use crate::error::{Error, Result};
 
@@ -493,19 +493,10 @@ impl Backend for HipBackend {
         check("hipDeviceSynchronize", unsafe { sys::hipDeviceSynchronize() })
     }
 
-    unsafe fn launch(
-        &self,
-        function: FunctionHandle,
-        dims: LaunchDims,
-        args: &PackedArgs,
-        stream: Stream,
-    ) -> Result<()> {
-        let FunctionHandle::Gpu(function) = function else {
-            return Err(Error::CodeObject("a CPU emulator function was given to the HIP backend".into()));
-        };
-        if dims.is_empty() {
+    unsafe fn launch(&self, call: Launch<'_>, stream: Stream) -> Result<()> {
+        let Some((function, dims, args)) = call.gpu("a CPU emulator function was given to the HIP backend")? else {
             return Ok(());
-        }
+        };
         self.current()?;
         self.check_stream(stream)?;
         let mut size: usize = args.len();

@@ -87,6 +87,27 @@ pub(crate) enum FunctionHandle {
 unsafe impl Send for FunctionHandle {}
 unsafe impl Sync for FunctionHandle {}
 
+/// One launch as a backend receives it: the function, its grid and its packed
+/// arguments.
+#[derive(Clone, Copy)]
+pub(crate) struct Launch<'a> {
+    pub function: FunctionHandle,
+    pub dims: LaunchDims,
+    pub args: &'a PackedArgs,
+}
+
+impl<'a> Launch<'a> {
+    /// The HIP or CUDA function handle with the grid and the arguments, or
+    /// `None` when the grid is empty and there is nothing to launch; an
+    /// emulator handle is refused with `wrong_handle`.
+    pub(crate) fn gpu(self, wrong_handle: &str) -> Result<Option<(*mut c_void, LaunchDims, &'a PackedArgs)>> {
+        let FunctionHandle::Gpu(function) = self.function else {
+            return Err(Error::CodeObject(wrong_handle.into()));
+        };
+        Ok(if self.dims.is_empty() { None } else { Some((function, self.dims, self.args)) })
+    }
+}
+
 /// A stream of the backend (`hipStream_t`, `CUstream`), owned by the caller.
 /// [`Stream::DEFAULT`] is the null stream: on HIP and CUDA the default
 /// (legacy) stream of the device, which waits for and is waited on by every
@@ -132,18 +153,12 @@ pub(crate) trait Backend: Send + Sync {
     unsafe fn memset(&self, dst: u64, byte: u8, bytes: usize) -> Result<()>;
     /// Waits for all work on the device.
     fn synchronize(&self) -> Result<()>;
-    /// Launches `function` on `stream`.
+    /// Launches `call.function` on `stream`.
     ///
     /// # Safety
     /// The arguments match the kernel and every pointer in them is valid for
     /// everything the kernel does with it.
-    unsafe fn launch(
-        &self,
-        function: FunctionHandle,
-        dims: LaunchDims,
-        args: &PackedArgs,
-        stream: Stream,
-    ) -> Result<()>;
+    unsafe fn launch(&self, call: Launch<'_>, stream: Stream) -> Result<()>;
     /// Milliseconds taken on `stream` by the work `f` enqueues (events on a GPU,
     /// the wall clock on the CPU). Synchronizes the stream.
     fn time(&self, stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
@@ -290,7 +305,7 @@ impl Device {
         stream: Stream,
     ) -> Result<()> {
         let packed = PackedArgs::pack(kernel.spec, args)?;
-        unsafe { self.backend.launch(kernel.function, dims, &packed, stream) }
+        unsafe { self.backend.launch(Launch { function: kernel.function, dims, args: &packed }, stream) }
     }
 
     /// Allocates `len` elements of `T` on the device (contents undefined).

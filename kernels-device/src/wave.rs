@@ -21,50 +21,34 @@ mod arch;
 #[path = "wave/host.rs"]
 mod arch;
 
-/// Index of this thread in its (one-dimensional) workgroup.
-#[inline(always)]
-pub fn thread_id() -> u32 {
-    arch::thread_id()
+/// The thread and workgroup indices: one `() -> u32` function each, always inlined.
+macro_rules! indices {
+    ($($(#[doc = $doc:literal])* $name:ident = $value:expr;)*) => {$(
+        $(#[doc = $doc])*
+        #[inline(always)]
+        pub fn $name() -> u32 {
+            $value
+        }
+    )*};
 }
 
-/// Threads per workgroup.
-#[inline(always)]
-pub fn workgroup_size() -> u32 {
-    arch::workgroup_size()
-}
-
-/// Workgroup index along x, y, z.
-#[inline(always)]
-pub fn workgroup_id_x() -> u32 {
-    arch::workgroup_id::<0>()
-}
-/// Workgroup index along y.
-#[inline(always)]
-pub fn workgroup_id_y() -> u32 {
-    arch::workgroup_id::<1>()
-}
-/// Workgroup index along z.
-#[inline(always)]
-pub fn workgroup_id_z() -> u32 {
-    arch::workgroup_id::<2>()
-}
-
-/// Workgroups in the grid along x.
-#[inline(always)]
-pub fn num_workgroups_x() -> u32 {
-    arch::num_workgroups::<0>()
-}
-
-/// This thread's lane in its wave.
-#[inline(always)]
-pub fn lane_id() -> u32 {
-    thread_id() % WAVE_SIZE
-}
-
-/// This thread's wave in its workgroup.
-#[inline(always)]
-pub fn wave_id() -> u32 {
-    thread_id() / WAVE_SIZE
+indices! {
+    /// Index of this thread in its (one-dimensional) workgroup.
+    thread_id = arch::thread_id();
+    /// Threads per workgroup.
+    workgroup_size = arch::workgroup_size();
+    /// Workgroup index along x, y, z.
+    workgroup_id_x = arch::workgroup_id::<0>();
+    /// Workgroup index along y.
+    workgroup_id_y = arch::workgroup_id::<1>();
+    /// Workgroup index along z.
+    workgroup_id_z = arch::workgroup_id::<2>();
+    /// Workgroups in the grid along x.
+    num_workgroups_x = arch::num_workgroups::<0>();
+    /// This thread's lane in its wave.
+    lane_id = thread_id() % WAVE_SIZE;
+    /// This thread's wave in its workgroup.
+    wave_id = thread_id() / WAVE_SIZE;
 }
 
 /// Global thread index along x: `workgroup_id_x * workgroup_size + thread_id`.

@@ -368,6 +368,18 @@ mod tests {
         (0.8, -0.8, 0.5, -1e-6), // an < 0: fast in f32 and f16 only
     ];
 
+    /// The fast evaluation of `x` has the model's bits (NaN-ness for NaN); the
+    /// message names the unrounded parameters `raw`.
+    fn assert_fast_is_the_model<T: Elem>(x: T, p: Params, raw: (f32, f32, f32, f32)) {
+        let (f, m) = (xielu_fast(x, p).to_f32(), xielu_one(x, p).to_f32());
+        assert!(
+            f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()),
+            "{} x = {:e}, params {raw:?}: fast {f:e} model {m:e}",
+            T::NAME,
+            x.to_f32(),
+        );
+    }
+
     /// The fast evaluation's bits equal the model's (NaN-ness for NaN) for every
     /// value where its conditions hold; returns how many values took it.
     fn check<T: Elem>(values: impl Iterator<Item = T> + Clone) -> usize {
@@ -379,16 +391,7 @@ mod tests {
                     continue;
                 }
                 fast_count += 1;
-                let (f, m) = (xielu_fast(x, p).to_f32(), xielu_one(x, p).to_f32());
-                assert!(
-                    f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()),
-                    "{} x = {:e}, params {:?}: fast {:e} model {:e}",
-                    T::NAME,
-                    x.to_f32(),
-                    (ap, an, be, ep),
-                    f,
-                    m
-                );
+                assert_fast_is_the_model(x, p, (ap, an, be, ep));
             }
         }
         fast_count
@@ -444,15 +447,7 @@ mod tests {
                     continue;
                 }
                 checked += 1;
-                let (f, m) = (xielu_fast(x, p).to_f32(), xielu_one(x, p).to_f32());
-                assert!(
-                    f.to_bits() == m.to_bits() || (f.is_nan() && m.is_nan()),
-                    "x = {:e}, params {:?}: fast {:e} model {:e}",
-                    x.to_f32(),
-                    (ap, an, be, ep),
-                    f,
-                    m
-                );
+                assert_fast_is_the_model(x, p, (ap, an, be, ep));
             }
         }
         assert!(checked > 20 * 20480, "only {checked} fast evaluations were checked");

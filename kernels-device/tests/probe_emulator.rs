@@ -82,19 +82,22 @@ fn probe_matches_the_definition_of_every_primitive() {
     }
 }
 
+/// The emulator's report of a launch of `kernel` on a grid of `groups`
+/// workgroups of `workgroup_size` threads, which must fail.
+fn launch_error(groups: u32, workgroup_size: u32, kernel: &(dyn Fn() + Sync)) -> String {
+    let cfg = LaunchConfig { grid: [groups, 1, 1], workgroup_size, workgroup_mem_bytes: 0 };
+    // SAFETY: the kernels touch no memory.
+    unsafe { emulator::launch(&cfg, kernel) }.unwrap_err().to_string()
+}
+
 #[test]
 fn a_lane_that_leaves_before_an_exchange_is_reported_not_hung() {
-    let cfg = LaunchConfig { grid: [2, 1, 1], workgroup_size: 64, workgroup_mem_bytes: 0 };
-    let err = unsafe {
-        emulator::launch(&cfg, &|| {
-            if kernels_device::wave::lane_id() == 7 {
-                return; // diverges: lane 7 skips the exchange
-            }
-            std::hint::black_box(kernels_device::wave::shfl_xor_u32::<1>(1));
-        })
-    }
-    .unwrap_err();
-    let msg = err.to_string();
+    let msg = launch_error(2, 64, &|| {
+        if kernels_device::wave::lane_id() == 7 {
+            return; // diverges: lane 7 skips the exchange
+        }
+        std::hint::black_box(kernels_device::wave::shfl_xor_u32::<1>(1));
+    });
     assert!(msg.contains("divergent lane exchange"), "{msg}");
     assert!(msg.contains("workgroup [0, 0, 0], wave 0"), "{msg}");
     assert!(msg.contains("lanes 7 have returned"), "{msg}");
@@ -102,41 +105,31 @@ fn a_lane_that_leaves_before_an_exchange_is_reported_not_hung() {
 
 #[test]
 fn a_thread_that_skips_a_barrier_is_reported() {
-    let cfg = LaunchConfig { grid: [1, 1, 1], workgroup_size: 64, workgroup_mem_bytes: 0 };
-    let err = unsafe {
-        emulator::launch(&cfg, &|| {
-            if kernels_device::wave::wave_id() == 1 {
-                return;
-            }
-            kernels_device::wave::barrier();
-        })
-    }
-    .unwrap_err();
-    let msg = err.to_string();
+    let msg = launch_error(1, 64, &|| {
+        if kernels_device::wave::wave_id() == 1 {
+            return;
+        }
+        kernels_device::wave::barrier();
+    });
     assert!(msg.contains("wait at a barrier but threads 32-63 have already returned"), "{msg}");
 }
 
 #[test]
 fn lanes_asking_for_different_exchanges_are_reported() {
-    let cfg = LaunchConfig { grid: [1, 1, 1], workgroup_size: 32, workgroup_mem_bytes: 0 };
-    let err = unsafe {
-        emulator::launch(&cfg, &|| {
-            if kernels_device::wave::lane_id() < 16 {
-                std::hint::black_box(kernels_device::wave::shfl_xor_u32::<1>(1));
-            } else {
-                std::hint::black_box(kernels_device::wave::shfl_xor_u32::<2>(1));
-            }
-        })
-    }
-    .unwrap_err();
-    assert!(err.to_string().contains("lanes disagree on the exchange"), "{err}");
+    let msg = launch_error(1, 32, &|| {
+        if kernels_device::wave::lane_id() < 16 {
+            std::hint::black_box(kernels_device::wave::shfl_xor_u32::<1>(1));
+        } else {
+            std::hint::black_box(kernels_device::wave::shfl_xor_u32::<2>(1));
+        }
+    });
+    assert!(msg.contains("lanes disagree on the exchange"), "{msg}");
 }
 
 #[test]
 fn a_workgroup_size_that_is_not_whole_waves_is_refused() {
-    let cfg = LaunchConfig { grid: [1, 1, 1], workgroup_size: 48, workgroup_mem_bytes: 0 };
-    let err = unsafe { emulator::launch(&cfg, &|| {}) }.unwrap_err();
-    assert!(err.to_string().contains("multiple of 32"), "{err}");
+    let msg = launch_error(1, 48, &|| {});
+    assert!(msg.contains("multiple of 32"), "{msg}");
 }
 
 struct SyncConstPtr(*const u32);

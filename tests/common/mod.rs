@@ -18,6 +18,8 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element};
 
+pub mod timing;
+
 /// One backend of this machine: the device, or why it cannot run the kernels.
 pub struct Backend {
     pub kind: BackendKind,
@@ -90,6 +92,40 @@ macro_rules! typed {
             (mlxcel_amdgpu::Dtype::F16, $case::<mlxcel_amdgpu::half::f16> as fn(&mlxcel_amdgpu::Device)),
             (mlxcel_amdgpu::Dtype::Bf16, $case::<mlxcel_amdgpu::half::bf16> as fn(&mlxcel_amdgpu::Device)),
         ]
+    };
+}
+
+/// [`typed!`] with const arguments after the element type: `case::<T, C...>`.
+#[macro_export]
+macro_rules! typed_with {
+    ($case:ident, $($c:expr),+) => {
+        [
+            (mlxcel_amdgpu::Dtype::F32, $case::<f32, $({ $c }),+> as fn(&mlxcel_amdgpu::Device)),
+            (mlxcel_amdgpu::Dtype::F16, $case::<mlxcel_amdgpu::half::f16, $({ $c }),+> as fn(&mlxcel_amdgpu::Device)),
+            (mlxcel_amdgpu::Dtype::Bf16, $case::<mlxcel_amdgpu::half::bf16, $({ $c }),+> as fn(&mlxcel_amdgpu::Device)),
+        ]
+    };
+}
+
+/// Registers cases under their functions' names, in order:
+/// `named_cases!(suite; per_backend: a, b; single: c; cpu_per_dtype: d;)` calls
+/// `suite.per_backend("a", a)`, ..., with [`typed!`] around the cases of the
+/// per-dtype methods.
+#[macro_export]
+macro_rules! named_cases {
+    ($suite:ident; $($method:ident: $($case:ident),+;)+) => {
+        $($( $suite.$method(stringify!($case), $crate::named_cases!(@case $method $case)); )+)+
+    };
+    (@case per_backend_and_dtype $case:ident) => { typed!($case) };
+    (@case cpu_per_dtype $case:ident) => { typed!($case) };
+    (@case $method:ident $case:ident) => { $case };
+}
+
+/// `suite.per_backend_and_dtype(name, typed_with!(case, C...))` for each `name => C...;`.
+#[macro_export]
+macro_rules! typed_with_cases {
+    ($suite:ident, $case:ident; $($name:literal => $($c:expr),+;)+) => {
+        $( $suite.per_backend_and_dtype($name, typed_with!($case, $($c),+)); )+
     };
 }
 
@@ -177,6 +213,20 @@ impl Suite {
         }
         conclusion.exit()
     }
+}
+
+/// The devices of the GPU backends present (for the timings); prints
+/// `none_message` on stderr when there is none.
+pub fn gpu_devices(none_message: &str) -> Vec<Device> {
+    let gpus: Vec<Device> = backends()
+        .iter()
+        .filter(|b| b.kind != BackendKind::Cpu)
+        .filter_map(|b| b.device.as_ref().ok().cloned())
+        .collect();
+    if gpus.is_empty() {
+        eprintln!("{none_message}");
+    }
+    gpus
 }
 
 /// A buffer of `values`, each rounded to `T`.
