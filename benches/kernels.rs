@@ -15,7 +15,7 @@ mod timing;
 
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
 use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device;
@@ -157,7 +157,12 @@ fn bench_mamba<T: Element>(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: us
     };
     let (reps, inner) = if len > 64 { (10, 1) } else { (20, 10) };
     let ms = median_ms(dev, reps, inner, || unsafe {
-        mamba1_scan::launch::<T>(dev, p, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
+        mamba1_scan::launch::<T>(
+            dev,
+            p,
+            ScanShape { batch: 1, len: len as u32, dm: dm as u32, n: n as u32 },
+            Stream::DEFAULT,
+        )
     });
     let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + dm * n * 4 * 3) as f64;
     rows.push(Row::timed(format!("mamba1_scan {dtype}"), format!("B=1 Dm={dm} N={n} L={len}"), ms, bytes));

@@ -42,7 +42,7 @@ use std::sync::RwLock;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Pointers};
-use crate::kernels::mamba1_scan::{self, ScanPointers};
+use crate::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
 use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::{BackendKind, Device, Stream};
@@ -428,7 +428,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_mamba1_scan(
             state_out: state_out as u64,
         };
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { mamba1_scan::launch::<T>(&device, p, batch, len, dm, n, Stream(stream)) })
+        with_element!(dtype_of(dtype)?, T => unsafe { mamba1_scan::launch::<T>(&device, p, ScanShape { batch, len, dm, n }, Stream(stream)) })
     })
 }
 

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Buffers};
-use crate::kernels::mamba1_scan::{self, ScanBuffers};
+use crate::kernels::mamba1_scan::{self, ScanBuffers, ScanShape};
 use crate::kernels::moe::{self, MoeShape, QuantizedBuffers, RoutedBuffers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::reference::{self, data, layer_norm, metrics};
@@ -201,7 +201,12 @@ fn mamba_case<T: Element>(device: &Device) -> Result<Outcome> {
             y: &mut y,
             state_out: &mut state_out,
         };
-        mamba1_scan::run(device, bufs, 1, len as u32, dm as u32, n as u32, Stream::DEFAULT)
+        mamba1_scan::run(
+            device,
+            bufs,
+            ScanShape { batch: 1, len: len as u32, dm: dm as u32, n: n as u32 },
+            Stream::DEFAULT,
+        )
     };
     let reps = if reduced(device) { 3 } else { 50 };
     let millis = time_launches(device, reps, &mut launch)?;

@@ -18,7 +18,7 @@ mod common;
 use common::timing::median_of_timed;
 use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape};
 use mlxcel_amdgpu::kernels_device::num::exp;
 use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
 use mlxcel_amdgpu::reference::{self, metrics};
@@ -126,11 +126,11 @@ fn run_kernel<T: Element>(dev: &Device, s: &ScanInputs, state: StateIn) -> Outpu
     if state == StateIn::Aliased {
         let p = inp.pointers(state_out.ptr(), y.ptr(), state_out.ptr());
         // SAFETY: every buffer holds at least the shape's elements.
-        unsafe { mamba1_scan::launch::<T>(dev, p, b, l, dm, n, Stream::DEFAULT) }.unwrap();
+        unsafe { mamba1_scan::launch::<T>(dev, p, ScanShape { batch: b, len: l, dm, n }, Stream::DEFAULT) }.unwrap();
     } else {
         let state_in = if state == StateIn::Separate { Some(&state_in) } else { None };
         let bufs = inp.buffers(state_in, &mut y, &mut state_out);
-        mamba1_scan::run::<T>(dev, bufs, b, l, dm, n, Stream::DEFAULT).unwrap();
+        mamba1_scan::run::<T>(dev, bufs, ScanShape { batch: b, len: l, dm, n }, Stream::DEFAULT).unwrap();
     }
     let y_bits = download_bits(&y);
     let state_bits = download_bits(&state_out);
@@ -443,7 +443,7 @@ const P: ScanPointers = ScanPointers {
 fn refused<T: Element>(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Error {
     let dev = Device::cpu();
     // SAFETY: every case here is refused before the launch (asserted).
-    match unsafe { mamba1_scan::launch::<T>(&dev, p, batch, len, dm, n, Stream::DEFAULT) } {
+    match unsafe { mamba1_scan::launch::<T>(&dev, p, ScanShape { batch, len, dm, n }, Stream::DEFAULT) } {
         Err(e) => e.root().clone(),
         Ok(()) => panic!("{} {p:x?} B={batch} L={len} Dm={dm} N={n}: launched", T::DTYPE),
     }
@@ -527,7 +527,9 @@ fn the_safe_wrapper_checks_every_buffer_size() {
     let mut y = sentinel::<f16>(&dev, 4 * 8);
     let mut state_out = sentinel::<f32>(&dev, 8 * 16);
     let short = dev.alloc::<f16>(5).unwrap();
-    let run = |bufs: ScanBuffers<'_, f16>, n: u32| mamba1_scan::run::<f16>(&dev, bufs, 1, 4, 8, n, Stream::DEFAULT);
+    let run = |bufs: ScanBuffers<'_, f16>, n: u32| {
+        mamba1_scan::run::<f16>(&dev, bufs, ScanShape { batch: 1, len: 4, dm: 8, n }, Stream::DEFAULT)
+    };
     let err = run(buffers(&inp, &short, &state_in, &mut y, &mut state_out), 16).unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `bm`: holds 10 bytes, needs 128 (64 f16 elements)");
     let mut small_state = dev.alloc::<f32>(8 * 16 - 1).unwrap();
@@ -553,7 +555,7 @@ fn the_cpu_backend_refuses_a_stream() {
     let mut state_out = upload::<f32>(&dev, &s.state_in);
     let bufs = inp.buffers(None, &mut y, &mut state_out);
     let stream = Stream(0x1000 as *mut std::ffi::c_void);
-    let err = mamba1_scan::run::<f32>(&dev, bufs, 1, 2, 8, 16, stream).unwrap_err();
+    let err = mamba1_scan::run::<f32>(&dev, bufs, ScanShape { batch: 1, len: 2, dm: 8, n: 16 }, stream).unwrap_err();
     assert_eq!(arg(&err), "stream", "{err}");
 }
 
@@ -604,7 +606,9 @@ fn timing_on_gpus() {
             let p = inp.pointers(state_in.ptr(), y.ptr(), state_out.ptr());
             let (b, l, d, nn) = (batch as u32, len as u32, dm as u32, n as u32);
             // SAFETY: every buffer holds the shape's elements.
-            let call = || unsafe { mamba1_scan::launch::<T>(&dev, p, b, l, d, nn, Stream::DEFAULT) };
+            let call = || unsafe {
+                mamba1_scan::launch::<T>(&dev, p, ScanShape { batch: b, len: l, dm: d, n: nn }, Stream::DEFAULT)
+            };
             for _ in 0..3 {
                 call().unwrap();
             }

@@ -148,6 +148,16 @@ impl CheckedArgs for Mamba1ScanArgs {
     }
 }
 
+/// The shape of one scan: `batch` sequences of `len` steps over `dm` channels
+/// with `n` state columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanShape {
+    pub batch: u32,
+    pub len: u32,
+    pub dm: u32,
+    pub n: u32,
+}
+
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
 /// with `n` state columns: writes `y` and the final state (see [`ScanPointers`]).
 /// Every argument is checked (see [`sizes`]; pointers as the declaration
@@ -156,15 +166,8 @@ impl CheckedArgs for Mamba1ScanArgs {
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of at least the
 /// sizes of [`ScanPointers`].
-pub unsafe fn launch<T: Element>(
-    device: &Device,
-    p: ScanPointers,
-    batch: u32,
-    len: u32,
-    dm: u32,
-    n: u32,
-    stream: Stream,
-) -> Result<()> {
+pub unsafe fn launch<T: Element>(device: &Device, p: ScanPointers, shape: ScanShape, stream: Stream) -> Result<()> {
+    let ScanShape { batch, len, dm, n } = shape;
     args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
@@ -184,15 +187,8 @@ pub struct ScanBuffers<'a, T> {
 }
 
 /// [`launch`] over typed buffers, checking the shape and then every buffer's size.
-pub fn run<T: Element>(
-    device: &Device,
-    bufs: ScanBuffers<'_, T>,
-    batch: u32,
-    len: u32,
-    dm: u32,
-    n: u32,
-    stream: Stream,
-) -> Result<()> {
+pub fn run<T: Element>(device: &Device, bufs: ScanBuffers<'_, T>, shape: ScanShape, stream: Stream) -> Result<()> {
+    let ScanShape { batch, len, dm, n } = shape;
     let state_out = bufs.state_out.ptr();
     let mut capacity = capacity_of!(bufs: x, dt, bm, cm, a, dskip).to_vec();
     capacity.push(("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)));
