@@ -6,3 +6,5 @@
 pub mod codeobj;
 pub mod decode;
 pub mod opcodes;
+pub mod exec;
+pub mod mem;
