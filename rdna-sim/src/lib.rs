@@ -8,3 +8,4 @@ pub mod decode;
 pub mod opcodes;
 pub mod exec;
 pub mod mem;
+pub mod dispatch;
