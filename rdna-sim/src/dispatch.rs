@@ -271,3 +271,24 @@ fn run_workgroup(
         }
     }
 }
+
+/// Runs raw machine code (ending in `s_endpgm`) on one wave whose state the
+/// caller prepared: the unit tests' harness. A barrier passes at once (one wave).
+pub fn run_program(code: &[u32], wave: &mut Wave, mem: &mut Memory, lds: &mut [u8], mode: Mode) -> Result<Counts, String> {
+    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let insts = crate::decode::decode_all(&bytes, 0).map_err(|e| e.to_string())?;
+    let index = insts.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
+    let mut counts = Counts::default();
+    for _ in 0..10_000_000u64 {
+        let pc = wave.pc;
+        let mut env = Env { mem, lds, mode, counts: &mut counts };
+        let step = wave.step(&insts, &index, &mut env).map_err(|f| {
+            let i = &insts[pc.min(insts.len() - 1)];
+            format!("{} at {:#x}{}: {}", i.mnemonic(), i.addr, f.lane.map(|l| format!(", lane {l}")).unwrap_or_default(), f.msg)
+        })?;
+        if step == Step::End {
+            return Ok(counts);
+        }
+    }
+    Err("program did not end".into())
+}

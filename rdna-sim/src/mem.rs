@@ -66,6 +66,14 @@ impl Memory {
                     a.data.len()
                 ));
             }
+            if addr < end + GUARD {
+                return Err(format!(
+                    "{len}-byte access at {addr:#x} is {} bytes past the end of {} ({} bytes at {base:#x})",
+                    addr - end,
+                    a.what,
+                    a.data.len()
+                ));
+            }
         }
         Err(format!("{len}-byte access at {addr:#x} is outside every live allocation"))
     }
