@@ -403,7 +403,7 @@ fn out_of_bounds_accesses_fail_with_address_and_lane() {
     r.lanes(4, |l| 1020 + l as u32);
     let [a, b] = ds("ds_load_b32", 5, 4, 0, 0);
     let e = r.run(&[a, b]).unwrap_err();
-    assert!(e.contains("lane 1,") && e.contains("LDS access at 0x3fd"), "{e}");
+    assert!(e.contains("lane 1:") && e.contains("LDS access at 0x3fd"), "{e}");
     // Scalar loads are checked too.
     r.w.s[10] = 0x1000;
     r.w.s[11] = 0;
