@@ -1,0 +1,140 @@
+//! The host's HIP backend (`host/runtime/hip.rs`, unchanged) finds this stand-in
+//! through ROCM_PATH, as it finds the real runtime, and runs the embedded gfx1151
+//! code object's kernels on the interpreter.
+use mlxcel_amdgpu::kernels::xielu::XieluParams;
+use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
+use mlxcel_amdgpu::{BackendKind, Device, Dtype, Stream};
+use std::path::PathBuf;
+use std::sync::Once;
+
+/// A ROCM_PATH-style prefix whose lib/ holds the built stand-in.
+fn point_rocm_path_at_the_standin() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // target/<profile>/deps/<test>: cargo test leaves the cdylib in deps/,
+        // cargo build also in target/<profile>/.
+        let exe = std::env::current_exe().unwrap();
+        let deps = exe.parent().unwrap();
+        let lib = [deps.join("libamdhip64.so"), deps.parent().unwrap().join("libamdhip64.so")]
+            .into_iter()
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("the stand-in cdylib libamdhip64.so is not in {}", deps.display()));
+        let prefix = std::env::temp_dir().join(format!("hip-standin-{}", std::process::id()));
+        let libdir: PathBuf = prefix.join("lib");
+        std::fs::create_dir_all(&libdir).unwrap();
+        std::fs::copy(&lib, libdir.join("libamdhip64.so")).unwrap();
+        // SAFETY: set once, before any thread of this test reads the environment through hip.rs.
+        unsafe {
+            std::env::set_var("ROCM_PATH", &prefix);
+            std::env::remove_var("HIP_PATH");
+        }
+    });
+}
+
+fn device() -> Device {
+    point_rocm_path_at_the_standin();
+    Device::hip(0).unwrap_or_else(|e| panic!("Device::hip(0) on the stand-in: {e}"))
+}
+
+#[test]
+fn the_simulated_gfx1151_opens_with_its_code_object() {
+    let d = device();
+    let info = d.info();
+    println!("{info:#?}");
+    assert_eq!(info.backend, BackendKind::Hip);
+    assert_eq!(info.arch, "gfx1151");
+    assert_eq!(info.wavefront_size, 32);
+    assert_eq!(info.compute_units, 40);
+    assert_eq!(info.kernels.as_deref(), Ok("gfx1151"));
+    for spec in mlxcel_amdgpu::kernels_device::entry::KERNELS {
+        assert!(d.is_available(spec.name), "{}", spec.name);
+    }
+    // The second device, a gfx1100, takes the generic object.
+    let d1 = Device::hip(1).unwrap();
+    assert_eq!(d1.info().arch, "gfx1100");
+    assert_eq!(d1.info().kernels.as_deref(), Ok("gfx11-generic"));
+}
+
+#[test]
+fn memory_round_trips_and_events_keep_order() {
+    let d = device();
+    let data: Vec<u32> = (0..4099).map(|i| i * 3 + 1).collect();
+    let mut buf = d.upload(&data).unwrap();
+    assert_eq!(buf.download().unwrap(), data);
+    buf.fill_bytes(0xab).unwrap();
+    assert!(buf.download().unwrap().iter().all(|&v| v == 0xabab_abab));
+    let mut copy = d.alloc::<u32>(4099).unwrap();
+    d.copy(&mut copy, &buf, Stream::DEFAULT).unwrap();
+    assert_eq!(copy.download().unwrap(), buf.download().unwrap());
+    let ms = d.time(Stream::DEFAULT, || Ok(())).unwrap();
+    assert!(ms >= 0.0);
+}
+
+#[test]
+fn probe_through_hip_rs_equals_the_cpu_emulator() {
+    use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+    let groups = 3u32;
+    let words = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
+    let dims = LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES };
+    let run_on = |dev: &Device| -> Vec<u32> {
+        let k = dev.kernel("probe").unwrap();
+        let mut out = dev.alloc::<u32>(words).unwrap();
+        out.fill_bytes(0).unwrap();
+        unsafe { dev.launch(&k, dims, &[ArgValue::Ptr(out.ptr())], Stream::DEFAULT) }.unwrap();
+        dev.synchronize().unwrap();
+        out.download().unwrap()
+    };
+    let got = run_on(&device());
+    let want = run_on(&Device::cpu());
+    assert_eq!(got, want);
+}
+
+#[test]
+fn xielu_through_hip_rs_equals_the_cpu_emulator_bit_for_bit() {
+    let d = device();
+    let cpu = Device::cpu();
+    let xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.031).chain([0.0, -0.0, 1e-40, -1e-40, 80.0, -100.0]).collect();
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+        let bytes: Vec<u8> = match dtype {
+            Dtype::F32 => xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Dtype::F16 => xs.iter().flat_map(|x| rdna_half(*x).to_le_bytes()).collect(),
+            Dtype::Bf16 => xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
+        };
+        let n = xs.len();
+        let run_on = |dev: &Device| -> Vec<u8> {
+            let x = dev.upload(&bytes).unwrap();
+            let mut out = dev.alloc::<u8>(bytes.len()).unwrap();
+            mlxcel_amdgpu::kernels::xielu::run(dev, dtype, &x, &mut out, n, XieluParams::APERTUS, Stream::DEFAULT)
+                .unwrap_or_else(|e| panic!("{dtype:?} on {}: {e}", dev.info().name));
+            out.download().unwrap()
+        };
+        assert_eq!(run_on(&d), run_on(&cpu), "{dtype:?}");
+    }
+}
+
+/// f32 -> f16 bits, round to nearest even (for finite inputs in range here).
+fn rdna_half(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let e = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    let m = b & 0x7f_ffff;
+    if e >= 31 {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = m | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = m >> shift;
+        let rem = m & ((1 << shift) - 1);
+        let mid = 1 << (shift - 1);
+        let r = half + ((rem > mid || (rem == mid && half & 1 == 1)) as u32);
+        return sign | r as u16;
+    }
+    let half = ((e as u32) << 10) | (m >> 13);
+    let rem = m & 0x1fff;
+    let r = half + ((rem > 0x1000 || (rem == 0x1000 && half & 1 == 1)) as u32);
+    sign | r as u16
+}
