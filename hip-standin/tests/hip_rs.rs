@@ -138,3 +138,22 @@ fn rdna_half(x: f32) -> u16 {
     let r = half + ((rem > 0x1000 || (rem == 0x1000 && half & 1 == 1)) as u32);
     sign | r as u16
 }
+
+/// The library's self-test (every kernel against its reference) on the simulated
+/// gfx1151. Prints the table; fails if any case fails. Ignored by default: with
+/// rdna-sim built unoptimized (the test profile) it takes tens of minutes; the
+/// root manifest would need `[profile.test.package.rdna-sim] opt-level = 2`.
+#[test]
+#[ignore]
+fn selftest_on_the_simulated_gfx1151() {
+    let d = device();
+    let outcomes = mlxcel_amdgpu::selftest::run(&d);
+    let mut failed = Vec::new();
+    for o in &outcomes {
+        println!("{:<18} {:<6} {:<28} {} {}", o.kernel, o.dtype.map(|t| format!("{t:?}")).unwrap_or_default(), o.shape, if o.passed { "PASS" } else { "FAIL" }, o.result);
+        if !o.passed {
+            failed.push(format!("{} {:?}: {}", o.kernel, o.dtype, o.result));
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), outcomes.len(), failed.join("\n"));
+}

@@ -142,7 +142,10 @@ pub fn launch(mem: &mut Memory, k: &Kernel, l: &Launch) -> Result<Counts, Launch
         }
     }
     let seg = kernarg_segment(k, l).map_err(fail)?;
-    let kernarg_addr = mem.alloc(seg.len().max(1), &format!("{} kernarg segment", k.name));
+    // The segment is allocated in whole 16-byte units (the HSA kernarg segment
+    // alignment), as the runtime does: the compiler may read a final partial unit
+    // with one wide scalar load.
+    let kernarg_addr = mem.alloc(seg.len().max(1).next_multiple_of(16), &format!("{} kernarg segment", k.name));
     mem.write(kernarg_addr, &seg).map_err(fail)?;
     let packet = dispatch_packet(l, lds_size, kernarg_addr);
     let packet_addr = mem.alloc(64, &format!("{} dispatch packet", k.name));
