@@ -158,7 +158,7 @@ pub fn launch(mem: &mut Memory, k: &Kernel, l: &Launch) -> Result<Counts, Launch
 
 fn run_grid(mem: &mut Memory, k: &Kernel, l: &Launch, lds_size: u32, kernarg: u64, packet: u64) -> Result<Counts, LaunchError> {
     let kd = &k.kd;
-    let mut counts = Counts::default();
+    let mut counts = Counts { hits: vec![0; k.insts.len()], ..Counts::default() };
     let threads = l.block[0] * l.block[1] * l.block[2];
     let nwaves = threads.div_ceil(32);
     let mut user: Vec<u32> = Vec::new();
@@ -248,6 +248,7 @@ fn run_workgroup(
                     )
                 })?;
                 executed[w] += 1;
+                env_hit(counts, pc);
                 if executed[w] > l.max_wave_insts {
                     return Err(format!("wave {w} executed more than {} instructions (hung?)", l.max_wave_insts));
                 }
@@ -272,6 +273,12 @@ fn run_workgroup(
         for w in waves.iter_mut() {
             w.status = Status::Running;
         }
+    }
+}
+
+fn env_hit(counts: &mut Counts, pc: usize) {
+    if let Some(h) = counts.hits.get_mut(pc) {
+        *h += 1;
     }
 }
 

@@ -40,9 +40,21 @@ pub struct Counts {
     pub waits: u64,
     pub barriers: u64,
     pub other: u64,
+    /// Wave-instructions executed per instruction of the kernel (by index):
+    /// the coverage of a launch.
+    pub hits: Vec<u64>,
 }
 
 impl Counts {
+    /// The class counts on one line (without the per-instruction hits).
+    pub fn summary(&self) -> String {
+        format!(
+            "valu {} (trans {}), salu {}, smem {}, vmem loads {} ({} B), vmem stores {} ({} B), lds {}, branches {}, waits {}, barriers {}, other {}",
+            self.valu, self.trans, self.salu, self.smem, self.vmem_loads, self.vmem_load_bytes, self.vmem_stores,
+            self.vmem_store_bytes, self.lds, self.branches, self.waits, self.barriers, self.other
+        )
+    }
+
     pub fn add(&mut self, o: &Counts) {
         self.valu += o.valu;
         self.salu += o.salu;
@@ -57,6 +69,12 @@ impl Counts {
         self.waits += o.waits;
         self.barriers += o.barriers;
         self.other += o.other;
+        if self.hits.len() < o.hits.len() {
+            self.hits.resize(o.hits.len(), 0);
+        }
+        for (a, b) in self.hits.iter_mut().zip(&o.hits) {
+            *a += b;
+        }
     }
 }
 
