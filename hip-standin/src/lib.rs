@@ -73,6 +73,8 @@ struct State {
     mem: Memory,
     modules: HashMap<usize, Module>,
     next_module: usize,
+    /// (processor, mnemonic) pairs already written to the coverage file.
+    covered: std::collections::HashSet<(String, String)>,
     /// The description of the last launch failure (leaked, so it can be returned as a C string).
     last_failure: Option<&'static CStr>,
 }
@@ -82,7 +84,7 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 fn state() -> MutexGuard<'static, Option<State>> {
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if g.is_none() {
-        *g = Some(State { mem: Memory::new(), modules: HashMap::new(), next_module: 1, last_failure: None });
+        *g = Some(State { mem: Memory::new(), modules: HashMap::new(), next_module: 1, covered: Default::default(), last_failure: None });
     }
     g
 }
@@ -319,6 +321,7 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
     let s = g.as_mut().unwrap();
     let Some(m) = s.modules.get(&f.module) else { return INVALID_HANDLE };
     let k = &m.co.kernels[f.kernel];
+    let arch = m_arch(&m.co);
     // The argument buffer: from `extra` (HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE)
     // or packed from `kernel_params` at the metadata's offsets.
     let mut kernarg = vec![0u8; k.kernarg_segment_size as usize];
@@ -363,12 +366,44 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
     };
     let k = k.clone();
     match dispatch::launch(&mut s.mem, &k, &l) {
-        Ok(_) => SUCCESS,
+        Ok(counts) => {
+            record_coverage(s, &arch, &k, &counts);
+            SUCCESS
+        }
         Err(e) => {
             eprintln!("hip-standin: launch failed: {e}");
             let msg = CString::new(e.to_string().replace('\0', " ")).unwrap();
             s.last_failure = Some(Box::leak(msg.into_boxed_c_str()));
             LAUNCH_FAILURE
+        }
+    }
+}
+
+fn m_arch(co: &CodeObject) -> String {
+    co.arch.rsplit("--").next().unwrap_or("").to_string()
+}
+
+/// With `RDNA_SIM_COVERAGE=<file>` in the environment, appends each mnemonic a
+/// launch executed, as `<processor>\t<mnemonic>` lines, once per process.
+fn record_coverage(s: &mut State, arch: &str, k: &codeobj::Kernel, counts: &rdna_sim::exec::Counts) {
+    static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(path) = PATH.get_or_init(|| std::env::var("RDNA_SIM_COVERAGE").ok()) else { return };
+    let mut lines = String::new();
+    for (i, &h) in counts.hits.iter().enumerate() {
+        if h == 0 {
+            continue;
+        }
+        let inst = &k.insts[i];
+        for m in std::iter::once(inst.mnemonic()).chain(inst.mnemonic_y().map(str::to_string)) {
+            if s.covered.insert((arch.to_string(), m.clone())) {
+                lines.push_str(&format!("{arch}\t{m}\n"));
+            }
+        }
+    }
+    if !lines.is_empty() {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = f.write_all(lines.as_bytes());
         }
     }
 }

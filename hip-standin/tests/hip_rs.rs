@@ -25,10 +25,15 @@ fn point_rocm_path_at_the_standin() {
         std::fs::copy(&lib, libdir.join("libamdhip64.so")).unwrap();
         // SAFETY: set once, before any thread of this test reads the environment through hip.rs.
         unsafe {
+            std::env::set_var("RDNA_SIM_COVERAGE", coverage_file());
             std::env::set_var("ROCM_PATH", &prefix);
             std::env::remove_var("HIP_PATH");
         }
     });
+}
+
+fn coverage_file() -> PathBuf {
+    std::env::temp_dir().join(format!("hip-standin-{}-coverage.txt", std::process::id()))
 }
 
 fn device() -> Device {
@@ -202,4 +207,24 @@ fn moe_routed_forward_through_hip_rs_equals_the_cpu_emulator() {
         };
         assert_eq!(run_on(&d), run_on(&cpu), "{dtype:?} {bits}-bit");
     }
+}
+
+/// Which of the shipped gfx1151 object's distinct mnemonics the launches of this
+/// process executed (every kernel family: probe, xielu, add3_layer_norm via the
+/// self-test's kernels, mamba1_scan, MoE). Runs the cases itself, so the count
+/// does not depend on the order of the other tests.
+#[test]
+fn coverage_of_the_gfx1151_object_through_hip() {
+    probe_through_hip_rs_equals_the_cpu_emulator();
+    xielu_through_hip_rs_equals_the_cpu_emulator_bit_for_bit();
+    moe_routed_forward_through_hip_rs_equals_the_cpu_emulator();
+    let listed: std::collections::BTreeSet<String> = std::fs::read_to_string(coverage_file())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(arch, _)| arch.starts_with("gfx1151"))
+        .map(|(_, m)| m.to_string())
+        .collect();
+    println!("executed through hip.rs on the simulated gfx1151: {} distinct mnemonics", listed.len());
+    assert!(listed.len() >= 150, "{}", listed.len());
 }
