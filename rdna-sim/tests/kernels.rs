@@ -202,21 +202,38 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// add3_layer_norm (both instances) on f32 rows against the emulator, bit for bit.
+/// add3_layer_norm (both instances, every dtype) against the emulator, bit for bit.
 fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts)> {
     use kernels_device::geometry::add3_layer_norm::{WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
     let mut out = Vec::new();
-    for (name, d) in [("add3_layer_norm_f32", 1500u32), ("add3_layer_norm_d4096_f32", 260)] {
+    for (name, d) in [
+        ("add3_layer_norm_f32", 1500u32),
+        ("add3_layer_norm_d4096_f32", 260),
+        ("add3_layer_norm_f16", 1100),
+        ("add3_layer_norm_bf16", 1030),
+        ("add3_layer_norm_d4096_f16", 300),
+        ("add3_layer_norm_d4096_bf16", 515),
+    ] {
         let rows = 3u32;
         let n = (rows * d) as usize;
+        let enc = |v: Vec<f32>| -> Vec<u8> {
+            if name.ends_with("_f32") {
+                f32_bytes(&v)
+            } else if name.ends_with("_bf16") {
+                v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect()
+            } else {
+                v.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect()
+            }
+        };
+        let es = if name.ends_with("_f32") { 4 } else { 2 };
         let bufs = vec![
-            f32_bytes(&noise(n, 1, 2.0)),
-            f32_bytes(&noise(n, 2, 2.0)),
-            f32_bytes(&noise(n, 3, 2.0)),
-            f32_bytes(&noise(d as usize, 4, 1.0)),
-            f32_bytes(&noise(d as usize, 5, 1.0)),
-            vec![0u8; 4 * n],
-            vec![0u8; 4 * n],
+            enc(noise(n, 1, 2.0)),
+            enc(noise(n, 2, 2.0)),
+            enc(noise(n, 3, 2.0)),
+            enc(noise(d as usize, 4, 1.0)),
+            enc(noise(d as usize, 5, 1.0)),
+            vec![0u8; es * n],
+            vec![0u8; es * n],
         ];
         let args = [
             Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::Buf(4), Arg::Buf(5), Arg::Buf(6),
@@ -225,8 +242,8 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
         let (sim, counts) = run_sim(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, Mode { ieee: true, perturb: None })
             .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs);
-        assert_eq!(words(&sim[5]), words(&emu[5]), "{arch} {name}: x_new");
-        assert_eq!(words(&sim[6]), words(&emu[6]), "{arch} {name}: h");
+        assert_eq!(sim[5], emu[5], "{arch} {name}: x_new");
+        assert_eq!(sim[6], emu[6], "{arch} {name}: h");
         out.push((name.to_string(), counts));
     }
     out
@@ -297,7 +314,7 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
 }
 
 #[test]
-fn add3_layer_norm_f32_matches_the_emulator() {
+fn add3_layer_norm_matches_the_emulator() {
     for arch in ["gfx1151", "gfx11-generic"] {
         let Some(co) = load(arch) else { return };
         case_add3(&co, arch);
@@ -364,6 +381,7 @@ fn coverage_of_the_shipped_mnemonics() {
             cases.push(("xielu_f32".into(), c));
         }
         cases.extend(case_xielu16(&co, arch));
+        cases.extend(case_read_stream(&co, arch));
         cases.extend(case_add3(&co, arch));
         cases.extend(case_mamba(&co, arch));
         for k in &co.kernels {
@@ -393,4 +411,26 @@ fn coverage_of_the_shipped_mnemonics() {
     // A floor, so that coverage only moves up.
     assert!(run.len() >= COVERAGE_FLOOR, "coverage fell to {}", run.len());
 }
-const COVERAGE_FLOOR: usize = 187;
+const COVERAGE_FLOOR: usize = 190;
+
+/// read_stream (the bandwidth yardstick) against the emulator.
+fn case_read_stream(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts)> {
+    let quads = 1000u64;
+    let src: Vec<u8> = (0..quads * 16).map(|i| (i * 7 + 3) as u8).collect();
+    let (grid, block) = (2u32, 64u32);
+    let bufs = vec![src, vec![0u8; 4 * (grid * block) as usize]];
+    let args = [Arg::Buf(0), Arg::U64(quads), Arg::Buf(1)];
+    let (sim, counts) = run_sim(co, "read_stream", grid, block, 0, &args, &bufs, Mode { ieee: true, perturb: None })
+        .unwrap_or_else(|e| panic!("{arch} read_stream: {e}"));
+    let emu = run_emulator(co, "read_stream", grid, block, 0, &args, &bufs);
+    assert_eq!(sim[1], emu[1], "{arch} read_stream");
+    vec![("read_stream".into(), counts)]
+}
+
+#[test]
+fn read_stream_matches_the_emulator() {
+    for arch in ["gfx1151", "gfx11-generic"] {
+        let Some(co) = load(arch) else { return };
+        case_read_stream(&co, arch);
+    }
+}
