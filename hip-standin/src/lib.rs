@@ -84,7 +84,13 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 fn state() -> MutexGuard<'static, Option<State>> {
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if g.is_none() {
-        *g = Some(State { mem: Memory::new(), modules: HashMap::new(), next_module: 1, covered: Default::default(), last_failure: None });
+        *g = Some(State {
+            mem: Memory::new(),
+            modules: HashMap::new(),
+            next_module: 1,
+            covered: Default::default(),
+            last_failure: None,
+        });
     }
     g
 }
@@ -270,7 +276,11 @@ pub unsafe extern "C" fn hipModuleLoadData(module: *mut *mut c_void, image: *con
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipModuleGetFunction(function: *mut *mut c_void, module: *mut c_void, name: *const c_char) -> HipError {
+pub unsafe extern "C" fn hipModuleGetFunction(
+    function: *mut *mut c_void,
+    module: *mut c_void,
+    name: *const c_char,
+) -> HipError {
     if function.is_null() || name.is_null() {
         return INVALID_VALUE;
     }
@@ -463,7 +473,12 @@ pub unsafe extern "C" fn hipMemcpyDtoH(dst: *mut c_void, src: *mut c_void, size:
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn hipMemcpyDtoDAsync(dst: *mut c_void, src: *mut c_void, size: usize, _stream: *mut c_void) -> HipError {
+pub extern "C" fn hipMemcpyDtoDAsync(
+    dst: *mut c_void,
+    src: *mut c_void,
+    size: usize,
+    _stream: *mut c_void,
+) -> HipError {
     if size == 0 {
         return SUCCESS;
     }

@@ -80,7 +80,8 @@ fn probe_through_hip_rs_equals_the_cpu_emulator() {
     use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
     let groups = 3u32;
     let words = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
-    let dims = LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES };
+    let dims =
+        LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: WORKGROUP_MEM_BYTES };
     let run_on = |dev: &Device| -> Vec<u32> {
         let k = dev.kernel("probe").unwrap();
         let mut out = dev.alloc::<u32>(words).unwrap();
@@ -98,7 +99,8 @@ fn probe_through_hip_rs_equals_the_cpu_emulator() {
 fn xielu_through_hip_rs_equals_the_cpu_emulator_bit_for_bit() {
     let d = device();
     let cpu = Device::cpu();
-    let xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.031).chain([0.0, -0.0, 1e-40, -1e-40, 80.0, -100.0]).collect();
+    let xs: Vec<f32> =
+        (0..1000).map(|i| (i as f32 - 500.0) * 0.031).chain([0.0, -0.0, 1e-40, -1e-40, 80.0, -100.0]).collect();
     for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
         let bytes: Vec<u8> = match dtype {
             Dtype::F32 => xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -155,7 +157,14 @@ fn selftest_on_the_simulated_gfx1151() {
     let outcomes = mlxcel_amdgpu::selftest::run(&d);
     let mut failed = Vec::new();
     for o in &outcomes {
-        println!("{:<18} {:<6} {:<28} {} {}", o.kernel, o.dtype.map(|t| format!("{t:?}")).unwrap_or_default(), o.shape, if o.passed { "PASS" } else { "FAIL" }, o.result);
+        println!(
+            "{:<18} {:<6} {:<28} {} {}",
+            o.kernel,
+            o.dtype.map(|t| format!("{t:?}")).unwrap_or_default(),
+            o.shape,
+            if o.passed { "PASS" } else { "FAIL" },
+            o.result
+        );
         if !o.passed {
             failed.push(format!("{} {:?}: {}", o.kernel, o.dtype, o.result));
         }

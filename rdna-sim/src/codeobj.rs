@@ -172,8 +172,8 @@ pub fn decode_kernels(image: &[u8]) -> Result<Vec<(String, u64, u64, Vec<Inst>)>
         }
         let start = (addr - text_addr) as usize;
         let code = &text_data[start..start + size as usize];
-        let insts = decode::decode_all(code, addr)
-            .map_err(|e: DecodeError| LoadError(format!("kernel {name}: {e}")))?;
+        let insts =
+            decode::decode_all(code, addr).map_err(|e: DecodeError| LoadError(format!("kernel {name}: {e}")))?;
         out.push((name, addr, size, insts));
     }
     out.sort_by_key(|k| k.1);
@@ -241,7 +241,9 @@ pub fn load(image: &[u8]) -> Result<CodeObject, LoadError> {
         let mut args = Vec::new();
         if let Some(list) = get(".args").and_then(|v| v.as_array()) {
             for a in list {
-                let f = |key: &str| a.as_map().and_then(|m| m.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v));
+                let f = |key: &str| {
+                    a.as_map().and_then(|m| m.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v))
+                };
                 args.push(ArgMeta {
                     offset: f(".offset").and_then(|v| v.as_u64()).unwrap_or(0) as u32,
                     size: f(".size").and_then(|v| v.as_u64()).unwrap_or(0) as u32,

@@ -249,10 +249,8 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
                 name!(opcodes::VOPD, "VOPD X", opx);
                 inst.opy = opy as u16;
                 inst.name_y = lookup(opcodes::VOPD, opy as u16).ok_or_else(|| unknown("VOPD Y", opy))?;
-                want_lit = bits(w0, 8, 0) == 255
-                    || bits(w1, 8, 0) == 255
-                    || matches!(opx, 1 | 2)
-                    || matches!(opy, 1 | 2);
+                want_lit =
+                    bits(w0, 8, 0) == 255 || bits(w1, 8, 0) == 255 || matches!(opx, 1 | 2) || matches!(opy, 1 | 2);
             }
             0b110110 => {
                 inst.enc = Enc::Ds;
@@ -285,7 +283,10 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
                 name!(opcodes::MUBUF, "MUBUF", bits(w0, 25, 18));
             }
             e => {
-                return Err(err(addr, format!("unsupported encoding {e:#08b} (MTBUF/MIMG/EXP or reserved; word {w0:#010x})")));
+                return Err(err(
+                    addr,
+                    format!("unsupported encoding {e:#08b} (MTBUF/MIMG/EXP or reserved; word {w0:#010x})"),
+                ));
             }
         }
     }

@@ -28,7 +28,14 @@ pub struct Launch<'a> {
 
 impl Default for Launch<'_> {
     fn default() -> Self {
-        Launch { grid: [1; 3], block: [1; 3], dynamic_lds: 0, kernarg: &[], mode: Mode::default(), max_wave_insts: 50_000_000 }
+        Launch {
+            grid: [1; 3],
+            block: [1; 3],
+            dynamic_lds: 0,
+            kernarg: &[],
+            mode: Mode::default(),
+            max_wave_insts: 50_000_000,
+        }
     }
 }
 
@@ -51,16 +58,32 @@ impl std::error::Error for LaunchError {}
 fn kernarg_segment(k: &Kernel, l: &Launch) -> Result<Vec<u8>, String> {
     let size = (k.kernarg_segment_size.max(k.kd.kernarg_size) as usize).max(l.kernarg.len());
     let mut seg = vec![0u8; size];
-    let explicit_end = k.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).map(|a| (a.offset + a.size) as usize).max().unwrap_or(0);
+    let explicit_end = k
+        .args
+        .iter()
+        .filter(|a| !a.value_kind.starts_with("hidden_"))
+        .map(|a| (a.offset + a.size) as usize)
+        .max()
+        .unwrap_or(0);
     if l.kernarg.len() < explicit_end {
         return Err(format!("{} bytes of arguments given, the metadata needs {explicit_end}", l.kernarg.len()));
     }
     seg[..l.kernarg.len()].copy_from_slice(l.kernarg);
     for a in k.args.iter().filter(|a| a.value_kind.starts_with("hidden_")) {
         let o = a.offset as usize;
-        let dim = |s: &str| -> usize { if s.ends_with("_x") { 0 } else if s.ends_with("_y") { 1 } else { 2 } };
+        let dim = |s: &str| -> usize {
+            if s.ends_with("_x") {
+                0
+            } else if s.ends_with("_y") {
+                1
+            } else {
+                2
+            }
+        };
         let v: u64 = match a.value_kind.as_str() {
-            "hidden_block_count_x" | "hidden_block_count_y" | "hidden_block_count_z" => l.grid[dim(&a.value_kind)] as u64,
+            "hidden_block_count_x" | "hidden_block_count_y" | "hidden_block_count_z" => {
+                l.grid[dim(&a.value_kind)] as u64
+            }
             "hidden_group_size_x" | "hidden_group_size_y" | "hidden_group_size_z" => l.block[dim(&a.value_kind)] as u64,
             // The grid is a whole number of workgroups: no partial group.
             "hidden_remainder_x" | "hidden_remainder_y" | "hidden_remainder_z" => 0,
@@ -156,7 +179,14 @@ pub fn launch(mem: &mut Memory, k: &Kernel, l: &Launch) -> Result<Counts, Launch
     result
 }
 
-fn run_grid(mem: &mut Memory, k: &Kernel, l: &Launch, lds_size: u32, kernarg: u64, packet: u64) -> Result<Counts, LaunchError> {
+fn run_grid(
+    mem: &mut Memory,
+    k: &Kernel,
+    l: &Launch,
+    lds_size: u32,
+    kernarg: u64,
+    packet: u64,
+) -> Result<Counts, LaunchError> {
     let kd = &k.kd;
     let mut counts = Counts { hits: vec![0; k.insts.len()], ..Counts::default() };
     let threads = l.block[0] * l.block[1] * l.block[2];
@@ -284,7 +314,13 @@ fn env_hit(counts: &mut Counts, pc: usize) {
 
 /// Runs raw machine code (ending in `s_endpgm`) on one wave whose state the
 /// caller prepared: the unit tests' harness. A barrier passes at once (one wave).
-pub fn run_program(code: &[u32], wave: &mut Wave, mem: &mut Memory, lds: &mut [u8], mode: Mode) -> Result<Counts, String> {
+pub fn run_program(
+    code: &[u32],
+    wave: &mut Wave,
+    mem: &mut Memory,
+    lds: &mut [u8],
+    mode: Mode,
+) -> Result<Counts, String> {
     let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
     let insts = crate::decode::decode_all(&bytes, 0).map_err(|e| e.to_string())?;
     let index = insts.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
@@ -294,7 +330,13 @@ pub fn run_program(code: &[u32], wave: &mut Wave, mem: &mut Memory, lds: &mut [u
         let mut env = Env { mem, lds, mode, counts: &mut counts };
         let step = wave.step(&insts, &index, &mut env).map_err(|f| {
             let i = &insts[pc.min(insts.len() - 1)];
-            format!("{} at {:#x}{}: {}", i.mnemonic(), i.addr, f.lane.map(|l| format!(", lane {l}")).unwrap_or_default(), f.msg)
+            format!(
+                "{} at {:#x}{}: {}",
+                i.mnemonic(),
+                i.addr,
+                f.lane.map(|l| format!(", lane {l}")).unwrap_or_default(),
+                f.msg
+            )
         })?;
         if step == Step::End {
             return Ok(counts);

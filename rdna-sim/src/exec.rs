@@ -50,8 +50,19 @@ impl Counts {
     pub fn summary(&self) -> String {
         format!(
             "valu {} (trans {}), salu {}, smem {}, vmem loads {} ({} B), vmem stores {} ({} B), lds {}, branches {}, waits {}, barriers {}, other {}",
-            self.valu, self.trans, self.salu, self.smem, self.vmem_loads, self.vmem_load_bytes, self.vmem_stores,
-            self.vmem_store_bytes, self.lds, self.branches, self.waits, self.barriers, self.other
+            self.valu,
+            self.trans,
+            self.salu,
+            self.smem,
+            self.vmem_loads,
+            self.vmem_load_bytes,
+            self.vmem_stores,
+            self.vmem_store_bytes,
+            self.lds,
+            self.branches,
+            self.waits,
+            self.barriers,
+            self.other
         )
     }
 
@@ -146,8 +157,17 @@ enum K {
     B64,
 }
 
-const F32_CONSTS: [u32; 9] =
-    [0x3f00_0000, 0xbf00_0000, 0x3f80_0000, 0xbf80_0000, 0x4000_0000, 0xc000_0000, 0x4080_0000, 0xc080_0000, 0x3e22_f983];
+const F32_CONSTS: [u32; 9] = [
+    0x3f00_0000,
+    0xbf00_0000,
+    0x3f80_0000,
+    0xbf80_0000,
+    0x4000_0000,
+    0xc000_0000,
+    0x4080_0000,
+    0xc080_0000,
+    0x3e22_f983,
+];
 const F16_CONSTS: [u32; 9] = [0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118];
 const F64_CONSTS: [u64; 9] = [
     0x3fe0_0000_0000_0000,
@@ -200,7 +220,11 @@ impl Wave {
             126 | 127 => pair(code as usize),
             128..=208 | 240..=248 => lo32(k, inline_const(code, k).unwrap()),
             235 => {
-                if k == K::B64 { (mem::SHARED_APERTURE_HI as u64) << 32 } else { mem::SHARED_APERTURE_HI as u64 }
+                if k == K::B64 {
+                    (mem::SHARED_APERTURE_HI as u64) << 32
+                } else {
+                    mem::SHARED_APERTURE_HI as u64
+                }
             }
             236 => {
                 if k == K::B64 {
@@ -210,7 +234,11 @@ impl Wave {
                 }
             }
             237 => {
-                if k == K::B64 { (mem::PRIVATE_APERTURE_HI as u64) << 32 } else { mem::PRIVATE_APERTURE_HI as u64 }
+                if k == K::B64 {
+                    (mem::PRIVATE_APERTURE_HI as u64) << 32
+                } else {
+                    mem::PRIVATE_APERTURE_HI as u64
+                }
             }
             238 => {
                 if k == K::B64 {
@@ -929,11 +957,8 @@ enum Cond {
 }
 
 fn parse_cmp(name: &str) -> Option<(bool, Cond, &str)> {
-    let (x, rest) = if let Some(r) = name.strip_prefix("v_cmpx_") {
-        (true, r)
-    } else {
-        (false, name.strip_prefix("v_cmp_")?)
-    };
+    let (x, rest) =
+        if let Some(r) = name.strip_prefix("v_cmpx_") { (true, r) } else { (false, name.strip_prefix("v_cmp_")?) };
     let (c, ty) = rest.split_once('_')?;
     let c = match c {
         "f" => Cond::F,
@@ -1007,7 +1032,10 @@ struct Pending {
 enum Dst {
     V32(u32),
     V64(u32),
-    V16 { reg: u32, hi: bool },
+    V16 {
+        reg: u32,
+        hi: bool,
+    },
     /// A lane mask into an SGPR (VOPC); inactive lanes 0.
     Mask(u32),
     /// A lane mask into EXEC (v_cmpx).
@@ -1458,10 +1486,8 @@ impl Wave {
                 "v_lshlrev_b32",
                 "v_and_b32",
             ];
-            let vname: &'static str = known
-                .iter()
-                .find(|k| **k == vname)
-                .ok_or_else(|| Fault::new(format!("{n} is not implemented")))?;
+            let vname: &'static str =
+                known.iter().find(|k| **k == vname).ok_or_else(|| Fault::new(format!("{n} is not implemented")))?;
             let half = Inst { enc: Enc::Vopd, name: vname, ..inst.clone() };
             pend.push(self.valu(&half, vname, &f, mode)?);
         }
@@ -1476,7 +1502,10 @@ impl Wave {
         let simm = inst.w0 & 0xffff;
         let target = || -> R<usize> {
             let t = (inst.addr as i64 + 4 + 4 * (simm as u16 as i16 as i64)) as u64;
-            index.get(&t).copied().ok_or_else(|| Fault::new(format!("branch target {t:#x} is not an instruction of the kernel")))
+            index
+                .get(&t)
+                .copied()
+                .ok_or_else(|| Fault::new(format!("branch target {t:#x} is not an instruction of the kernel")))
         };
         let take = match inst.name {
             "s_endpgm" => {
@@ -1601,8 +1630,12 @@ impl Wave {
                         s0.count_ones()
                     }
                     "s_sext_i32_i16" => s0 as u16 as i16 as i32 as u32,
-                    "s_and_saveexec_b32" | "s_or_saveexec_b32" | "s_xor_saveexec_b32" | "s_and_not1_saveexec_b32"
-                    | "s_or_not1_saveexec_b32" | "s_and_not0_saveexec_b32" => {
+                    "s_and_saveexec_b32"
+                    | "s_or_saveexec_b32"
+                    | "s_xor_saveexec_b32"
+                    | "s_and_not1_saveexec_b32"
+                    | "s_or_not1_saveexec_b32"
+                    | "s_and_not0_saveexec_b32" => {
                         let e = match name {
                             "s_and_saveexec_b32" => s0 & exec,
                             "s_or_saveexec_b32" => s0 | exec,
@@ -1776,9 +1809,7 @@ impl Wave {
                     ("i32", Some(c)) => icmp(c, s0 as i32, s1 as i32),
                     ("u32", Some(c)) => icmp(c, s0, s1),
                     ("f32", Some(c)) => fcmp(c, f32v(s0) as f64, f32v(s1) as f64),
-                    ("f16", Some(c)) => {
-                        fcmp(c, f16::from_bits(s0 as u16).to_f64(), f16::from_bits(s1 as u16).to_f64())
-                    }
+                    ("f16", Some(c)) => fcmp(c, f16::from_bits(s0 as u16).to_f64(), f16::from_bits(s1 as u16).to_f64()),
                     _ => None,
                 };
                 self.scc = match (c, ty) {
@@ -1861,7 +1892,10 @@ impl Wave {
             let a = self.v[addr_r][lane].wrapping_add(offset) as usize;
             let chk = |n: usize| -> R<usize> {
                 if a + n > lds_len {
-                    Err(Fault::lane(lane, format!("{n}-byte LDS access at {a:#x} past the workgroup's {lds_len} bytes")))
+                    Err(Fault::lane(
+                        lane,
+                        format!("{n}-byte LDS access at {a:#x} past the workgroup's {lds_len} bytes"),
+                    ))
                 } else {
                     Ok(a)
                 }
@@ -1970,7 +2004,8 @@ impl Wave {
             } else {
                 env.counts.vmem_load_bytes += n as u64;
             }
-            let lds_addr = (inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::SHARED_APERTURE_HI).then_some(addr as u32 as usize);
+            let lds_addr = (inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::SHARED_APERTURE_HI)
+                .then_some(addr as u32 as usize);
             if inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::PRIVATE_APERTURE_HI {
                 return Err(Fault::lane(lane, "flat access to the scratch aperture: scratch is not implemented"));
             }
@@ -1986,7 +2021,10 @@ impl Wave {
                 match lds_addr {
                     Some(a) => {
                         if a + n > env.lds.len() {
-                            return Err(fail(format!("flat LDS access at {a:#x} past the workgroup's {} bytes", env.lds.len())));
+                            return Err(fail(format!(
+                                "flat LDS access at {a:#x} past the workgroup's {} bytes",
+                                env.lds.len()
+                            )));
                         }
                         env.lds[a..a + n].copy_from_slice(&bytes);
                     }
@@ -1997,7 +2035,10 @@ impl Wave {
                 match lds_addr {
                     Some(a) => {
                         if a + n > env.lds.len() {
-                            return Err(fail(format!("flat LDS access at {a:#x} past the workgroup's {} bytes", env.lds.len())));
+                            return Err(fail(format!(
+                                "flat LDS access at {a:#x} past the workgroup's {} bytes",
+                                env.lds.len()
+                            )));
                         }
                         bytes[..n].copy_from_slice(&env.lds[a..a + n]);
                     }

@@ -5,7 +5,7 @@
 
 pub mod codeobj;
 pub mod decode;
-pub mod opcodes;
+pub mod dispatch;
 pub mod exec;
 pub mod mem;
-pub mod dispatch;
+pub mod opcodes;

@@ -49,7 +49,10 @@ impl Memory {
 
     /// Frees the allocation that starts at `addr`.
     pub fn free(&mut self, addr: u64) -> Result<(), String> {
-        self.allocs.remove(&addr).map(|_| ()).ok_or_else(|| format!("free of {addr:#x}, which is not a live allocation"))
+        self.allocs
+            .remove(&addr)
+            .map(|_| ())
+            .ok_or_else(|| format!("free of {addr:#x}, which is not a live allocation"))
     }
 
     /// The allocation containing `[addr, addr + len)`, or an error describing the access.

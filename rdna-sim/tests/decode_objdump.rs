@@ -48,7 +48,8 @@ fn every_shipped_instruction_decodes_as_objdump_says() {
             let mut at = *addr;
             for inst in insts {
                 assert_eq!(inst.addr, at);
-                let (m, y, len) = listing.get(&at).unwrap_or_else(|| panic!("{arch} {name}: objdump has no instruction at {at:#x}"));
+                let (m, y, len) =
+                    listing.get(&at).unwrap_or_else(|| panic!("{arch} {name}: objdump has no instruction at {at:#x}"));
                 let mine = inst.mnemonic();
                 if &mine != m || inst.len as usize != *len || inst.mnemonic_y().map(str::to_string) != *y {
                     mismatches.push(format!(
@@ -66,7 +67,12 @@ fn every_shipped_instruction_decodes_as_objdump_says() {
             }
             assert_eq!(at, addr + size, "{arch} {name}: decoding does not end at the symbol's end");
         }
-        assert!(mismatches.is_empty(), "{} mismatches, first ones:\n{}", mismatches.len(), mismatches[..mismatches.len().min(30)].join("\n"));
+        assert!(
+            mismatches.is_empty(),
+            "{} mismatches, first ones:\n{}",
+            mismatches.len(),
+            mismatches[..mismatches.len().min(30)].join("\n")
+        );
     }
     println!("{checked} instructions checked, {} distinct mnemonics", all_mnemonics.len());
 }

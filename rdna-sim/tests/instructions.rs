@@ -51,7 +51,10 @@ fn ds(name: &str, vdst: u32, addr: u32, data0: u32, offset: u16) -> [u32; 2] {
     [0xD800_0000 | op(opcodes::DS, name) << 18 | offset as u32, addr | data0 << 8 | vdst << 24]
 }
 fn global(name: &str, vdst: u32, addr: u32, data: u32, offset: i32) -> [u32; 2] {
-    [0xDC00_0000 | op(opcodes::GLOBAL, name) << 18 | 2 << 16 | (offset as u32 & 0x1fff), addr | data << 8 | 0x7c << 16 | vdst << 24]
+    [
+        0xDC00_0000 | op(opcodes::GLOBAL, name) << 18 | 2 << 16 | (offset as u32 & 0x1fff),
+        addr | data << 8 | 0x7c << 16 | vdst << 24,
+    ]
 }
 fn f(x: f32) -> u32 {
     x.to_bits()

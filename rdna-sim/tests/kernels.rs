@@ -64,7 +64,14 @@ fn run_sim(
         })
         .collect();
     let kernarg = pack(k, args, &|i| addrs[i]);
-    let l = Launch { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_lds: lds, kernarg: &kernarg, mode, ..Launch::default() };
+    let l = Launch {
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        dynamic_lds: lds,
+        kernarg: &kernarg,
+        mode,
+        ..Launch::default()
+    };
     let counts = dispatch::launch(&mut mem, k, &l).map_err(|e| e.to_string())?;
     let out = bufs
         .iter()
@@ -79,7 +86,15 @@ fn run_sim(
 }
 
 /// Runs `name` on the CPU emulator of the device crate.
-fn run_emulator(co: &CodeObject, name: &str, grid: u32, block: u32, lds: u32, args: &[Arg], bufs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+fn run_emulator(
+    co: &CodeObject,
+    name: &str,
+    grid: u32,
+    block: u32,
+    lds: u32,
+    args: &[Arg],
+    bufs: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
     let k = co.kernel(name).unwrap();
     // 16-byte aligned host copies.
     let mut host: Vec<Vec<u128>> = bufs.iter().map(|b| vec![0u128; b.len().div_ceil(16)]).collect();
@@ -88,17 +103,32 @@ fn run_emulator(co: &CodeObject, name: &str, grid: u32, block: u32, lds: u32, ar
     }
     let ptrs: Vec<u64> = host.iter_mut().map(|h| h.as_mut_ptr() as u64).collect();
     let packed = pack(k, args, &|i| ptrs[i]);
-    let words: Vec<u64> = packed.chunks(8).map(|c| {
-        let mut b = [0u8; 8];
-        b[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(b)
-    }).collect();
+    let words: Vec<u64> = packed
+        .chunks(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+        .collect();
     let entry = kernels_device::entry::emulated(name).unwrap();
     struct P(*const u8);
     unsafe impl Sync for P {}
     let p = P(words.as_ptr() as *const u8);
-    let cfg = kernels_device::emulator::LaunchConfig { grid: [grid, 1, 1], workgroup_size: block, workgroup_mem_bytes: lds as usize };
-    unsafe { kernels_device::emulator::launch(&cfg, &|| entry({ let p = &p; p.0 })) }.unwrap();
+    let cfg = kernels_device::emulator::LaunchConfig {
+        grid: [grid, 1, 1],
+        workgroup_size: block,
+        workgroup_mem_bytes: lds as usize,
+    };
+    unsafe {
+        kernels_device::emulator::launch(&cfg, &|| {
+            entry({
+                let p = &p;
+                p.0
+            })
+        })
+    }
+    .unwrap();
     host.iter()
         .zip(bufs)
         .map(|(h, b)| unsafe { std::slice::from_raw_parts(h.as_ptr() as *const u8, b.len()) }.to_vec())
@@ -135,7 +165,13 @@ fn probe_matches_the_cpu_emulator_and_its_definition() {
         let got = words(&sim[0]);
         let want = words(&run_emulator(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs)[0]);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g, w, "{arch}: thread {} word {}: sim {g:#x}, emulator {w:#x}", i / WORDS_PER_LANE, i % WORDS_PER_LANE);
+            assert_eq!(
+                g,
+                w,
+                "{arch}: thread {} word {}: sim {g:#x}, emulator {w:#x}",
+                i / WORDS_PER_LANE,
+                i % WORDS_PER_LANE
+            );
         }
         // And the words that follow from the definition alone.
         for g in 0..groups {
@@ -166,13 +202,15 @@ fn xielu_ref(x: f32, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) -> f64 {
 fn xielu_f32_matches_the_emulator_bit_for_bit() {
     for arch in ["gfx1151", "gfx11-generic"] {
         let Some(co) = load(arch) else { return };
-        let mut xs: Vec<f32> = vec![0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.25, -7.0, 1e-8, -1e-8, 20.0, -20.0, 1e-40, -1e-40, 88.0, -104.0];
+        let mut xs: Vec<f32> =
+            vec![0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.25, -7.0, 1e-8, -1e-8, 20.0, -20.0, 1e-40, -1e-40, 88.0, -104.0];
         xs.extend((0..45).map(|i| (i as f32 - 22.0) * 0.37));
         let n = xs.len();
         let bufs = vec![xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), vec![0u8; 4 * n]];
         let (ap, an, b, e) = (0.8731f32, 0.6042f32, 0.5f32, -1e-6f32);
         let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(ap), Arg::F32(an), Arg::F32(b), Arg::F32(e)];
-        let (sim, counts) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, Mode::default()).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let (sim, counts) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, Mode::default())
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} xielu_f32 ({n} elements): {}", counts.summary());
         let emu = run_emulator(&co, "xielu_f32", 1, 256, 0, &args, &bufs);
         let (got, want) = (words(&sim[1]), words(&emu[1]));
@@ -236,11 +274,28 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
             vec![0u8; es * n],
         ];
         let args = [
-            Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::Buf(4), Arg::Buf(5), Arg::Buf(6),
-            Arg::U32(rows), Arg::U32(d), Arg::F32(1e-5),
+            Arg::Buf(0),
+            Arg::Buf(1),
+            Arg::Buf(2),
+            Arg::Buf(3),
+            Arg::Buf(4),
+            Arg::Buf(5),
+            Arg::Buf(6),
+            Arg::U32(rows),
+            Arg::U32(d),
+            Arg::F32(1e-5),
         ];
-        let (sim, counts) = run_sim(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, Mode { ieee: true, perturb: None })
-            .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
+        let (sim, counts) = run_sim(
+            co,
+            name,
+            rows,
+            WORKGROUP_SIZE,
+            WORKGROUP_MEM_BYTES,
+            &args,
+            &bufs,
+            Mode { ieee: true, perturb: None },
+        )
+        .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs);
         assert_eq!(sim[5], emu[5], "{arch} {name}: x_new");
         assert_eq!(sim[6], emu[6], "{arch} {name}: h");
@@ -281,17 +336,45 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
             vec![0u8; 4 * (batch * dm * n) as usize],
         ];
         let args = [
-            Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::Buf(4), Arg::Buf(5), Arg::Buf(6), Arg::Buf(7), Arg::Buf(8),
-            Arg::U32(batch), Arg::U32(len), Arg::U32(dm), Arg::U32(n),
+            Arg::Buf(0),
+            Arg::Buf(1),
+            Arg::Buf(2),
+            Arg::Buf(3),
+            Arg::Buf(4),
+            Arg::Buf(5),
+            Arg::Buf(6),
+            Arg::Buf(7),
+            Arg::Buf(8),
+            Arg::U32(batch),
+            Arg::U32(len),
+            Arg::U32(dm),
+            Arg::U32(n),
         ];
         let k = co.kernel(&name).unwrap();
         let mut mem = Memory::new();
-        let addrs: Vec<u64> = bufs.iter().map(|b| { let a = mem.alloc(b.len(), "buf"); mem.write(a, b).unwrap(); a }).collect();
+        let addrs: Vec<u64> = bufs
+            .iter()
+            .map(|b| {
+                let a = mem.alloc(b.len(), "buf");
+                mem.write(a, b).unwrap();
+                a
+            })
+            .collect();
         let kernarg = pack(k, &args, &|i| addrs[i]);
         let grid = [dm.div_ceil(channels_per_workgroup(n)), batch, 1];
-        let l = Launch { grid, block: [WORKGROUP_SIZE, 1, 1], kernarg: &kernarg, mode: Mode { ieee: true, perturb: None }, ..Launch::default() };
+        let l = Launch {
+            grid,
+            block: [WORKGROUP_SIZE, 1, 1],
+            kernarg: &kernarg,
+            mode: Mode { ieee: true, perturb: None },
+            ..Launch::default()
+        };
         let counts = dispatch::launch(&mut mem, k, &l).unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
-        let read = |i: usize| { let mut v = vec![0u8; bufs[i].len()]; mem.read(addrs[i], &mut v).unwrap(); v };
+        let read = |i: usize| {
+            let mut v = vec![0u8; bufs[i].len()];
+            mem.read(addrs[i], &mut v).unwrap();
+            v
+        };
         // The emulator launch with the same 2-D grid.
         let mut host: Vec<Vec<u128>> = bufs.iter().map(|b| vec![0u128; b.len().div_ceil(16)]).collect();
         for (h, b) in host.iter_mut().zip(&bufs) {
@@ -299,13 +382,29 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
         }
         let ptrs: Vec<u64> = host.iter_mut().map(|h| h.as_mut_ptr() as u64).collect();
         let packed = pack(k, &args, &|i| ptrs[i]);
-        let wordsv: Vec<u64> = packed.chunks(8).map(|c| { let mut b = [0u8; 8]; b[..c.len()].copy_from_slice(c); u64::from_le_bytes(b) }).collect();
+        let wordsv: Vec<u64> = packed
+            .chunks(8)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(b)
+            })
+            .collect();
         let entry = kernels_device::entry::emulated(&name).unwrap();
         struct P(*const u8);
         unsafe impl Sync for P {}
         let p = P(wordsv.as_ptr() as *const u8);
-        let cfg = kernels_device::emulator::LaunchConfig { grid, workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 };
-        unsafe { kernels_device::emulator::launch(&cfg, &|| entry({ let p = &p; p.0 })) }.unwrap();
+        let cfg =
+            kernels_device::emulator::LaunchConfig { grid, workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 };
+        unsafe {
+            kernels_device::emulator::launch(&cfg, &|| {
+                entry({
+                    let p = &p;
+                    p.0
+                })
+            })
+        }
+        .unwrap();
         let dec = |b: &[u8], wide: bool| -> Vec<f64> {
             if wide || ty == "f32" {
                 words(b).iter().map(|w| f32::from_bits(*w) as f64).collect()
@@ -313,7 +412,11 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
                 b.chunks(2)
                     .map(|c| {
                         let h = u16::from_le_bytes([c[0], c[1]]);
-                        if ty == "bf16" { f32::from_bits((h as u32) << 16) as f64 } else { half::f16::from_bits(h).to_f64() }
+                        if ty == "bf16" {
+                            f32::from_bits((h as u32) << 16) as f64
+                        } else {
+                            half::f16::from_bits(h).to_f64()
+                        }
                     })
                     .collect()
             }
@@ -327,7 +430,11 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
             }
             println!("{arch} {name} N={n} {what}: max relative difference to the emulator {worst:.2e}");
             // One rounding of the 16-bit output may differ (an f32 difference on either side of a tie).
-            let tol = match ty { "f32" => 1e-4, "f16" => 1e-3, _ => 8e-3 };
+            let tol = match ty {
+                "f32" => 1e-4,
+                "f16" => 1e-3,
+                _ => 8e-3,
+            };
             assert!(worst < tol, "{arch} {name} N={n} {what}: {worst}");
         }
         out.push((format!("{name} N={n}"), counts));
@@ -358,12 +465,24 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
         let xs = noise(300, 21, 12.0);
         let bits: Vec<u8> = xs
             .iter()
-            .flat_map(|x| if name == "xielu_f16" { half::f16::from_f32(*x).to_bits() } else { (x.to_bits() >> 16) as u16 }.to_le_bytes())
+            .flat_map(|x| {
+                if name == "xielu_f16" { half::f16::from_f32(*x).to_bits() } else { (x.to_bits() >> 16) as u16 }
+                    .to_le_bytes()
+            })
             .collect();
         let n = xs.len();
         let bufs = vec![bits, vec![0u8; 2 * n]];
-        let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(0.8731), Arg::F32(0.6042), Arg::F32(0.5), Arg::F32(-1e-6)];
-        let (sim, counts) = run_sim(co, name, 2, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None }).unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
+        let args = [
+            Arg::Buf(0),
+            Arg::Buf(1),
+            Arg::U64(n as u64),
+            Arg::F32(0.8731),
+            Arg::F32(0.6042),
+            Arg::F32(0.5),
+            Arg::F32(-1e-6),
+        ];
+        let (sim, counts) = run_sim(co, name, 2, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None })
+            .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, 2, 256, 0, &args, &bufs);
         assert_eq!(sim[1], emu[1], "{arch} {name}");
         out.push((name.to_string(), counts));
@@ -398,8 +517,17 @@ fn coverage_of_the_shipped_mnemonics() {
         {
             let xs = noise(700, 3, 30.0);
             let bufs = vec![f32_bytes(&xs), vec![0u8; 4 * xs.len()]];
-            let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(xs.len() as u64), Arg::F32(0.8731), Arg::F32(0.6042), Arg::F32(0.5), Arg::F32(-1e-6)];
-            let (_, c) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None }).unwrap();
+            let args = [
+                Arg::Buf(0),
+                Arg::Buf(1),
+                Arg::U64(xs.len() as u64),
+                Arg::F32(0.8731),
+                Arg::F32(0.6042),
+                Arg::F32(0.5),
+                Arg::F32(-1e-6),
+            ];
+            let (_, c) =
+                run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None }).unwrap();
             cases.push(("xielu_f32".into(), c));
         }
         cases.extend(case_xielu16(&co, arch));
