@@ -303,10 +303,12 @@ const LAUNCH_PARAM_BUFFER_POINTER: usize = 1;
 const LAUNCH_PARAM_BUFFER_SIZE: usize = 2;
 const LAUNCH_PARAM_END: usize = 3;
 
-/// Perturbation mode from `RDNA_SIM_PERTURB=<seed>` (approximate instructions ±1 ulp).
+/// Perturbation mode from `RDNA_SIM_PERTURB=<seed>` (approximate instructions ±1 ulp),
+/// strict-wait mode from `RDNA_SIM_STRICT_WAIT=1`.
 fn mode_from_env(ieee: bool) -> Mode {
     let perturb = std::env::var("RDNA_SIM_PERTURB").ok().and_then(|s| s.parse().ok());
-    Mode { ieee, perturb }
+    let strict_wait = std::env::var("RDNA_SIM_STRICT_WAIT").is_ok_and(|v| v == "1");
+    Mode { ieee, perturb, strict_wait }
 }
 
 #[unsafe(no_mangle)]

@@ -26,6 +26,8 @@ fn point_rocm_path_at_the_standin() {
         // SAFETY: set once, before any thread of this test reads the environment through hip.rs.
         unsafe {
             std::env::set_var("RDNA_SIM_COVERAGE", coverage_file());
+            // Loads' registers hold poison until their s_waitcnt: a missing wait fails.
+            std::env::set_var("RDNA_SIM_STRICT_WAIT", "1");
             std::env::set_var("ROCM_PATH", &prefix);
             std::env::remove_var("HIP_PATH");
         }

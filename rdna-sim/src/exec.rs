@@ -22,6 +22,36 @@ pub struct Mode {
     /// move their correctly rounded result by one ulp, up or down (chosen by a
     /// hash of the input and this seed), the most the ISA allows.
     pub perturb: Option<u32>,
+    /// Strict-wait mode: a load's destination registers hold [`POISON`] until the
+    /// `s_waitcnt` that covers the load, so a missing wait shows as a wrong result.
+    pub strict_wait: bool,
+}
+
+/// What a load's destination holds before its wait in strict-wait mode.
+pub const POISON: u32 = 0xBADC_0DE5;
+
+/// The counter a load counts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ctr {
+    /// vmcnt (GLOBAL loads).
+    Vm,
+    /// lgkmcnt (SMEM, DS).
+    Lgkm,
+    /// both (FLAT loads).
+    Both,
+}
+
+/// A load whose data has not been waited for (strict-wait mode).
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    ctr: Ctr,
+    sgpr: bool,
+    reg: usize,
+    exec: u32,
+    /// The bits of each register the load writes (d16 loads write one half).
+    mask: u32,
+    /// The loaded registers' values, `[register][lane]` (SGPRs: lane 0).
+    vals: Vec<[u32; 32]>,
 }
 
 /// Executed wave-instructions by class (issue 13, section 6).
@@ -108,11 +138,13 @@ pub struct Wave {
     pub pc: usize,
     pub status: Status,
     pub barriers: u32,
+    /// Loads not yet waited for (strict-wait mode only).
+    pub in_flight: Vec<InFlight>,
 }
 
 impl Default for Wave {
     fn default() -> Self {
-        Wave { s: [0; 128], v: vec![[0; 32]; 256], scc: false, pc: 0, status: Status::Running, barriers: 0 }
+        Wave { s: [0; 128], v: vec![[0; 32]; 256], scc: false, pc: 0, status: Status::Running, barriers: 0, in_flight: Vec::new() }
     }
 }
 
@@ -1423,6 +1455,71 @@ impl Wave {
         let next = self.pc + 1;
         self.pc = next;
         let name = inst.name;
+        if env.mode.strict_wait {
+            if let Some((ctr, sgpr, reg, n)) = load_dest(inst) {
+                let exec = self.exec();
+                let mask = if !inst.name.contains("d16") {
+                    u32::MAX
+                } else if inst.name.contains("d16_hi") {
+                    0xffff_0000
+                } else {
+                    0x0000_ffff
+                };
+                self.exec_inst(inst, index, env)?;
+                let vals: Vec<[u32; 32]> = (reg..reg + n)
+                    .map(|r| if sgpr { [self.s[r]; 32] } else { self.v[r.min(255)] })
+                    .collect();
+                for r in reg..reg + n {
+                    if sgpr {
+                        self.s[r] = POISON;
+                    } else if r < 256 {
+                        for l in 0..32 {
+                            if exec >> l & 1 != 0 {
+                                self.v[r][l] = (self.v[r][l] & !mask) | (POISON & mask);
+                            }
+                        }
+                    }
+                }
+                self.in_flight.push(InFlight { ctr, sgpr, reg, exec, mask, vals });
+                return Ok(Step::Next);
+            }
+        }
+        let _ = name;
+        self.exec_inst(inst, index, env)
+    }
+
+    /// Completes the oldest loads until at most `vm` count on vmcnt and `lgkm` on lgkmcnt.
+    fn wait(&mut self, vm: u32, lgkm: u32) {
+        loop {
+            let on = |c: Ctr, vm_side: bool| if vm_side { c != Ctr::Lgkm } else { c != Ctr::Vm };
+            let nvm = self.in_flight.iter().filter(|f| on(f.ctr, true)).count() as u32;
+            let nlg = self.in_flight.iter().filter(|f| on(f.ctr, false)).count() as u32;
+            let pick = if nvm > vm {
+                self.in_flight.iter().position(|f| on(f.ctr, true))
+            } else if nlg > lgkm {
+                self.in_flight.iter().position(|f| on(f.ctr, false))
+            } else {
+                None
+            };
+            let Some(i) = pick else { return };
+            let f = self.in_flight.remove(i);
+            for (k, vals) in f.vals.iter().enumerate() {
+                let r = f.reg + k;
+                if f.sgpr {
+                    self.s[r] = vals[0];
+                } else if r < 256 {
+                    for l in 0..32 {
+                        if f.exec >> l & 1 != 0 {
+                            self.v[r][l] = (self.v[r][l] & !f.mask) | (vals[l] & f.mask);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn exec_inst(&mut self, inst: &Inst, index: &std::collections::HashMap<u64, usize>, env: &mut Env) -> R<Step> {
+        let name = inst.name;
         match inst.enc {
             Enc::Sopp => return self.sopp(inst, index, env),
             Enc::Sop1 | Enc::Sop2 | Enc::Sopc | Enc::Sopk => {
@@ -1523,6 +1620,8 @@ impl Wave {
             }
             "s_waitcnt" => {
                 env.counts.waits += 1;
+                // GFX11: vmcnt in bits 15:10, lgkmcnt in bits 9:4.
+                self.wait(simm >> 10 & 0x3f, simm >> 4 & 0x3f);
                 return Ok(Step::Next);
             }
             "s_sendmsg" => {
@@ -1581,7 +1680,10 @@ impl Wave {
                     "s_cmpk_lt_u32" => self.scc = d < imm,
                     "s_cmpk_le_u32" => self.scc = d <= imm,
                     // Waits on counters: memory completes at once in this simulator.
-                    "s_waitcnt_vscnt" | "s_waitcnt_vmcnt" | "s_waitcnt_expcnt" | "s_waitcnt_lgkmcnt" => {}
+                    // Wait until the counter is at most S0 + SIMM16 (stores and exports hold no registers).
+                    "s_waitcnt_vscnt" | "s_waitcnt_expcnt" => {}
+                    "s_waitcnt_vmcnt" => self.wait(d.wrapping_add(imm), u32::MAX),
+                    "s_waitcnt_lgkmcnt" => self.wait(u32::MAX, d.wrapping_add(imm)),
                     n => return Err(Fault::new(format!("{n} is not implemented"))),
                 }
             }
@@ -2071,5 +2173,48 @@ impl Wave {
             }
         }
         Ok(())
+    }
+}
+
+/// The destination of a load: (counter, SGPRs?, first register, registers).
+fn load_dest(inst: &Inst) -> Option<(Ctr, bool, usize, usize)> {
+    let name = inst.name;
+    let vdst = bits(inst.w1, 31, 24) as usize;
+    match inst.enc {
+        Enc::Smem => {
+            let n = match name {
+                "s_load_b32" => 1,
+                "s_load_b64" => 2,
+                "s_load_b128" => 4,
+                "s_load_b256" => 8,
+                "s_load_b512" => 16,
+                _ => return None,
+            };
+            Some((Ctr::Lgkm, true, bits(inst.w0, 12, 6) as usize, n))
+        }
+        Enc::Ds => {
+            let n = match name {
+                "ds_load_b64" => 2,
+                "ds_load_b96" => 3,
+                "ds_load_b128" => 4,
+                n if n.starts_with("ds_load_") || n == "ds_bpermute_b32" || n == "ds_permute_b32" => 1,
+                _ => return None,
+            };
+            Some((Ctr::Lgkm, false, vdst, n))
+        }
+        Enc::Global | Enc::Flat => {
+            let op = name.split_once('_')?.1;
+            if !op.starts_with("load_") {
+                return None;
+            }
+            let n = match op {
+                "load_b64" => 2,
+                "load_b96" => 3,
+                "load_b128" => 4,
+                _ => 1,
+            };
+            Some((if inst.enc == Enc::Flat { Ctr::Both } else { Ctr::Vm }, false, vdst, n))
+        }
+        _ => None,
     }
 }

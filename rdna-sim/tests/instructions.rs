@@ -70,7 +70,7 @@ impl Run {
     fn new() -> Run {
         let mut w = Wave::default();
         w.s[EXEC as usize] = u32::MAX;
-        Run { w, mem: Memory::new(), lds: vec![0; 1024], mode: Mode { ieee: true, perturb: None } }
+        Run { w, mem: Memory::new(), lds: vec![0; 1024], mode: Mode { ieee: true, perturb: None, strict_wait: false } }
     }
     fn lanes(&mut self, r: u32, f: impl Fn(usize) -> u32) {
         for l in 0..32 {
@@ -466,4 +466,44 @@ fn a_barrier_some_waves_never_reach_fails_instead_of_hanging() {
     let l = Launch { max_wave_insts: 1000, ..l };
     let e = dispatch::launch(&mut mem, &kernel(&code), &l).unwrap_err().to_string();
     assert!(e.contains("hung"), "{e}");
+}
+
+#[test]
+fn strict_wait_mode_catches_a_planted_missing_wait() {
+    let setup = |strict: bool| {
+        let mut r = Run::new();
+        r.mode.strict_wait = strict;
+        let buf = r.mem.alloc(128, "buffer");
+        r.mem.write(buf, &(0..32u32).flat_map(|i| (i * 10).to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        r.lanes(1, |l| (buf + 4 * l as u64) as u32);
+        r.lanes(2, |_| (buf >> 32) as u32);
+        r
+    };
+    let [a, b] = global("global_load_b32", 3, 1, 0, 0);
+    let use_it = vop2("v_add_nc_u32_e32", 4, 129, 3); // v4 = 1 + v3
+    let wait_vm0 = sopp("s_waitcnt", (0x3f << 4) | 0x7); // vmcnt(0), lgkmcnt and expcnt "no wait"
+    // Without strict mode the missing wait goes unnoticed.
+    let mut r = setup(false);
+    r.ok(&[a, b, use_it]);
+    assert_eq!(r.w.v[4][5], 51);
+    // In strict mode the planted missing wait gives a wrong result...
+    let mut r = setup(true);
+    r.ok(&[a, b, use_it]);
+    assert_eq!(r.w.v[4][5], rdna_sim::exec::POISON.wrapping_add(1));
+    // ...and the wait repairs it.
+    let mut r = setup(true);
+    r.ok(&[a, b, wait_vm0, use_it]);
+    assert_eq!(r.w.v[4][5], 51);
+    // Two d16 loads into the halves of one register, both in flight: each wait
+    // completes only its own half.
+    let mut r = setup(true);
+    r.w.s[EXEC as usize] = 0x7fff_ffff; // lane 31 + 4 would be past the buffer
+    let [c, d] = global("global_load_d16_b16", 5, 1, 0, 0);
+    let [e, f] = global("global_load_d16_hi_b16", 5, 1, 0, 4);
+    r.ok(&[c, d, e, f, wait_vm0]);
+    assert_eq!(r.w.v[5][2], 30 << 16 | 20);
+    // An lgkmcnt wait does not cover a global load.
+    let mut r = setup(true);
+    r.ok(&[a, b, sopp("s_waitcnt", 0xfc07 & !(0x3f << 4)), use_it]);
+    assert_eq!(r.w.v[4][5], rdna_sim::exec::POISON.wrapping_add(1));
 }
