@@ -95,6 +95,9 @@ fn probe_through_hip_rs_equals_the_cpu_emulator() {
     let got = run_on(&device());
     let want = run_on(&Device::cpu());
     assert_eq!(got, want);
+    // The gfx1100 device runs the gfx11-generic object.
+    let generic = Device::hip(1).unwrap();
+    assert_eq!(run_on(&generic), want);
 }
 
 #[test]
