@@ -926,7 +926,9 @@ fn lane_fn(name: &str) -> Option<(LaneFn, [K; 3])> {
         },
         _ => return wide_fn(name),
     };
-    let k = if name.contains("f16") && !name.starts_with("v_cvt_f16_f32") { h } else { b };
+    // 16-bit operands take the f16 forms of the inline float constants.
+    let sixteen = ["f16", "b16", "i16", "u16"].iter().any(|t| name.contains(t));
+    let k = if sixteen && !name.starts_with("v_cvt_f16_f32") { h } else { b };
     Some((f, k))
 }
 

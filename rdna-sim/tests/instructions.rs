@@ -507,3 +507,15 @@ fn strict_wait_mode_catches_a_planted_missing_wait() {
     r.ok(&[a, b, sopp("s_waitcnt", 0xfc07 & !(0x3f << 4)), use_it]);
     assert_eq!(r.w.v[4][5], rdna_sim::exec::POISON.wrapping_add(1));
 }
+
+#[test]
+fn sixteen_bit_operations_take_f16_inline_constants() {
+    let mut r = Run::new();
+    r.lanes(1, |_| 0xaaaa_0000);
+    // v_mov_b16_e32 v1.l, 1.0 (inline 242): the f16 encoding 0x3c00, high half kept.
+    r.ok(&[vop1("v_mov_b16_e32", 1, 242)]);
+    assert_eq!(r.w.v[1][0], 0xaaaa_3c00);
+    // v_add_f16_e32 v2.l, 2.0, v1.l = 3.0
+    r.ok(&[vop2("v_add_f16_e32", 2, 244, 1)]);
+    assert_eq!(r.w.v[2][0] & 0xffff, half::f16::from_f32(3.0).to_bits() as u32);
+}
