@@ -135,6 +135,16 @@ fn run_emulator(
         .collect()
 }
 
+thread_local! {
+    /// The perturbation seed the kernel cases of this thread run with.
+    static PERTURB: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// The mode of the kernel cases: IEEE, strict waits, and this thread's perturbation.
+fn mode() -> Mode {
+    Mode { ieee: true, perturb: PERTURB.get(), strict_wait: true }
+}
+
 fn words(b: &[u8]) -> Vec<u32> {
     b.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
 }
@@ -143,7 +153,7 @@ fn words(b: &[u8]) -> Vec<u32> {
 fn empty_runs_on_both_objects() {
     for arch in ["gfx1151", "gfx11-generic"] {
         let Some(co) = load(arch) else { return };
-        let (_, counts) = run_sim(&co, "empty", 3, 64, 0, &[], &[], Mode { ieee: true, perturb: None, strict_wait: true }).unwrap();
+        let (_, counts) = run_sim(&co, "empty", 3, 64, 0, &[], &[], mode()).unwrap();
         // One s_endpgm per wave: 3 workgroups of 2 waves.
         assert_eq!(counts.other + counts.salu + counts.valu, 0, "{counts:?}");
     }
@@ -159,7 +169,7 @@ fn probe_matches_the_cpu_emulator_and_its_definition() {
         let bufs = vec![vec![0u8; 4 * n]];
         let args = [Arg::Buf(0)];
         let (sim, counts) =
-            run_sim(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, Mode { ieee: true, perturb: None, strict_wait: true })
+            run_sim(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, mode())
                 .unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} probe: {}", counts.summary());
         let got = words(&sim[0]);
@@ -209,7 +219,7 @@ fn xielu_f32_matches_the_emulator_bit_for_bit() {
         let bufs = vec![xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), vec![0u8; 4 * n]];
         let (ap, an, b, e) = (0.8731f32, 0.6042f32, 0.5f32, -1e-6f32);
         let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(ap), Arg::F32(an), Arg::F32(b), Arg::F32(e)];
-        let (sim, counts) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None, strict_wait: true })
+        let (sim, counts) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode())
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} xielu_f32 ({n} elements): {}", counts.summary());
         let emu = run_emulator(&co, "xielu_f32", 1, 256, 0, &args, &bufs);
@@ -300,7 +310,7 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
             WORKGROUP_MEM_BYTES,
             &args,
             &bufs,
-            Mode { ieee: true, perturb: None, strict_wait: true },
+            mode(),
         )
         .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs);
@@ -373,7 +383,7 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
             grid,
             block: [WORKGROUP_SIZE, 1, 1],
             kernarg: &kernarg,
-            mode: Mode { ieee: true, perturb: None, strict_wait: true },
+            mode: mode(),
             ..Launch::default()
         };
         let counts = dispatch::launch(&mut mem, k, &l).unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
@@ -490,7 +500,7 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
             Arg::F32(0.5),
             Arg::F32(-1e-6),
         ];
-        let (sim, counts) = run_sim(co, name, 2, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None, strict_wait: true })
+        let (sim, counts) = run_sim(co, name, 2, 256, 0, &args, &bufs, mode())
             .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, 2, 256, 0, &args, &bufs);
         // NaN results compare as NaN: the sign and payload of a NaN made from
@@ -511,7 +521,7 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
         let bits: Vec<u8> = xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect();
         let bufs = vec![bits, vec![0u8; 2 * n]];
         let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(0.8731), Arg::F32(0.6042), Arg::F32(0.5), Arg::F32(-1e-6)];
-        let mode = Mode { ieee: true, perturb: None, strict_wait: true };
+        let mode = mode();
         let (sim, counts) = run_sim(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs, mode)
             .unwrap_or_else(|e| panic!("{arch} xielu_bf16 (table): {e}"));
         let emu = run_emulator(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs);
@@ -543,7 +553,7 @@ fn coverage_of_the_shipped_mnemonics() {
             let groups = 3;
             let bufs = vec![vec![0u8; 4 * 64 * 17 * groups as usize]];
             let args: Vec<Arg> = if name == "probe" { vec![Arg::Buf(0)] } else { vec![] };
-            let (_, c) = run_sim(&co, name, groups, 64, 256, &args, &bufs, Mode { ieee: true, perturb: None, strict_wait: true }).unwrap();
+            let (_, c) = run_sim(&co, name, groups, 64, 256, &args, &bufs, mode()).unwrap();
             cases.push((name.to_string(), c));
         }
         {
@@ -559,7 +569,7 @@ fn coverage_of_the_shipped_mnemonics() {
                 Arg::F32(-1e-6),
             ];
             let (_, c) =
-                run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, Mode { ieee: true, perturb: None, strict_wait: true }).unwrap();
+                run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode()).unwrap();
             cases.push(("xielu_f32".into(), c));
         }
         cases.extend(case_xielu16(&co, arch));
@@ -602,7 +612,7 @@ fn case_read_stream(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec:
     let (grid, block) = (2u32, 64u32);
     let bufs = vec![src, vec![0u8; 4 * (grid * block) as usize]];
     let args = [Arg::Buf(0), Arg::U64(quads), Arg::Buf(1)];
-    let (sim, counts) = run_sim(co, "read_stream", grid, block, 0, &args, &bufs, Mode { ieee: true, perturb: None, strict_wait: true })
+    let (sim, counts) = run_sim(co, "read_stream", grid, block, 0, &args, &bufs, mode())
         .unwrap_or_else(|e| panic!("{arch} read_stream: {e}"));
     let emu = run_emulator(co, "read_stream", grid, block, 0, &args, &bufs);
     assert_eq!(sim[1], emu[1], "{arch} read_stream");
@@ -615,4 +625,25 @@ fn read_stream_matches_the_emulator() {
         let Some(co) = load(arch) else { return };
         case_read_stream(&co, arch);
     }
+}
+
+/// The bit-exact kernels give the same bits when every approximate instruction
+/// (rcp, rsq, sqrt, exp, log) is moved by one ulp, the most the ISA allows, and
+/// mamba1_scan (a tolerance contract) stays within its bound.
+#[test]
+fn bit_exact_kernels_are_unmoved_by_perturbed_approximations() {
+    for seed in [1u32, 2] {
+        PERTURB.set(Some(seed));
+        for arch in ["gfx1151", "gfx11-generic"] {
+            let Some(co) = load(arch) else { return };
+            case_add3(&co, arch);
+            case_xielu16(&co, arch);
+            case_read_stream(&co, arch);
+            // The tolerance kernel stays within its bounds.
+            case_mamba(&co, arch);
+        }
+        probe_matches_the_cpu_emulator_and_its_definition();
+        xielu_f32_matches_the_emulator_bit_for_bit();
+    }
+    PERTURB.set(None);
 }
