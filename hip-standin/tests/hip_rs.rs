@@ -152,9 +152,13 @@ fn rdna_half(x: f32) -> u16 {
 }
 
 /// The library's self-test (every kernel against its reference) on the simulated
-/// gfx1151. Prints the table; fails if any case fails. Ignored by default: with
-/// rdna-sim built unoptimized (the test profile) it takes tens of minutes; the
-/// root manifest would need `[profile.test.package.rdna-sim] opt-level = 2`.
+/// gfx1151. Prints the table; fails if any case fails. Ignored: the self-test
+/// reduces its shapes only on the CPU backend (`reduced()` in host/selftest.rs)
+/// and times 50 repetitions of the full-size MoE layer on a GPU backend, which
+/// the interpreter does not finish in a useful time (a release run was stopped
+/// after 13 minutes in the MoE cases, having passed probe, xielu,
+/// add3_layer_norm and mamba1_scan without a launch failure). The host would
+/// need to treat the simulated device as reduced.
 #[test]
 #[ignore]
 fn selftest_on_the_simulated_gfx1151() {
