@@ -156,9 +156,10 @@ fn rdna_half(x: f32) -> u16 {
 /// reduces its shapes only on the CPU backend (`reduced()` in host/selftest.rs)
 /// and times 50 repetitions of the full-size MoE layer on a GPU backend, which
 /// the interpreter does not finish in a useful time (a release run was stopped
-/// after 13 minutes in the MoE cases, having passed probe, xielu,
-/// add3_layer_norm and mamba1_scan without a launch failure). The host would
-/// need to treat the simulated device as reduced.
+/// after 13 minutes in the MoE cases; probe, xielu, add3_layer_norm and
+/// mamba1_scan had run without a launch failure, their outcomes unknown since
+/// the table prints at the end). The host would need to treat the simulated
+/// device as reduced.
 #[test]
 #[ignore]
 fn selftest_on_the_simulated_gfx1151() {
