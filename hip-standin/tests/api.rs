@@ -1,0 +1,64 @@
+//! The stand-in's C functions called directly (the rlib of the same crate; its
+//! state is separate from the cdylib that hip.rs loads): what the loader refuses,
+//! and how a faulting kernel is reported.
+use amdhip64 as hip;
+use mlxcel_amdgpu::embedded::AMDGPU_CODE_OBJECTS;
+use std::ffi::{CStr, c_void};
+use std::ptr;
+
+fn object(processor: &str) -> Vec<u64> {
+    let o = AMDGPU_CODE_OBJECTS.iter().find(|o| o.processor == processor).expect("embedded object");
+    let mut image = vec![0u64; o.bytes.len().div_ceil(8)];
+    unsafe { ptr::copy_nonoverlapping(o.bytes.as_ptr(), image.as_mut_ptr() as *mut u8, o.bytes.len()) };
+    image
+}
+
+#[test]
+fn the_loader_refuses_what_the_runtime_would() {
+    let mut m: *mut c_void = ptr::null_mut();
+    // Not an ELF.
+    let junk = [0u64; 16];
+    assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, junk.as_ptr() as *const c_void) }, hip::INVALID_IMAGE);
+    // The gfx1151 object on the gfx1100 device; the generic one loads there.
+    assert_eq!(hip::hipSetDevice(1), hip::SUCCESS);
+    let gfx1151 = object("gfx1151");
+    assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, gfx1151.as_ptr() as *const c_void) }, hip::NO_BINARY_FOR_GPU);
+    let generic = object("gfx11-generic");
+    assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, generic.as_ptr() as *const c_void) }, hip::SUCCESS);
+    let mut f: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipModuleGetFunction(&mut f, m, c"no_such_kernel".as_ptr()) }, hip::NOT_FOUND);
+    assert_eq!(hip::hipModuleUnload(m), hip::SUCCESS);
+    assert_eq!(hip::hipModuleUnload(m), hip::INVALID_HANDLE);
+    assert_eq!(hip::hipSetDevice(2), hip::INVALID_DEVICE);
+    assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
+}
+
+#[test]
+fn an_out_of_bounds_store_fails_the_launch_and_says_where() {
+    assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
+    let image = object("gfx1151");
+    let mut m: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, image.as_ptr() as *const c_void) }, hip::SUCCESS);
+    let mut f: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipModuleGetFunction(&mut f, m, c"probe".as_ptr()) }, hip::SUCCESS);
+    // probe writes 17 words per thread; give it room for one thread only.
+    let mut out: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipMalloc(&mut out, 68) }, hip::SUCCESS);
+    let mut arg = out as u64;
+    let mut params = [&mut arg as *mut u64 as *mut c_void];
+    let status = unsafe {
+        hip::hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 256, ptr::null_mut(), params.as_mut_ptr(), ptr::null_mut())
+    };
+    assert_eq!(status, hip::LAUNCH_FAILURE);
+    let text = unsafe { CStr::from_ptr(hip::hipGetErrorString(status)) }.to_string_lossy().into_owned();
+    println!("{text}");
+    assert!(text.contains("kernel probe") && text.contains("global_store") && text.contains("lane"), "{text}");
+    assert!(text.contains("past the end of hipMalloc(68)"), "{text}");
+    // A workgroup memory size past 64 KiB is refused too.
+    let status = unsafe {
+        hip::hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 65537, ptr::null_mut(), params.as_mut_ptr(), ptr::null_mut())
+    };
+    assert_eq!(status, hip::LAUNCH_FAILURE);
+    assert_eq!(hip::hipFree(out), hip::SUCCESS);
+    assert_eq!(hip::hipFree(out), hip::INVALID_DEVICE_POINTER);
+}
