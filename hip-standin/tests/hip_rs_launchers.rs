@@ -102,7 +102,8 @@ fn mamba_on<T: Element>(dev: &Device, dtype: Dtype, shape: ScanShape) -> (Vec<f3
     let dt = up(normal(dtype, 2, btd, 0.5).into_iter().map(|v| v.abs() + 0.01).collect());
     let bm = up(normal(dtype, 3, btn, 1.0));
     let cm = up(normal(dtype, 4, btn, 1.0));
-    let a = dev.upload(&normal(Dtype::F32, 5, dn, 1.0).into_iter().map(|v| -v.abs() - 0.1).collect::<Vec<_>>()).unwrap();
+    let a =
+        dev.upload(&normal(Dtype::F32, 5, dn, 1.0).into_iter().map(|v| -v.abs() - 0.1).collect::<Vec<_>>()).unwrap();
     let dskip = up(normal(dtype, 6, dm as usize, 1.0));
     let state_in = dev.upload(&normal(Dtype::F32, 7, bdn, 1.0)).unwrap();
     let mut y = dev.alloc::<T>(btd).unwrap();
