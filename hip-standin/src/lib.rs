@@ -129,10 +129,10 @@ pub extern "C" fn hipGetErrorName(error: HipError) -> *const c_char {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn hipGetErrorString(error: HipError) -> *const c_char {
-    if error == LAUNCH_FAILURE {
-        if let Some(s) = st!().last_failure {
-            return s.as_ptr();
-        }
+    if error == LAUNCH_FAILURE
+        && let Some(s) = st!().last_failure
+    {
+        return s.as_ptr();
     }
     match error {
         SUCCESS => c"no error",

@@ -42,6 +42,7 @@ fn pack(k: &codeobj::Kernel, args: &[Arg], ptr: &dyn Fn(usize) -> u64) -> Vec<u8
 }
 
 /// Runs `name` on the interpreter; returns the buffers afterwards and the counts.
+#[allow(clippy::too_many_arguments)] // one launch's geometry, arguments, buffers and mode
 fn run_sim(
     co: &CodeObject,
     name: &str,

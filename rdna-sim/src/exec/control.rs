@@ -10,33 +10,33 @@ impl Wave {
         let next = self.pc + 1;
         self.pc = next;
         let name = inst.name;
-        if env.mode.strict_wait {
-            if let Some((ctr, sgpr, reg, n)) = load_dest(inst) {
-                let exec = self.exec();
-                let mask = if !inst.name.contains("d16") {
-                    u32::MAX
-                } else if inst.name.contains("d16_hi") {
-                    0xffff_0000
-                } else {
-                    0x0000_ffff
-                };
-                self.exec_inst(inst, index, env)?;
-                let vals: Vec<[u32; 32]> =
-                    (reg..reg + n).map(|r| if sgpr { [self.s[r]; 32] } else { self.v[r.min(255)] }).collect();
-                for r in reg..reg + n {
-                    if sgpr {
-                        self.s[r] = POISON;
-                    } else if r < 256 {
-                        for l in 0..32 {
-                            if exec >> l & 1 != 0 {
-                                self.v[r][l] = (self.v[r][l] & !mask) | (POISON & mask);
-                            }
+        if env.mode.strict_wait
+            && let Some((ctr, sgpr, reg, n)) = load_dest(inst)
+        {
+            let exec = self.exec();
+            let mask = if !inst.name.contains("d16") {
+                u32::MAX
+            } else if inst.name.contains("d16_hi") {
+                0xffff_0000
+            } else {
+                0x0000_ffff
+            };
+            self.exec_inst(inst, index, env)?;
+            let vals: Vec<[u32; 32]> =
+                (reg..reg + n).map(|r| if sgpr { [self.s[r]; 32] } else { self.v[r.min(255)] }).collect();
+            for r in reg..reg + n {
+                if sgpr {
+                    self.s[r] = POISON;
+                } else if r < 256 {
+                    for l in 0..32 {
+                        if exec >> l & 1 != 0 {
+                            self.v[r][l] = (self.v[r][l] & !mask) | (POISON & mask);
                         }
                     }
                 }
-                self.in_flight.push(InFlight { ctr, sgpr, reg, exec, mask, vals });
-                return Ok(Step::Next);
             }
+            self.in_flight.push(InFlight { ctr, sgpr, reg, exec, mask, vals });
+            return Ok(Step::Next);
         }
         let _ = name;
         self.exec_inst(inst, index, env)

@@ -163,6 +163,8 @@ pub fn div_scale32(s0: f32, s1: f32, s2: f32) -> (f32, bool) {
 
 /// v_div_fixup_f32 per the ISA pseudocode (UNDERFLOW_F32 taken as 0 and
 /// OVERFLOW_F32 as infinity, with the sign of the quotient).
+// One branch per case of the ISA pseudocode, in its order, even where two cases give the same result.
+#[allow(clippy::if_same_then_else)]
 pub fn div_fixup32(s0: f32, s1: f32, s2: f32) -> f32 {
     let neg = s1.is_sign_negative() ^ s2.is_sign_negative();
     let signed = |x: f32| if neg { -x } else { x };

@@ -402,6 +402,10 @@ pub(super) fn parse_cmp(name: &str) -> Option<(bool, Cond, &str)> {
     Some((x, c, ty))
 }
 
+// The comparisons are written as the ISA defines them: with a NaN operand,
+// `a < b || a > b` is false where `a != b` is true, and `!(a >= b)` is true
+// where `a < b` is false; clippy's rewrites would change those results.
+#[allow(clippy::double_comparisons, clippy::neg_cmp_op_on_partial_ord)]
 pub(super) fn fcmp(c: Cond, a: f64, b: f64) -> Option<bool> {
     Some(match c {
         Cond::F => false,

@@ -4,6 +4,10 @@
 //! reference; where this module departs from or interprets it, a comment says so.
 //! Any instruction this module does not implement is an error naming it, never a no-op.
 
+// Lanes are indexed by lane number across several arrays at once (registers,
+// EXEC bits, DPP sources), as in the ISA pseudocode.
+#![allow(clippy::needless_range_loop)]
+
 use crate::decode::{Enc, Inst, bits};
 use crate::mem::{self, Memory};
 use half::f16;
@@ -264,7 +268,7 @@ impl Wave {
         };
         Ok(match code {
             0..=123 => {
-                if k == K::B64 && code % 2 != 0 {
+                if k == K::B64 && !code.is_multiple_of(2) {
                     return Err(Fault::new(format!("64-bit operand in odd SGPR s{code}")));
                 }
                 pair(code as usize)
@@ -334,7 +338,7 @@ impl Wave {
     }
 
     fn swrite64(&mut self, code: u32, x: u64) -> R<()> {
-        if code % 2 != 0 && code != NULL {
+        if !code.is_multiple_of(2) && code != NULL {
             return Err(Fault::new(format!("64-bit destination in odd SGPR s{code}")));
         }
         self.swrite(code, x as u32)?;
