@@ -1,14 +1,18 @@
 //! A stand-in for `libamdhip64`: the HIP runtime functions that
-//! `host/runtime/hip.rs` resolves (the 21 of `host/runtime/hip_api.rs`, plus
-//! `hipRuntimeGetVersion`, which `hip.rs` looks up to check the version), with
-//! the C signatures of ROCm 6.4+, on top of the `rdna-sim` interpreter.
+//! `host/runtime/hip.rs` resolves (the 22 of `host/runtime/hip_api.rs`, plus
+//! `hipRuntimeGetVersion`, which `hip.rs` looks up to check the version, and
+//! the older `hipMalloc` / `hipFree`), with the C signatures of ROCm 6.4+, on
+//! top of the `rdna-sim` interpreter.
 //!
 //! What it shows and what it cannot:
 //! - Devices: 0 is a simulated gfx1151 (40 CUs, 32-lane waves, 64 KiB of
 //!   workgroup memory), 1 a simulated gfx1100 (which runs the generic object).
 //! - Everything is synchronous: a launch runs to completion inside
-//!   `hipModuleLaunchKernel`, so streams and events keep their order. Event
-//!   times are host wall-clock times of the simulation, not GPU times.
+//!   `hipModuleLaunchKernel`, so streams and events keep their order (and
+//!   `hipFreeAsync` frees at once). There are no stream objects: the NULL
+//!   stream is the only valid one; `hipStreamGetDevice` of any other handle is
+//!   `hipErrorInvalidHandle`. Event times are host wall-clock times of the
+//!   simulation, not GPU times.
 //! - A kernel fault (an out-of-bounds access, a barrier some waves never reach,
 //!   an unimplemented instruction) makes the launch return
 //!   `hipErrorLaunchFailure`; `hipGetErrorString` of that code then gives the
@@ -125,10 +129,10 @@ pub extern "C" fn hipGetErrorName(error: HipError) -> *const c_char {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn hipGetErrorString(error: HipError) -> *const c_char {
-    if error == LAUNCH_FAILURE {
-        if let Some(s) = st!().last_failure {
-            return s.as_ptr();
-        }
+    if error == LAUNCH_FAILURE
+        && let Some(s) = st!().last_failure
+    {
+        return s.as_ptr();
     }
     match error {
         SUCCESS => c"no error",
@@ -422,13 +426,18 @@ fn record_coverage(s: &mut State, arch: &str, k: &codeobj::Kernel, counts: &rdna
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipError {
+    unsafe { alloc(ptr, size, "hipMalloc") }
+}
+
+/// One allocation, named `<how>(<size>)` in fault descriptions.
+unsafe fn alloc(ptr: *mut *mut c_void, size: usize, how: &str) -> HipError {
     if ptr.is_null() {
         return INVALID_VALUE;
     }
     if size > 16 << 30 {
         return OUT_OF_MEMORY;
     }
-    let a = st!().mem.alloc(size, &format!("hipMalloc({size})"));
+    let a = st!().mem.alloc(size, &format!("{how}({size})"));
     unsafe { *ptr = a as *mut c_void };
     SUCCESS
 }
@@ -442,6 +451,62 @@ pub extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
         Ok(()) => SUCCESS,
         Err(_) => INVALID_DEVICE_POINTER,
     }
+}
+
+/// `hipMallocAsync`: stream-ordered allocation. The stand-in has no stream
+/// objects: only the NULL stream (the current device's) is accepted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: *mut c_void) -> HipError {
+    if !stream.is_null() {
+        return INVALID_HANDLE;
+    }
+    unsafe { alloc(ptr, size, "hipMallocAsync") }
+}
+
+/// `hipFreeAsync`: stream-ordered free. Every launch, copy and memset of the
+/// stand-in runs to completion before its call returns, so all work enqueued on
+/// the stream before this call is already done: freeing immediately is what
+/// stream order asks for.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipFreeAsync(ptr: *mut c_void, stream: *mut c_void) -> HipError {
+    if !stream.is_null() {
+        return INVALID_HANDLE;
+    }
+    hipFree(ptr)
+}
+
+/// `hipStreamGetDevice`: the stand-in creates no streams, so the NULL stream
+/// (the current device's) is the only valid handle; any other is
+/// `hipErrorInvalidHandle`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipStreamGetDevice(stream: *mut c_void, device: *mut c_int) -> HipError {
+    if device.is_null() {
+        return INVALID_VALUE;
+    }
+    if !stream.is_null() {
+        return INVALID_HANDLE;
+    }
+    unsafe { *device = CURRENT.get() as c_int };
+    SUCCESS
+}
+
+/// Not a HIP function: for tests, which can look it up in the same loaded
+/// library as `hip.rs`. Writes the name of the live allocation that starts at
+/// `ptr` (`hipMallocAsync(<bytes>)`, `hipMalloc(<bytes>)`) into `name`
+/// (`cap` bytes, NUL-terminated, truncated to fit) and returns its length, or
+/// returns -1 when no live allocation starts there.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipStandinAllocationName(ptr: *const c_void, name: *mut c_char, cap: usize) -> c_int {
+    let guard = state();
+    let Some(what) = guard.as_ref().unwrap().mem.name_of(ptr as u64) else { return -1 };
+    if !name.is_null() && cap > 0 {
+        let n = what.len().min(cap - 1);
+        unsafe {
+            std::ptr::copy_nonoverlapping(what.as_ptr(), name as *mut u8, n);
+            *name.add(n) = 0;
+        }
+    }
+    what.len() as c_int
 }
 
 #[unsafe(no_mangle)]

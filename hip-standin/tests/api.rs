@@ -62,3 +62,32 @@ fn an_out_of_bounds_store_fails_the_launch_and_says_where() {
     assert_eq!(hip::hipFree(out), hip::SUCCESS);
     assert_eq!(hip::hipFree(out), hip::INVALID_DEVICE_POINTER);
 }
+
+#[test]
+fn stream_ordered_memory_and_the_stream_device() {
+    // Only the NULL stream exists: it is the current device's.
+    let mut dev = -1;
+    assert_eq!(hip::hipSetDevice(1), hip::SUCCESS);
+    assert_eq!(unsafe { hip::hipStreamGetDevice(ptr::null_mut(), &mut dev) }, hip::SUCCESS);
+    assert_eq!(dev, 1);
+    assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
+    assert_eq!(unsafe { hip::hipStreamGetDevice(ptr::null_mut(), &mut dev) }, hip::SUCCESS);
+    assert_eq!(dev, 0);
+    let bogus = 0x1234 as *mut c_void;
+    assert_eq!(unsafe { hip::hipStreamGetDevice(bogus, &mut dev) }, hip::INVALID_HANDLE);
+    let text = unsafe { CStr::from_ptr(hip::hipGetErrorString(hip::INVALID_HANDLE)) }.to_string_lossy().into_owned();
+    assert_eq!(text, "invalid resource handle");
+    assert_eq!(unsafe { hip::hipStreamGetDevice(ptr::null_mut(), ptr::null_mut()) }, hip::INVALID_VALUE);
+    // hipMallocAsync / hipFreeAsync on the NULL stream; the free takes effect at once.
+    let mut p: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipMallocAsync(&mut p, 100, ptr::null_mut()) }, hip::SUCCESS);
+    assert_eq!(unsafe { hip::hipMemcpyHtoD(p, [7u8; 100].as_ptr() as *const c_void, 100) }, hip::SUCCESS);
+    let mut name = [0 as std::ffi::c_char; 64];
+    assert_eq!(unsafe { hip::hipStandinAllocationName(p, name.as_mut_ptr(), name.len()) }, 19);
+    assert_eq!(unsafe { CStr::from_ptr(name.as_ptr()) }, c"hipMallocAsync(100)");
+    assert_eq!(hip::hipFreeAsync(p, ptr::null_mut()), hip::SUCCESS);
+    assert_eq!(unsafe { hip::hipStandinAllocationName(p, ptr::null_mut(), 0) }, -1);
+    assert_eq!(hip::hipFreeAsync(p, ptr::null_mut()), hip::INVALID_DEVICE_POINTER);
+    assert_eq!(unsafe { hip::hipMallocAsync(&mut p, 100, bogus) }, hip::INVALID_HANDLE);
+    assert_eq!(hip::hipFreeAsync(ptr::null_mut(), bogus), hip::INVALID_HANDLE);
+}

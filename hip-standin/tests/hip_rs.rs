@@ -1,47 +1,12 @@
 //! The host's HIP backend (`host/runtime/hip.rs`, unchanged) finds this stand-in
 //! through ROCM_PATH, as it finds the real runtime, and runs the embedded gfx1151
 //! code object's kernels on the interpreter.
+mod common;
+
+use common::{coverage_file, device};
 use mlxcel_amdgpu::kernels::xielu::XieluParams;
-use mlxcel_amdgpu::runtime::{ArgValue, LaunchDims};
-use mlxcel_amdgpu::{BackendKind, Device, Dtype, Stream};
-use std::path::PathBuf;
-use std::sync::Once;
-
-/// A ROCM_PATH-style prefix whose lib/ holds the built stand-in.
-fn point_rocm_path_at_the_standin() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // target/<profile>/deps/<test>: cargo test leaves the cdylib in deps/,
-        // cargo build also in target/<profile>/.
-        let exe = std::env::current_exe().unwrap();
-        let deps = exe.parent().unwrap();
-        let lib = [deps.join("libamdhip64.so"), deps.parent().unwrap().join("libamdhip64.so")]
-            .into_iter()
-            .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("the stand-in cdylib libamdhip64.so is not in {}", deps.display()));
-        let prefix = std::env::temp_dir().join(format!("hip-standin-{}", std::process::id()));
-        let libdir: PathBuf = prefix.join("lib");
-        std::fs::create_dir_all(&libdir).unwrap();
-        std::fs::copy(&lib, libdir.join("libamdhip64.so")).unwrap();
-        // SAFETY: set once, before any thread of this test reads the environment through hip.rs.
-        unsafe {
-            std::env::set_var("RDNA_SIM_COVERAGE", coverage_file());
-            // Loads' registers hold poison until their s_waitcnt: a missing wait fails.
-            std::env::set_var("RDNA_SIM_STRICT_WAIT", "1");
-            std::env::set_var("ROCM_PATH", &prefix);
-            std::env::remove_var("HIP_PATH");
-        }
-    });
-}
-
-fn coverage_file() -> PathBuf {
-    std::env::temp_dir().join(format!("hip-standin-{}-coverage.txt", std::process::id()))
-}
-
-fn device() -> Device {
-    point_rocm_path_at_the_standin();
-    Device::hip(0).unwrap_or_else(|e| panic!("Device::hip(0) on the stand-in: {e}"))
-}
+use mlxcel_amdgpu::runtime::LaunchDims;
+use mlxcel_amdgpu::{BackendKind, Device, Dtype, Element, Stream};
 
 #[test]
 fn the_simulated_gfx1151_opens_with_its_code_object() {
@@ -88,7 +53,8 @@ fn probe_through_hip_rs_equals_the_cpu_emulator() {
         let k = dev.kernel("probe").unwrap();
         let mut out = dev.alloc::<u32>(words).unwrap();
         out.fill_bytes(0).unwrap();
-        unsafe { dev.launch(&k, dims, &[ArgValue::Ptr(out.ptr())], Stream::DEFAULT) }.unwrap();
+        let args = mlxcel_amdgpu::kernels_device::entry::ProbeArgs { out: out.ptr() };
+        unsafe { dev.launch(&k, dims, &args.values(), Stream::DEFAULT) }.unwrap();
         dev.synchronize().unwrap();
         out.download().unwrap()
     };
@@ -107,48 +73,19 @@ fn xielu_through_hip_rs_equals_the_cpu_emulator_bit_for_bit() {
     let xs: Vec<f32> =
         (0..1000).map(|i| (i as f32 - 500.0) * 0.031).chain([0.0, -0.0, 1e-40, -1e-40, 80.0, -100.0]).collect();
     for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
-        let bytes: Vec<u8> = match dtype {
-            Dtype::F32 => xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Dtype::F16 => xs.iter().flat_map(|x| rdna_half(*x).to_le_bytes()).collect(),
-            Dtype::Bf16 => xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
-        };
         let n = xs.len();
-        let run_on = |dev: &Device| -> Vec<u8> {
-            let x = dev.upload(&bytes).unwrap();
-            let mut out = dev.alloc::<u8>(bytes.len()).unwrap();
-            mlxcel_amdgpu::kernels::xielu::run(dev, dtype, &x, &mut out, n, XieluParams::APERTUS, Stream::DEFAULT)
-                .unwrap_or_else(|e| panic!("{dtype:?} on {}: {e}", dev.info().name));
-            out.download().unwrap()
-        };
-        assert_eq!(run_on(&d), run_on(&cpu), "{dtype:?}");
+        let got = mlxcel_amdgpu::with_element!(dtype, T => {
+            let run_on = |dev: &Device| -> Vec<u32> {
+                let x = dev.upload(&xs.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>()).unwrap();
+                let mut out = dev.alloc::<T>(n).unwrap();
+                mlxcel_amdgpu::kernels::xielu::run(dev, &x, &mut out, n, XieluParams::APERTUS, Stream::DEFAULT)
+                    .unwrap_or_else(|e| panic!("{dtype:?} on {}: {e}", dev.info().name));
+                out.download().unwrap().into_iter().map(Element::to_bits_u32).collect()
+            };
+            (run_on(&d), run_on(&cpu))
+        });
+        assert_eq!(got.0, got.1, "{dtype:?}");
     }
-}
-
-/// f32 -> f16 bits, round to nearest even (for finite inputs in range here).
-fn rdna_half(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let e = ((b >> 23) & 0xff) as i32 - 127 + 15;
-    let m = b & 0x7f_ffff;
-    if e >= 31 {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
-        }
-        let m = m | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = m >> shift;
-        let rem = m & ((1 << shift) - 1);
-        let mid = 1 << (shift - 1);
-        let r = half + ((rem > mid || (rem == mid && half & 1 == 1)) as u32);
-        return sign | r as u16;
-    }
-    let half = ((e as u32) << 10) | (m >> 13);
-    let rem = m & 0x1fff;
-    let r = half + ((rem > 0x1000 || (rem == 0x1000 && half & 1 == 1)) as u32);
-    sign | r as u16
 }
 
 /// The library's self-test (every kernel against its reference) on the simulated
@@ -194,37 +131,37 @@ fn moe_routed_forward_through_hip_rs_equals_the_cpu_emulator() {
         let (din, dff, e, k) = (128u32, 64u32, 4u32, 2u32);
         let shape = MoeShape { n_experts: e, k, din, dff, bits, group_size: 64 };
         let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, k as usize, bits, 64, 77);
-        let run_on = |dev: &Device| -> Vec<u8> {
-            let up = |v: &[f32], t: Dtype| dev.upload(&reference::to_le_bytes(t, v)).unwrap();
-            let words = |q: &reference::moe::Quantized| {
-                dev.upload(&q.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()).unwrap()
+        let (got, want) = mlxcel_amdgpu::with_element!(dtype, T => {
+            let run_on = |dev: &Device| -> Vec<u32> {
+                let up = |v: &[f32]| dev.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>()).unwrap();
+                let (w1, s1, b1) = (dev.upload(&inp.w1.words).unwrap(), up(&inp.w1.scales), up(&inp.w1.biases));
+                let (w2, s2, b2) = (dev.upload(&inp.w2.words).unwrap(), up(&inp.w2.scales), up(&inp.w2.biases));
+                let x = up(&inp.x);
+                let idx = dev.upload(&inp.idx).unwrap();
+                let scores = dev.upload(&inp.scores).unwrap();
+                let mut out = dev.alloc::<T>(din as usize).unwrap();
+                let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(k, din, dff)).unwrap();
+                let mut status = dev.alloc::<u32>(1).unwrap();
+                status.fill_bytes(0).unwrap();
+                let bufs = RoutedBuffers {
+                    x: &x,
+                    idx: &idx,
+                    scores: &scores,
+                    w1: QuantizedBuffers { w: &w1, scales: &s1, biases: &b1 },
+                    w2: QuantizedBuffers { w: &w2, scales: &s2, biases: &b2 },
+                    out: &mut out,
+                    scratch: &mut scratch,
+                    status: Some(&mut status),
+                };
+                moe::run_routed_forward(dev, bufs, &shape, Stream::DEFAULT)
+                    .unwrap_or_else(|e| panic!("{dtype:?} {bits}-bit on {}: {e}", dev.info().name));
+                let mut o: Vec<u32> = out.download().unwrap().into_iter().map(Element::to_bits_u32).collect();
+                o.extend(status.download().unwrap());
+                o
             };
-            let (w1, s1, b1) = (words(&inp.w1), up(&inp.w1.scales, dtype), up(&inp.w1.biases, dtype));
-            let (w2, s2, b2) = (words(&inp.w2), up(&inp.w2.scales, dtype), up(&inp.w2.biases, dtype));
-            let x = up(&inp.x, dtype);
-            let idx = dev.upload(&inp.idx.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
-            let scores = up(&inp.scores, Dtype::F32);
-            let mut out = dev.alloc::<u8>(din as usize * dtype.size()).unwrap();
-            let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(k, din, dff)).unwrap();
-            let mut status = dev.alloc::<u8>(4).unwrap();
-            status.fill_bytes(0).unwrap();
-            let bufs = RoutedBuffers {
-                x: &x,
-                idx: &idx,
-                scores: &scores,
-                w1: QuantizedBuffers { w: &w1, scales: &s1, biases: &b1 },
-                w2: QuantizedBuffers { w: &w2, scales: &s2, biases: &b2 },
-                out: &mut out,
-                scratch: &mut scratch,
-                status: Some(&mut status),
-            };
-            moe::run_routed_forward(dev, dtype, bufs, &shape, Stream::DEFAULT)
-                .unwrap_or_else(|e| panic!("{dtype:?} {bits}-bit on {}: {e}", dev.info().name));
-            let mut o = out.download().unwrap();
-            o.extend(status.download().unwrap());
-            o
-        };
-        assert_eq!(run_on(&d), run_on(&cpu), "{dtype:?} {bits}-bit");
+            (run_on(&d), run_on(&cpu))
+        });
+        assert_eq!(got, want, "{dtype:?} {bits}-bit");
     }
 }
 

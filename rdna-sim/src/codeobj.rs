@@ -153,9 +153,12 @@ impl CodeObject {
     }
 }
 
+/// One kernel of [`decode_kernels`]: (name, code address, code size, instructions).
+pub type DecodedKernel = (String, u64, u64, Vec<Inst>);
+
 /// The code of each kernel symbol (`STT_FUNC` in `.text`), decoded.
 /// Returns (name, address, size, instructions), or the first decode error.
-pub fn decode_kernels(image: &[u8]) -> Result<Vec<(String, u64, u64, Vec<Inst>)>, LoadError> {
+pub fn decode_kernels(image: &[u8]) -> Result<Vec<DecodedKernel>, LoadError> {
     let file = ElfFile64::<Endianness>::parse(image).map_err(|e| LoadError(format!("not an ELF64 object: {e}")))?;
     let text = file.section_by_name(".text").ok_or_else(|| LoadError("no .text section".into()))?;
     let text_data = text.data().map_err(|e| LoadError(format!(".text: {e}")))?;

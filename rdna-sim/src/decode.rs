@@ -339,7 +339,7 @@ fn num_vop3_srcs(inst: &Inst) -> usize {
 
 /// Decodes a kernel's code: `code` is its bytes, `base` the byte address of its first instruction.
 pub fn decode_all(code: &[u8], base: u64) -> Result<Vec<Inst>, DecodeError> {
-    if code.len() % 4 != 0 {
+    if !code.len().is_multiple_of(4) {
         return Err(err(base, format!("code size {} is not a multiple of 4", code.len())));
     }
     let words: Vec<u32> = code.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();

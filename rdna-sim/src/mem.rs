@@ -106,6 +106,11 @@ impl Memory {
         self.allocs.get(&addr).map(|a| a.data.len())
     }
 
+    /// The name given to the allocation starting at `addr` (as in fault descriptions).
+    pub fn name_of(&self, addr: u64) -> Option<&str> {
+        self.allocs.get(&addr).map(|a| a.what.as_str())
+    }
+
     pub fn live(&self) -> usize {
         self.allocs.len()
     }

@@ -100,7 +100,7 @@ fn shipped_objects_load_with_descriptors_and_metadata() {
 #[test]
 fn an_unknown_instruction_is_an_error_naming_its_address() {
     // 0xF8000000: the EXP encoding, which the decoder does not support.
-    let code: Vec<u8> = [0xBFB0_0000u32 ^ 0xBFB0_0000 | 0xF800_0000, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let code: Vec<u8> = [0xF800_0000u32, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
     let e = rdna_sim::decode::decode_all(&code, 0x1234).unwrap_err();
     assert_eq!(e.addr, 0x1234);
     assert!(e.to_string().contains("0x1234") && e.to_string().contains("0xf8000000"), "{e}");

@@ -1,5 +1,8 @@
 //! Per-instruction cases against hand-computed values, with hand-encoded
 //! machine code (field layouts from the ISA's "Microcode Formats" chapter).
+// Instruction words are written field by field, zero fields included; lanes are
+// indexed by lane number across several arrays.
+#![allow(clippy::identity_op, clippy::needless_range_loop)]
 use rdna_sim::codeobj::{Kernel, KernelDescriptor};
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::{Mode, Wave};
@@ -153,7 +156,7 @@ fn vopd_reads_both_halves_before_writing() {
     let mut r = Run::new();
     r.lanes(0, |l| l as u32);
     r.lanes(1, |l| 100 + l as u32);
-    let (mov, add) = (op(opcodes::VOPD, "v_dual_mov_b32") as u32, op(opcodes::VOPD, "v_dual_add_nc_u32") as u32);
+    let (mov, add) = (op(opcodes::VOPD, "v_dual_mov_b32"), op(opcodes::VOPD, "v_dual_add_nc_u32"));
     // v_dual_mov_b32 v0, v1 :: v_dual_add_nc_u32 v1, v0, v0
     let w0 = 0xC800_0000 | mov << 22 | add << 17 | v(1);
     let w1 = 0u32 << 24 | (1 >> 1) << 17 | 0 << 9 | v(0);
@@ -426,8 +429,7 @@ fn kernel(code: &[u32]) -> Kernel {
     let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
     let insts = rdna_sim::decode::decode_all(&bytes, 0x1000).unwrap();
     let index = insts.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
-    let mut kd = KernelDescriptor::default();
-    kd.kernel_code_properties = 1 << 10;
+    let kd = KernelDescriptor { kernel_code_properties: 1 << 10, ..Default::default() };
     Kernel {
         name: "synthetic".into(),
         code_addr: 0x1000,

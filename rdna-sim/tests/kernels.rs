@@ -42,6 +42,7 @@ fn pack(k: &codeobj::Kernel, args: &[Arg], ptr: &dyn Fn(usize) -> u64) -> Vec<u8
 }
 
 /// Runs `name` on the interpreter; returns the buffers afterwards and the counts.
+#[allow(clippy::too_many_arguments)] // one launch's geometry, arguments, buffers and mode
 fn run_sim(
     co: &CodeObject,
     name: &str,
@@ -168,9 +169,8 @@ fn probe_matches_the_cpu_emulator_and_its_definition() {
         let n = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
         let bufs = vec![vec![0u8; 4 * n]];
         let args = [Arg::Buf(0)];
-        let (sim, counts) =
-            run_sim(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, mode())
-                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let (sim, counts) = run_sim(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, mode())
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} probe: {}", counts.summary());
         let got = words(&sim[0]);
         let want = words(&run_emulator(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs)[0]);
@@ -219,8 +219,8 @@ fn xielu_f32_matches_the_emulator_bit_for_bit() {
         let bufs = vec![xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), vec![0u8; 4 * n]];
         let (ap, an, b, e) = (0.8731f32, 0.6042f32, 0.5f32, -1e-6f32);
         let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(ap), Arg::F32(an), Arg::F32(b), Arg::F32(e)];
-        let (sim, counts) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode())
-            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let (sim, counts) =
+            run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode()).unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} xielu_f32 ({n} elements): {}", counts.summary());
         let emu = run_emulator(&co, "xielu_f32", 1, 256, 0, &args, &bufs);
         let (got, want) = (words(&sim[1]), words(&emu[1]));
@@ -302,17 +302,8 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
             Arg::U32(d),
             Arg::F32(1e-5),
         ];
-        let (sim, counts) = run_sim(
-            co,
-            name,
-            rows,
-            WORKGROUP_SIZE,
-            WORKGROUP_MEM_BYTES,
-            &args,
-            &bufs,
-            mode(),
-        )
-        .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
+        let (sim, counts) = run_sim(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, mode())
+            .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs);
         assert_eq!(sim[5], emu[5], "{arch} {name}: x_new");
         assert_eq!(sim[6], emu[6], "{arch} {name}: h");
@@ -379,13 +370,7 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
             .collect();
         let kernarg = pack(k, &args, &|i| addrs[i]);
         let grid = [dm.div_ceil(channels_per_workgroup(n)), batch, 1];
-        let l = Launch {
-            grid,
-            block: [WORKGROUP_SIZE, 1, 1],
-            kernarg: &kernarg,
-            mode: mode(),
-            ..Launch::default()
-        };
+        let l = Launch { grid, block: [WORKGROUP_SIZE, 1, 1], kernarg: &kernarg, mode: mode(), ..Launch::default() };
         let counts = dispatch::launch(&mut mem, k, &l).unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
         let read = |i: usize| {
             let mut v = vec![0u8; bufs[i].len()];
@@ -481,7 +466,18 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
     for name in ["xielu_f16", "xielu_bf16"] {
         let mut xs = noise(300, 21, 12.0);
         // Special values: NaN, infinities, signed zeros, large and tiny magnitudes.
-        xs[..10].copy_from_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 6e4, -6e4, 1e-7, -1e-7, 3e38]);
+        xs[..10].copy_from_slice(&[
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            6e4,
+            -6e4,
+            1e-7,
+            -1e-7,
+            3e38,
+        ]);
         let bits: Vec<u8> = xs
             .iter()
             .flat_map(|x| {
@@ -500,14 +496,16 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
             Arg::F32(0.5),
             Arg::F32(-1e-6),
         ];
-        let (sim, counts) = run_sim(co, name, 2, 256, 0, &args, &bufs, mode())
-            .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
+        let (sim, counts) =
+            run_sim(co, name, 2, 256, 0, &args, &bufs, mode()).unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
         let emu = run_emulator(co, name, 2, 256, 0, &args, &bufs);
         // NaN results compare as NaN: the sign and payload of a NaN made from
         // non-NaN inputs differ between the host (x86: negative) and the simulator.
         let is_nan = |h: u16| if name == "xielu_f16" { h & 0x7fff > 0x7c00 } else { h & 0x7fff > 0x7f80 };
         let h = |b: &[u8], i: usize| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
-        if let Some(i) = (0..n).find(|&i| h(&sim[1], i) != h(&emu[1], i) && !(is_nan(h(&sim[1], i)) && is_nan(h(&emu[1], i)))) {
+        if let Some(i) =
+            (0..n).find(|&i| h(&sim[1], i) != h(&emu[1], i) && !(is_nan(h(&sim[1], i)) && is_nan(h(&emu[1], i))))
+        {
             let h = |b: &[u8]| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
             panic!("{arch} {name}: element {i} (x = {}): sim {:#06x}, emulator {:#06x}", xs[i], h(&sim[1]), h(&emu[1]));
         }
@@ -515,15 +513,26 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
     }
     // bf16 with the workgroup-memory table (n large enough for one table workgroup).
     {
-        use kernels_device::geometry::xielu::{BF16_WORKGROUP_MEM_BYTES, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE};
+        use kernels_device::geometry::xielu::{
+            BF16_WORKGROUP_MEM_BYTES, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
+        };
         let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 37;
         let xs = noise(n, 23, 40.0);
         let bits: Vec<u8> = xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect();
         let bufs = vec![bits, vec![0u8; 2 * n]];
-        let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(0.8731), Arg::F32(0.6042), Arg::F32(0.5), Arg::F32(-1e-6)];
+        let args = [
+            Arg::Buf(0),
+            Arg::Buf(1),
+            Arg::U64(n as u64),
+            Arg::F32(0.8731),
+            Arg::F32(0.6042),
+            Arg::F32(0.5),
+            Arg::F32(-1e-6),
+        ];
         let mode = mode();
-        let (sim, counts) = run_sim(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs, mode)
-            .unwrap_or_else(|e| panic!("{arch} xielu_bf16 (table): {e}"));
+        let (sim, counts) =
+            run_sim(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs, mode)
+                .unwrap_or_else(|e| panic!("{arch} xielu_bf16 (table): {e}"));
         let emu = run_emulator(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs);
         assert_eq!(sim[1], emu[1], "{arch} xielu_bf16 (table)");
         println!("{arch} xielu_bf16 table path ({n} elements): {}", counts.summary());
@@ -568,8 +577,7 @@ fn coverage_of_the_shipped_mnemonics() {
                 Arg::F32(0.5),
                 Arg::F32(-1e-6),
             ];
-            let (_, c) =
-                run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode()).unwrap();
+            let (_, c) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode()).unwrap();
             cases.push(("xielu_f32".into(), c));
         }
         cases.extend(case_xielu16(&co, arch));

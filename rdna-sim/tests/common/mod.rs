@@ -19,10 +19,10 @@ pub fn shipped_object(arch: &str) -> Option<PathBuf> {
                 continue;
             }
             let p = d.path().join("out").join(format!("{arch}.hsaco"));
-            if let Ok(m) = std::fs::metadata(&p).and_then(|m| m.modified()) {
-                if best.as_ref().is_none_or(|(t, _)| m > *t) {
-                    best = Some((m, p));
-                }
+            if let Ok(m) = std::fs::metadata(&p).and_then(|m| m.modified())
+                && best.as_ref().is_none_or(|(t, _)| m > *t)
+            {
+                best = Some((m, p));
             }
         }
     }

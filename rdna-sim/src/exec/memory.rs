@@ -1,0 +1,260 @@
+//! Memory instructions: scalar loads (SMEM), workgroup memory (DS), and
+//! GLOBAL/FLAT loads and stores.
+
+use super::*;
+
+fn sext(x: u32, bitsn: u32) -> i64 {
+    ((x as i64) << (64 - bitsn)) >> (64 - bitsn)
+}
+
+impl Wave {
+    pub(super) fn smem(&mut self, inst: &Inst, env: &mut Env) -> R<()> {
+        let (w0, w1) = (inst.w0, inst.w1);
+        let sdata = bits(w0, 12, 6);
+        let sbase = bits(w0, 5, 0) * 2;
+        let offset = sext(bits(w1, 20, 0), 21);
+        let soff = bits(w1, 31, 25);
+        let n = match inst.name {
+            "s_load_b32" => 1,
+            "s_load_b64" => 2,
+            "s_load_b128" => 4,
+            "s_load_b256" => 8,
+            "s_load_b512" => 16,
+            "s_dcache_inv" => return Ok(()),
+            n => return Err(Fault::new(format!("{n} is not implemented"))),
+        };
+        let base = self.s[sbase as usize] as u64 | (self.s[sbase as usize + 1] as u64) << 32;
+        let so = if soff == NULL { 0 } else { self.sread32(soff, None)? as u64 };
+        // The two low address bits are ignored (dword access).
+        let addr = base.wrapping_add(offset as u64).wrapping_add(so) & !3;
+        let mut buf = vec![0u8; 4 * n];
+        env.mem.read(addr, &mut buf).map_err(|e| Fault::new(format!("scalar load: {e}")))?;
+        for i in 0..n {
+            let r = sdata as usize + i;
+            if r >= 106 {
+                return Err(Fault::new("scalar load past s105"));
+            }
+            self.s[r] = u32::from_le_bytes(buf[4 * i..4 * i + 4].try_into().unwrap());
+        }
+        Ok(())
+    }
+
+    pub(super) fn ds(&mut self, inst: &Inst, env: &mut Env) -> R<()> {
+        let (w0, w1) = (inst.w0, inst.w1);
+        let offset = bits(w0, 15, 0);
+        if bits(w0, 17, 17) != 0 {
+            return Err(Fault::new("GDS is not implemented"));
+        }
+        let (addr_r, d0, vdst) = (bits(w1, 7, 0) as usize, bits(w1, 15, 8) as usize, bits(w1, 31, 24) as usize);
+        let exec = self.exec();
+        let name = inst.name;
+        if name == "ds_bpermute_b32" || name == "ds_permute_b32" {
+            let mut tmp = [0u32; 32];
+            for i in 0..32 {
+                if exec >> i & 1 == 0 {
+                    continue;
+                }
+                let lane = (self.v[addr_r][i].wrapping_add(offset) / 4 % 32) as usize;
+                if name == "ds_bpermute_b32" {
+                    // EXEC applies to the source lanes: an inactive one reads as 0.
+                    tmp[i] = if exec >> lane & 1 != 0 { self.v[d0][lane] } else { 0 };
+                } else {
+                    tmp[lane] = self.v[d0][i];
+                }
+            }
+            for i in 0..32 {
+                if exec >> i & 1 != 0 {
+                    self.v[vdst][i] = tmp[i];
+                }
+            }
+            return Ok(());
+        }
+        let lds_len = env.lds.len();
+        for lane in 0..32 {
+            if exec >> lane & 1 == 0 {
+                continue;
+            }
+            let a = self.v[addr_r][lane].wrapping_add(offset) as usize;
+            let chk = |n: usize| -> R<usize> {
+                if a + n > lds_len {
+                    Err(Fault::lane(
+                        lane,
+                        format!("{n}-byte LDS access at {a:#x} past the workgroup's {lds_len} bytes"),
+                    ))
+                } else {
+                    Ok(a)
+                }
+            };
+            let load = |lds: &[u8], n: usize| -> R<Vec<u32>> {
+                let a = chk(4 * n)?;
+                Ok((0..n).map(|i| u32::from_le_bytes(lds[a + 4 * i..a + 4 * i + 4].try_into().unwrap())).collect())
+            };
+            match name {
+                "ds_load_b32" | "ds_load_b64" | "ds_load_b96" | "ds_load_b128" => {
+                    let n = match name {
+                        "ds_load_b32" => 1,
+                        "ds_load_b64" => 2,
+                        "ds_load_b96" => 3,
+                        _ => 4,
+                    };
+                    let v = load(env.lds, n)?;
+                    for (i, x) in v.into_iter().enumerate() {
+                        self.v[vdst + i][lane] = x;
+                    }
+                }
+                "ds_load_u8" | "ds_load_i8" | "ds_load_u16" | "ds_load_i16" => {
+                    let n = if name.ends_with('8') { 1 } else { 2 };
+                    let a = chk(n)?;
+                    let mut x = 0u32;
+                    for i in 0..n {
+                        x |= (env.lds[a + i] as u32) << (8 * i);
+                    }
+                    if name == "ds_load_i8" {
+                        x = x as u8 as i8 as i32 as u32;
+                    } else if name == "ds_load_i16" {
+                        x = x as u16 as i16 as i32 as u32;
+                    }
+                    self.v[vdst][lane] = x;
+                }
+                "ds_store_b32" | "ds_store_b64" | "ds_store_b96" | "ds_store_b128" => {
+                    let n = match name {
+                        "ds_store_b32" => 1,
+                        "ds_store_b64" => 2,
+                        "ds_store_b96" => 3,
+                        _ => 4,
+                    };
+                    let a = chk(4 * n)?;
+                    for i in 0..n {
+                        env.lds[a + 4 * i..a + 4 * i + 4].copy_from_slice(&self.v[d0 + i][lane].to_le_bytes());
+                    }
+                }
+                "ds_store_b8" | "ds_store_b16" | "ds_store_b16_d16_hi" | "ds_store_b8_d16_hi" => {
+                    let n = if name.starts_with("ds_store_b8") { 1 } else { 2 };
+                    let a = chk(n)?;
+                    let x = self.v[d0][lane] >> if name.ends_with("_hi") { 16 } else { 0 };
+                    for i in 0..n {
+                        env.lds[a + i] = (x >> (8 * i)) as u8;
+                    }
+                }
+                n => return Err(Fault::new(format!("{n} is not implemented"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// GLOBAL and FLAT loads and stores. A flat address in the LDS aperture reaches
+    /// the workgroup's memory; any other address must lie in a live allocation.
+    pub(super) fn vmem(&mut self, inst: &Inst, env: &mut Env) -> R<()> {
+        let (w0, w1) = (inst.w0, inst.w1);
+        let offset = sext(bits(w0, 12, 0), 13);
+        let (addr_r, data_r, saddr, vdst) =
+            (bits(w1, 7, 0) as usize, bits(w1, 15, 8) as usize, bits(w1, 22, 16), bits(w1, 31, 24) as usize);
+        let name = inst.name;
+        let op = name.split_once('_').map(|x| x.1).unwrap_or("");
+        // (bytes, is_store, kind)
+        let (n, store) = match op {
+            "load_u8" | "load_i8" | "load_d16_u8" | "load_d16_i8" | "load_d16_hi_u8" | "load_d16_hi_i8" => (1, false),
+            "load_u16" | "load_i16" | "load_d16_b16" | "load_d16_hi_b16" => (2, false),
+            "load_b32" => (4, false),
+            "load_b64" => (8, false),
+            "load_b96" => (12, false),
+            "load_b128" => (16, false),
+            "store_b8" | "store_d16_hi_b8" => (1, true),
+            "store_b16" | "store_d16_hi_b16" => (2, true),
+            "store_b32" => (4, true),
+            "store_b64" => (8, true),
+            "store_b96" => (12, true),
+            "store_b128" => (16, true),
+            _ => return Err(Fault::new(format!("{name} is not implemented"))),
+        };
+        let exec = self.exec();
+        if store {
+            env.counts.vmem_stores += 1;
+        } else {
+            env.counts.vmem_loads += 1;
+        }
+        let use_saddr = inst.enc == Enc::Global && saddr != NULL && saddr != 0x7d;
+        let sbase = if use_saddr { self.sread(saddr, None, K::B64)? } else { 0 };
+        for lane in 0..32 {
+            if exec >> lane & 1 == 0 {
+                continue;
+            }
+            let addr = if use_saddr {
+                sbase.wrapping_add(self.v[addr_r][lane] as u64).wrapping_add(offset as u64)
+            } else {
+                (self.v[addr_r][lane] as u64 | (self.v[addr_r + 1][lane] as u64) << 32).wrapping_add(offset as u64)
+            };
+            if store {
+                env.counts.vmem_store_bytes += n as u64;
+            } else {
+                env.counts.vmem_load_bytes += n as u64;
+            }
+            let lds_addr = (inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::SHARED_APERTURE_HI)
+                .then_some(addr as u32 as usize);
+            if inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::PRIVATE_APERTURE_HI {
+                return Err(Fault::lane(lane, "flat access to the scratch aperture: scratch is not implemented"));
+            }
+            let fail = |e: String| Fault::lane(lane, format!("{name}: {e}"));
+            if store {
+                let mut bytes = Vec::with_capacity(n);
+                let hi = op.contains("d16_hi");
+                for i in 0..n.div_ceil(4) {
+                    let x = self.v[data_r + i][lane];
+                    bytes.extend_from_slice(&(if hi { x >> 16 } else { x }).to_le_bytes());
+                }
+                bytes.truncate(n);
+                match lds_addr {
+                    Some(a) => {
+                        if a + n > env.lds.len() {
+                            return Err(fail(format!(
+                                "flat LDS access at {a:#x} past the workgroup's {} bytes",
+                                env.lds.len()
+                            )));
+                        }
+                        env.lds[a..a + n].copy_from_slice(&bytes);
+                    }
+                    None => env.mem.write(addr, &bytes).map_err(fail)?,
+                }
+            } else {
+                let mut bytes = vec![0u8; n.max(4)];
+                match lds_addr {
+                    Some(a) => {
+                        if a + n > env.lds.len() {
+                            return Err(fail(format!(
+                                "flat LDS access at {a:#x} past the workgroup's {} bytes",
+                                env.lds.len()
+                            )));
+                        }
+                        bytes[..n].copy_from_slice(&env.lds[a..a + n]);
+                    }
+                    None => env.mem.read(addr, &mut bytes[..n]).map_err(fail)?,
+                }
+                let w = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+                let x = w(0);
+                match op {
+                    "load_u8" | "load_u16" => self.v[vdst][lane] = x,
+                    "load_i8" => self.v[vdst][lane] = x as u8 as i8 as i32 as u32,
+                    "load_i16" => self.v[vdst][lane] = x as u16 as i16 as i32 as u32,
+                    "load_d16_b16" | "load_d16_u8" => {
+                        self.v[vdst][lane] = (self.v[vdst][lane] & 0xffff_0000) | (x & 0xffff);
+                    }
+                    "load_d16_i8" => {
+                        self.v[vdst][lane] = (self.v[vdst][lane] & 0xffff_0000) | (x as u8 as i8 as i16 as u16 as u32);
+                    }
+                    "load_d16_hi_b16" | "load_d16_hi_u8" => {
+                        self.v[vdst][lane] = (self.v[vdst][lane] & 0xffff) | (x & 0xffff) << 16;
+                    }
+                    "load_d16_hi_i8" => {
+                        self.v[vdst][lane] = (self.v[vdst][lane] & 0xffff) | (x as u8 as i8 as i16 as u16 as u32) << 16;
+                    }
+                    _ => {
+                        for i in 0..n / 4 {
+                            self.v[vdst + i][lane] = w(i);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
