@@ -1,7 +1,7 @@
 //! The stand-in's C functions called directly (the rlib of the same crate; its
 //! state is separate from the cdylib that hip.rs loads): what the loader refuses,
 //! and how a faulting kernel is reported.
-use amdhip64 as hip;
+use amdhip64_standin as hip;
 use mlxcel_amdgpu::embedded::AMDGPU_CODE_OBJECTS;
 use std::ffi::{CStr, c_void};
 use std::ptr;

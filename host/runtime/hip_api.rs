@@ -6,7 +6,7 @@
 //! compile where ROCm is installed in a version it has no bindings for (ROCm 7.1
 //! and 7.2, for example), and some of its signatures change between versions;
 //! `hip-runtime-sys` needs the HIP headers to build and links `amdhip64` at link
-//! time. The 21 functions used here have had the same C signatures since ROCm
+//! time. The 22 functions used here have had the same C signatures since ROCm
 //! 6.0, so this module declares them itself: the crate builds the same way with
 //! or without ROCm, and a missing library or symbol is an error, never a panic.
 //!

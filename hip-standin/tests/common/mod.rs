@@ -26,10 +26,10 @@ pub fn point_rocm_path_at_the_standin() {
         // cargo build also in target/<profile>/.
         let exe = std::env::current_exe().unwrap();
         let deps = exe.parent().unwrap();
-        let lib = [deps.join("libamdhip64.so"), deps.parent().unwrap().join("libamdhip64.so")]
+        let lib = [deps.join("libamdhip64_standin.so"), deps.parent().unwrap().join("libamdhip64_standin.so")]
             .into_iter()
             .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("the stand-in cdylib libamdhip64.so is not in {}", deps.display()));
+            .unwrap_or_else(|| panic!("the stand-in cdylib libamdhip64_standin.so is not in {}", deps.display()));
         let libdir = prefix().join("lib");
         std::fs::create_dir_all(&libdir).unwrap();
         std::fs::copy(&lib, libdir.join("libamdhip64.so")).unwrap();
