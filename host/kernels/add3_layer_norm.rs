@@ -6,7 +6,7 @@ use kernels_device::geometry::add3_layer_norm::{
 
 pub use kernels_device::entry::Add3LayerNormArgs;
 
-use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -138,7 +138,7 @@ pub fn run<T: Element>(
 ) -> Result<()> {
     let mut capacity = capacity_of!(bufs: a, b, x, w, x_new, h).to_vec();
     if let Some(bias) = bufs.bias {
-        capacity.push(("bias", bytes_of(bias)));
+        capacity.push(("bias", bias.bytes()));
     }
     let p = pointers_of!(Add3Pointers { bufs: a, b, x, w, x_new, h; bias: bufs.bias.map_or(0, |b| b.ptr()) });
     args(p, rows, d, eps).enqueue_checked(device, T::DTYPE, &capacity, stream)

@@ -11,7 +11,7 @@ use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_SIZE, ch
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 
-use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -191,7 +191,7 @@ pub fn run<T: Element>(device: &Device, bufs: ScanBuffers<'_, T>, shape: ScanSha
     let ScanShape { batch, len, dm, n } = shape;
     let state_out = bufs.state_out.ptr();
     let mut capacity = capacity_of!(bufs: x, dt, bm, cm, a, dskip).to_vec();
-    capacity.push(("state_in", bufs.state_in.map_or(bytes_of(bufs.state_out), bytes_of)));
+    capacity.push(("state_in", bufs.state_in.map_or(bufs.state_out.bytes(), |s| s.bytes())));
     capacity.extend(capacity_of!(bufs: y, state_out));
     let state_in = bufs.state_in.map_or(state_out, |s| s.ptr());
     let p = pointers_of!(ScanPointers { bufs: x, dt, bm, cm, a, dskip, y; state_in, state_out });

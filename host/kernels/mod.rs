@@ -10,11 +10,11 @@
 //! safe `run` wrappers take typed [`crate::DeviceBuffer`]s and check those
 //! sizes too.
 
-/// `[("a", bytes_of(bufs.a)), ...]`: the [`Capacity`] entries of the named
+/// `[("a", bufs.a.bytes()), ...]`: the [`Capacity`] entries of the named
 /// buffers of a safe wrapper's `bufs`, each under its field's (= argument's) name.
 macro_rules! capacity_of {
     ($bufs:ident: $($field:ident),+ $(,)?) => {
-        [$((stringify!($field), $crate::kernels::bytes_of($bufs.$field))),+]
+        [$((stringify!($field), $bufs.$field.bytes())),+]
     };
 }
 
@@ -36,7 +36,7 @@ use kernels_device::args::{ArgValue, BufferExtent, KernelSpec};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
+use crate::runtime::{Device, Kernel, LaunchDims, Stream};
 
 /// The kernel symbol of `base` for `dtype`: `xielu_bf16`.
 pub fn symbol(base: &str, dtype: Dtype) -> String {
@@ -58,11 +58,6 @@ pub(crate) trait CheckedArgs {
     /// declaration and `capacity`) and enqueues the instance for `dtype`;
     /// nothing is enqueued where there is nothing to do.
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()>;
-}
-
-/// The byte size of a typed buffer, for [`Capacity`].
-pub(crate) fn bytes_of<T>(buf: &DeviceBuffer<T>) -> usize {
-    buf.len() * size_of::<T>()
 }
 
 /// One pointer argument's checked byte range.
@@ -134,8 +129,7 @@ pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>],
     }
     for (i, a) in ranges.iter().enumerate() {
         for b in &ranges[i + 1..] {
-            let overlap = a.start < b.end && b.start < a.end;
-            if !overlap || !(a.writes || b.writes) {
+            if !overlaps((a.start, a.end), (b.start, b.end)) || !(a.writes || b.writes) {
                 continue;
             }
             let exact = a.start == b.start && a.end == b.end;
@@ -165,6 +159,28 @@ pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>],
         }
     }
     Ok(())
+}
+
+/// Whether the byte ranges `[a.0, a.1)` and `[b.0, b.1)` share a byte.
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// The first pointer argument of a launch that [`check_buffers`] accepted,
+/// other than those named in `except`, whose bytes overlap `range`: for a
+/// buffer a launcher splits among several launches (the MoE scratch).
+pub(crate) fn overlapping(
+    spec: &KernelSpec,
+    extents: &[Option<BufferExtent>],
+    range: (u64, u64),
+    except: &[&str],
+) -> Option<&'static str> {
+    spec.params.iter().zip(extents).find_map(|(param, extent)| {
+        let e = extent.as_ref().filter(|e| e.ptr != 0 && !except.contains(&e.name))?;
+        // check_buffers refused an extent whose size overflows or wraps.
+        let bytes = e.elems?.checked_mul(param.elem_bytes as u64)?;
+        (bytes != 0 && overlaps(range, (e.ptr, e.ptr.saturating_add(bytes)))).then_some(e.name)
+    })
 }
 
 /// Checks a launch's pointers against the declaration ([`check_buffers`]) and

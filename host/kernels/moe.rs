@@ -41,7 +41,7 @@ use kernels_device::geometry::moe::{
 
 pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args};
 
-use super::{Capacity, CheckedArgs, bytes_of, check_buffers, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, overlapping, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
@@ -367,32 +367,22 @@ fn enqueue_routed(
     let fc1 = shape.fc1_args(p.x, p.idx, p.w1, act, p.status);
     let down = shape.down_args(p.idx, p.w2, act, p.scores, part, p.status);
     let combine = MoeCombineArgs { part, out: p.out, k: shape.k, din: shape.din };
-    check_buffers(kernels[0].spec, &fc1.extents(), capacity)?;
-    check_buffers(kernels[1].spec, &down.extents(), capacity)?;
-    check_buffers(kernels[2].spec, &combine.extents(), capacity)?;
+    let (fc1_extents, down_extents, combine_extents) = (fc1.extents(), down.extents(), combine.extents());
+    let launches =
+        [(&kernels[0], &fc1_extents[..]), (&kernels[1], &down_extents[..]), (&kernels[2], &combine_extents[..])];
+    for (kernel, extents) in launches {
+        check_buffers(kernel.spec, extents, capacity)?;
+    }
     // The scratch (act and part together) must not overlap any other buffer of
     // the three launches: fc1 writes act and down writes part, so a weight,
     // input or output inside either would be overwritten or read half-written.
-    // Sizes from the declarations' extents, which the checks above validated.
-    let scratch_end = p.scratch.saturating_add(need as u64);
-    let others = [
-        (kernels[0].spec, fc1.extents().to_vec()),
-        (kernels[1].spec, down.extents().to_vec()),
-        (kernels[2].spec, combine.extents().to_vec()),
-    ];
-    for (spec, extents) in &others {
-        for (param, extent) in spec.params.iter().zip(extents) {
-            let Some(e) = extent else { continue };
-            if matches!(e.name, "act" | "part") || e.ptr == 0 {
-                continue;
-            }
-            let bytes = e.elems.unwrap_or(u64::MAX).saturating_mul(param.elem_bytes as u64);
-            if bytes != 0 && e.ptr < scratch_end && p.scratch < e.ptr.saturating_add(bytes) {
-                return Err(Error::invalid(
-                    "scratch",
-                    format!("overlaps `{}`; the scratch must be a buffer of its own", e.name),
-                ));
-            }
+    let scratch = (p.scratch, p.scratch.saturating_add(need as u64));
+    for (kernel, extents) in launches {
+        if let Some(name) = overlapping(kernel.spec, extents, scratch, &["act", "part"]) {
+            return Err(Error::invalid(
+                "scratch",
+                format!("overlaps `{name}`; the scratch must be a buffer of its own"),
+            ));
         }
     }
     unsafe {
@@ -446,7 +436,7 @@ impl<T> QuantizedBuffers<'_, T> {
     }
 
     fn capacity(&self, names: [&'static str; 3]) -> [(&'static str, usize); 3] {
-        [(names[0], bytes_of(self.w)), (names[1], bytes_of(self.scales)), (names[2], bytes_of(self.biases))]
+        [(names[0], self.w.bytes()), (names[1], self.scales.bytes()), (names[2], self.biases.bytes())]
     }
 }
 
@@ -462,10 +452,10 @@ pub fn run_fc1_relu2<T: Element>(
     status: Option<&mut DeviceBuffer<u32>>,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![("x", bytes_of(x)), ("idx", bytes_of(idx)), ("act", bytes_of(act))];
+    let mut capacity = vec![("x", x.bytes()), ("idx", idx.bytes()), ("act", act.bytes())];
     capacity.extend(w1.capacity(["w1", "s1", "b1"]));
     let status = status.map_or(0, |s| {
-        capacity.push(("status", bytes_of(s)));
+        capacity.push(("status", s.bytes()));
         s.ptr()
     });
     let args = shape.fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), status);
@@ -486,10 +476,10 @@ pub fn run_down<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let mut capacity =
-        vec![("idx", bytes_of(idx)), ("act", bytes_of(act)), ("scores", bytes_of(scores)), ("part", bytes_of(part))];
+        vec![("idx", idx.bytes()), ("act", act.bytes()), ("scores", scores.bytes()), ("part", part.bytes())];
     capacity.extend(w2.capacity(["w2", "s2", "b2"]));
     let status = status.map_or(0, |s| {
-        capacity.push(("status", bytes_of(s)));
+        capacity.push(("status", s.bytes()));
         s.ptr()
     });
     let args = shape.down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), status);
@@ -505,7 +495,7 @@ pub fn run_combine<T: Element>(
     din: u32,
     stream: Stream,
 ) -> Result<()> {
-    let capacity = [("part", bytes_of(part)), ("out", bytes_of(out))];
+    let capacity = [("part", part.bytes()), ("out", out.bytes())];
     MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
@@ -533,7 +523,7 @@ pub fn run_routed_forward<T: Element>(
     capacity.extend(bufs.w1.capacity(["w1", "s1", "b1"]));
     capacity.extend(bufs.w2.capacity(["w2", "s2", "b2"]));
     let status = bufs.status.map_or(0, |s| {
-        capacity.push(("status", bytes_of(s)));
+        capacity.push(("status", s.bytes()));
         s.ptr()
     });
     let (w1, w2, scratch_len) = (bufs.w1.pointers(), bufs.w2.pointers(), bufs.scratch.len());

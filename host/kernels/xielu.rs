@@ -7,7 +7,7 @@ use kernels_device::geometry::xielu::{
 
 pub use kernels_device::entry::XieluArgs;
 
-use super::{Capacity, CheckedArgs, bytes_of, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
@@ -111,7 +111,7 @@ pub fn run<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    let capacity = [("x", bytes_of(x)), ("out", bytes_of(out))];
+    let capacity = [("x", x.bytes()), ("out", out.bytes())];
     args(x.ptr(), out.ptr(), n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
 
@@ -123,6 +123,6 @@ pub fn run_in_place<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    let capacity = [("x", bytes_of(buf)), ("out", bytes_of(buf))];
+    let capacity = [("x", buf.bytes()), ("out", buf.bytes())];
     args(buf.ptr(), buf.ptr(), n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }
