@@ -63,6 +63,24 @@ fn reduced(device: &Device) -> bool {
     device.backend() == BackendKind::Cpu
 }
 
+/// The variable that sets how many timed launches each case makes.
+pub const REPS_ENV: &str = "MLXCEL_AMDGPU_SELFTEST_REPS";
+
+/// How many timed launches each case makes: `MLXCEL_AMDGPU_SELFTEST_REPS` when
+/// set (at least 1; for a slow device, such as the simulated gfx1151, whose times
+/// mean nothing), else 50 on a GPU and 3 on the CPU emulator. The correctness
+/// launch before them is not counted.
+fn timed_launches(device: &Device) -> Result<usize> {
+    match std::env::var(REPS_ENV) {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count of at least 1"))),
+        },
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count"))),
+        Err(std::env::VarError::NotPresent) => Ok(if reduced(device) { 3 } else { 50 }),
+    }
+}
+
 /// Uploads values (representable in `T`) as a `T` buffer.
 fn upload<T: Element>(device: &Device, values: &[f32]) -> Result<DeviceBuffer<T>> {
     device.upload(&values.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>())
@@ -112,7 +130,7 @@ fn xielu_case<T: Element>(device: &Device) -> Result<Outcome> {
     let want = reference::xielu::xielu(dtype, &x, p.alpha_p, p.alpha_n, p.beta, p.eps);
     xielu::run(device, &input, &mut out, n, p, Stream::DEFAULT)?;
     let (result, passed) = bit_exact_result(dtype, &bits(&out)?, &want);
-    let reps = if reduced(device) { 3 } else { 50 };
+    let reps = timed_launches(device)?;
     let millis = time_launches(device, reps, || xielu::run(device, &input, &mut out, n, p, Stream::DEFAULT))?;
     Ok(Outcome {
         kernel: "xielu",
@@ -150,7 +168,7 @@ fn add3_case<T: Element>(device: &Device) -> Result<Outcome> {
     };
     // The kernel is a pure function of its inputs: the outputs of the timed
     // launches are the ones checked.
-    let reps = if reduced(device) { 3 } else { 50 };
+    let reps = timed_launches(device)?;
     let millis = time_launches(device, reps, &mut launch)?;
     let (want_x, want_h) =
         layer_norm::add3_layer_norm(dtype, &inp.a, &inp.b, &inp.x, &inp.w, inp.bias.as_deref(), eps, rows, d);
@@ -208,7 +226,7 @@ fn mamba_case<T: Element>(device: &Device) -> Result<Outcome> {
             Stream::DEFAULT,
         )
     };
-    let reps = if reduced(device) { 3 } else { 50 };
+    let reps = timed_launches(device)?;
     let millis = time_launches(device, reps, &mut launch)?;
     // The f32 contract (max error relative to max |want| below 1e-5) for y in f32
     // and for the state; for 16-bit y, within one rounding of the dtype.
@@ -267,7 +285,7 @@ fn moe_case<T: Element>(device: &Device, bits: u32) -> Result<Outcome> {
         };
         moe::run_routed_forward(device, bufs, &shape, Stream::DEFAULT)
     };
-    let reps = if reduced(device) { 3 } else { 50 };
+    let reps = timed_launches(device)?;
     let millis = time_launches(device, reps, &mut launch)?;
     let got = values(&out)?;
     let want = reference::moe::dense_f32_reference(dtype, &inp);
@@ -530,6 +548,9 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
     if reduced(device) {
         writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times")
             .unwrap();
+    }
+    if let Ok(reps) = std::env::var(REPS_ENV) {
+        writeln!(s, "note: {REPS_ENV}={reps}: the times are medians of that many launches").unwrap();
     }
     writeln!(s).unwrap();
     writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();

@@ -116,3 +116,22 @@ fn expect_cuda_fails_when_cuda_is_not_the_device_verified() {
     }
     expectation_fails_on_the_emulator(selftest::EXPECT_CUDA_ENV, BackendKind::Cuda);
 }
+
+/// `MLXCEL_AMDGPU_SELFTEST_REPS` sets the timed launches per case and says so
+/// in the table; a value that is not a count of at least 1 fails every case
+/// with an error naming the variable.
+#[test]
+fn the_timed_launches_can_be_set_and_a_bad_count_is_refused() {
+    let (out, text) = selftest_command(&[("MLXCEL_AMDGPU_BACKEND", "cpu"), (selftest::REPS_ENV, "2")]);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("note: MLXCEL_AMDGPU_SELFTEST_REPS=2: the times are medians of that many launches"),
+        "{text}"
+    );
+    for bad in ["0", "-1", "many"] {
+        let (out, text) = selftest_command(&[("MLXCEL_AMDGPU_BACKEND", "cpu"), (selftest::REPS_ENV, bad)]);
+        assert!(!out.status.success(), "{bad}: {text}");
+        let want = format!("invalid argument `MLXCEL_AMDGPU_SELFTEST_REPS`: \"{bad}\" is not a count of at least 1");
+        assert!(text.contains(&want), "{bad}: {text}");
+    }
+}

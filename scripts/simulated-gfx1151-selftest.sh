@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The self-test (`cargo run --release`) on the simulated gfx1151 (issue 13), at
+# the consumer's shapes, then the executed wave-instructions of each distinct
+# launch by class: the inputs of the gfx1151 performance model (issue 15).
+#
+# Builds the release tool and the stand-in libamdhip64 (hip-standin over
+# rdna-sim), points ROCM_PATH at it and runs `MLXCEL_AMDGPU_BACKEND=hip
+# mlxcel-amdgpu` with one timed launch per case (the simulator's times are host
+# wall-clock times, not GPU times). Fails when the self-test fails or did not run
+# on the simulated gfx1151. Writes the counts to $COUNTS_OUT
+# (default target/rdna-sim-counts.tsv) and prints them as a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release -p hip-standin -p mlxcel-amdgpu
+target_dir=$(realpath "${CARGO_TARGET_DIR:-target}")
+prefix="$target_dir/rdna-sim-rocm-release"
+mkdir -p "$prefix/lib"
+cp "$target_dir/release/libamdhip64_standin.so" "$prefix/lib/libamdhip64.so"
+counts="${COUNTS_OUT:-$target_dir/rdna-sim-counts.tsv}"
+rm -f "$counts"
+
+table="$target_dir/rdna-sim-selftest.txt"
+status=0
+env -u HIP_PATH ROCM_PATH="$prefix" MLXCEL_AMDGPU_BACKEND=hip MLXCEL_AMDGPU_EXPECT_HIP=1 \
+    MLXCEL_AMDGPU_SELFTEST_REPS=1 RDNA_SIM_STRICT_WAIT=1 RDNA_SIM_COUNTS="$counts" \
+    "$target_dir/release/mlxcel-amdgpu" >"$table" 2>&1 || status=$?
+cat "$table"
+if [ "$status" -ne 0 ]; then
+    echo "simulated-gfx1151-selftest: the self-test failed (exit $status)" >&2
+    exit "$status"
+fi
+if ! tail -n 1 "$table" | grep -q '^verified: .*(rdna-sim) (gfx1151) through HIP$'; then
+    echo "simulated-gfx1151-selftest: the self-test did not run on the simulated gfx1151" >&2
+    exit 1
+fi
+
+# One row per distinct launch (processor, kernel, grid, workgroup, dynamic
+# workgroup bytes); the counts of a repeated launch are the same, so the first is kept.
+echo
+echo "Executed wave-instructions per launch on the simulated gfx1151 (rdna-sim; counts, not times):"
+echo
+awk -F'\t' '
+BEGIN {
+    print "| kernel | grid | workgroup | dyn. LDS B | VALU | of which trans. | SALU | SMEM | vmem loads | load B | vmem stores | store B | LDS | branches | waits | barriers | launches |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+}
+{
+    key = $1 FS $2 FS $3 FS $4 FS $5
+    if (!(key in seen)) {
+        order[++n] = key
+        seen[key] = sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", \
+            $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+    }
+    times[key]++
+}
+END { for (i = 1; i <= n; i++) print seen[order[i]] " " times[order[i]] " |" }
+' "$counts"
