@@ -503,6 +503,21 @@ pub fn run_cases(device: &Device) -> Vec<Outcome> {
         ("moe routed 4b", |d, t| with_element!(t, T => moe4_case::<T>(d))),
         ("moe routed 8b", |d, t| with_element!(t, T => moe8_case::<T>(d))),
     ];
+    // A bad count fails every case before anything is launched.
+    if let Err(e) = timed_launches(device) {
+        let failed = |kernel, dtype| Outcome {
+            kernel,
+            dtype,
+            shape: String::new(),
+            result: format!("ERROR: {e}"),
+            passed: false,
+            millis: None,
+            bytes: 0,
+        };
+        let mut out = vec![failed("probe", None)];
+        out.extend(cases.iter().flat_map(|&(name, _)| Dtype::ALL.map(|t| failed(name, Some(t)))));
+        return out;
+    }
     let mut out = vec![probe_case(device).unwrap_or_else(|e| Outcome {
         kernel: "probe",
         dtype: None,

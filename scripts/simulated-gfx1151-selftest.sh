@@ -8,22 +8,25 @@
 # mlxcel-amdgpu` with one timed launch per case (the simulator's times are host
 # wall-clock times, not GPU times). Fails when the self-test fails or did not run
 # on the simulated gfx1151. Writes the counts to $COUNTS_OUT
-# (default target/rdna-sim-counts.tsv) and prints them as a Markdown table.
+# (default target/rdna-sim-counts.tsv) and prints them as a Markdown table,
+# then how many of the gfx1151 object's mnemonics ran (with the suite's runs,
+# when scripts/test-simulated-gfx1151.sh ran before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p hip-standin -p mlxcel-amdgpu
+cargo build --release -p hip-standin -p mlxcel-amdgpu -p rdna-sim
 target_dir=$(realpath "${CARGO_TARGET_DIR:-target}")
 prefix="$target_dir/rdna-sim-rocm-release"
 mkdir -p "$prefix/lib"
 cp "$target_dir/release/libamdhip64_standin.so" "$prefix/lib/libamdhip64.so"
 counts="${COUNTS_OUT:-$target_dir/rdna-sim-counts.tsv}"
-rm -f "$counts"
+coverage="$target_dir/rdna-sim-coverage-selftest.txt"
+rm -f "$counts" "$coverage"
 
 table="$target_dir/rdna-sim-selftest.txt"
 status=0
 env -u HIP_PATH ROCM_PATH="$prefix" MLXCEL_AMDGPU_BACKEND=hip MLXCEL_AMDGPU_EXPECT_HIP=1 \
-    MLXCEL_AMDGPU_SELFTEST_REPS=1 RDNA_SIM_STRICT_WAIT=1 RDNA_SIM_COUNTS="$counts" \
+    MLXCEL_AMDGPU_SELFTEST_REPS=1 RDNA_SIM_STRICT_WAIT=1 RDNA_SIM_COUNTS="$counts" RDNA_SIM_COVERAGE="$coverage" \
     "$target_dir/release/mlxcel-amdgpu" >"$table" 2>&1 || status=$?
 cat "$table"
 if [ "$status" -ne 0 ]; then
@@ -56,3 +59,10 @@ BEGIN {
 }
 END { for (i = 1; i <= n; i++) print seen[order[i]] " " times[order[i]] " |" }
 ' "$counts"
+
+# The gfx1151 object's mnemonics executed by the self-test, together with the
+# suite's when scripts/test-simulated-gfx1151.sh ran before.
+echo
+object=$(ls -t "$target_dir"/release/build/mlxcel-amdgpu-*/out/gfx1151.hsaco | head -n 1)
+suite="$target_dir/rdna-sim-coverage.txt"
+"$target_dir/release/rdna-sim-coverage" "$object" "$coverage" $([ -f "$suite" ] && echo "$suite")

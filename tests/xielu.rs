@@ -318,6 +318,25 @@ fn nan_propagates_and_signed_zeros_follow_the_model<T: Element>(dev: &Device) {
     assert!(reference::is_nan_bits(dtype, got[0]) && reference::is_nan_bits(dtype, got[1]));
 }
 
+/// With `eps > 0` the kernel evaluates every element by the model itself, in
+/// whole vector chunks and in the tail (the fast evaluation needs `eps <= 0`);
+/// specials sit inside whole chunks.
+fn a_positive_eps_takes_the_models_path_bit_exactly<T: Element>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let p = XieluParams { eps: 0.25, ..P };
+    let mut x = tail_data(dtype);
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0, 0.1, 0.3, -70000.0];
+    for (i, v) in specials.iter().enumerate() {
+        x[13 * i + 3] = *v;
+    }
+    let x = reference::round_all(dtype, &x);
+    let input = upload::<T>(dev, &x);
+    let mut out = sentinel::<T>(dev, x.len());
+    xielu::run(dev, &input, &mut out, x.len(), p, Stream::DEFAULT).unwrap();
+    let what = format!("xielu eps=0.25 {}", label::<T>(dev));
+    metrics::assert_bits_equal(dtype, &download_bits(&out), &reference_bits(dtype, &x, p), &what);
+}
+
 // ------------------------------------------------------ arguments refused
 
 fn n_zero_is_a_no_op<T: Element>(dev: &Device) {
@@ -441,7 +460,8 @@ fn main() {
             the_launcher_picks_the_table_grid_only_for_large_bf16,
         );
     named_cases!(suite;
-        per_backend_and_dtype: nan_propagates_and_signed_zeros_follow_the_model;
+        per_backend_and_dtype: nan_propagates_and_signed_zeros_follow_the_model,
+            a_positive_eps_takes_the_models_path_bit_exactly;
         cpu_per_dtype: n_zero_is_a_no_op, a_null_x_is_refused;
     );
     suite.single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused);

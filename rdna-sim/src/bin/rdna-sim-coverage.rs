@@ -1,24 +1,34 @@
-//! `rdna-sim-coverage <object.hsaco> <coverage file>`: how many of the object's
-//! distinct mnemonics the launches recorded in the coverage file executed (the
-//! file hip-standin appends to under `RDNA_SIM_COVERAGE`, `<processor>\t<mnemonic>`
-//! lines), and which it never executed.
+//! `rdna-sim-coverage <object.hsaco> <coverage file>...`: how many of the
+//! object's distinct mnemonics the launches recorded in the coverage files
+//! executed (the files hip-standin appends to under `RDNA_SIM_COVERAGE`,
+//! `<processor>\t<mnemonic>` lines), and which they never executed.
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [object, coverage] = args.as_slice() else {
-        eprintln!("usage: rdna-sim-coverage <object.hsaco> <coverage file>");
+    let Some((object, coverage)) = args.split_first().filter(|(_, c)| !c.is_empty()) else {
+        eprintln!("usage: rdna-sim-coverage <object.hsaco> <coverage file>...");
         return ExitCode::from(2);
     };
-    let read = |path: &str| std::fs::read(path).map_err(|e| format!("{path}: {e}"));
-    let (image, recorded) = match (read(object), read(coverage)) {
-        (Ok(i), Ok(r)) => (i, String::from_utf8_lossy(&r).into_owned()),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("rdna-sim-coverage: {e}");
+    let read = |path: &str| std::fs::read(path).map_err(|e| format!("rdna-sim-coverage: {path}: {e}"));
+    let mut recorded = String::new();
+    let image = match read(object) {
+        Ok(image) => image,
+        Err(e) => {
+            eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
+    for path in coverage {
+        match read(path) {
+            Ok(r) => recorded.push_str(&String::from_utf8_lossy(&r)),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let co = match rdna_sim::codeobj::load(&image) {
         Ok(co) => co,
         Err(e) => {
