@@ -85,6 +85,18 @@ pub fn build_and_embed() -> Result<(), String> {
     fs::write(out_dir.join("embedded.rs"), embedded).map_err(|e| e.to_string())
 }
 
+/// Builds a test-only AMD code object: the device crate at `manifest` for
+/// `cpu` with `features` (for example `race-plants`, the planted races of the
+/// interpreter's race checker), in `target_dir`, a cargo target directory of
+/// its own so that the shipped objects' builds are never disturbed. Returns
+/// the path of the `.elf` code object. Not audited: it is no product. Runs
+/// from any process (the tests call it); `CARGO` and `RUSTC` are used when
+/// set, else `cargo` and `rustc` from the path.
+pub fn build_test_object(manifest: &Path, target_dir: &Path, cpu: &str, features: &str) -> Result<PathBuf, String> {
+    let toolchain = Toolchain::detect()?;
+    toolchain.build_amdgpu_in(manifest, target_dir, cpu, Some(features))
+}
+
 /// The AMD targets to build: [`TARGETS_ENV`] if set, else [`DEFAULT_AMDGPU_TARGETS`].
 pub fn amdgpu_targets() -> Result<Vec<String>, String> {
     parse_targets(env::var(TARGETS_ENV).ok().as_deref())
@@ -187,9 +199,24 @@ impl Toolchain {
     }
 
     fn build_amdgpu(&self, manifest: &Path, gpu_dir: &Path, cpu: &str) -> Result<PathBuf, String> {
+        self.build_amdgpu_in(manifest, &gpu_dir.join(cpu), cpu, None)
+    }
+
+    /// An AMD code object for `cpu` in its own cargo target directory, with the
+    /// device crate's `features` when given.
+    fn build_amdgpu_in(
+        &self,
+        manifest: &Path,
+        target_dir: &Path,
+        cpu: &str,
+        features: Option<&str>,
+    ) -> Result<PathBuf, String> {
         let cpu_flag = format!("-Ctarget-cpu={cpu}");
-        let mut cmd = self.cargo(&gpu_dir.join(cpu), &[&cpu_flag, AMDGPU_KEEP_NAMES]);
+        let mut cmd = self.cargo(target_dir, &[&cpu_flag, AMDGPU_KEEP_NAMES]);
         cmd.arg("--manifest-path").arg(manifest).args(["--target", "amdgcn-amd-amdhsa", "--crate-type", "cdylib"]);
+        if let Some(f) = features {
+            cmd.args(["--features", f]);
+        }
         let artifacts = run_cargo(cmd, &format!("amdgcn-amd-amdhsa ({cpu})"))?;
         artifacts
             .iter()

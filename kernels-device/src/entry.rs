@@ -121,7 +121,9 @@ macro_rules! instance {
             /// The element type of this instance.
             pub type T = $t;
 
-            #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+            // The test-only object of planted races (feature `race-plants`)
+            // carries none of the shipped entry points.
+            #[cfg(all(any(target_arch = "amdgpu", target_arch = "nvptx64"), not(feature = "race-plants")))]
             #[unsafe(no_mangle)]
             #[allow(unused_unsafe)]
             pub unsafe extern "gpu-kernel" fn $sym($($pn: param_type!($access, $pt)),*) {

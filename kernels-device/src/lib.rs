@@ -31,6 +31,9 @@ pub mod mamba1_scan;
 pub mod moe;
 pub mod num;
 pub mod probe;
+/// Planted races for the interpreter's race checker: the test-only object (feature `race-plants`).
+#[cfg(feature = "race-plants")]
+pub mod race_plants;
 pub mod vector;
 pub mod wave;
 pub mod xielu;

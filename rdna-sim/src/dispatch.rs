@@ -5,6 +5,7 @@
 use crate::codeobj::Kernel;
 use crate::exec::{Counts, EXEC, Env, Mode, Status, Step, Wave};
 use crate::mem::Memory;
+use crate::race::{Race, Rng, Schedule, Tracker};
 use std::fmt;
 
 /// The largest workgroup memory of a gfx11 workgroup.
@@ -24,6 +25,14 @@ pub struct Launch<'a> {
     pub mode: Mode,
     /// Instructions one wave may execute before the launch is declared hung.
     pub max_wave_insts: u64,
+    /// The order in which the waves of a workgroup run between barriers.
+    pub schedule: Schedule,
+    /// Runs the race checker ([`crate::race`]): with it, [`launch`] fails
+    /// when the launch has a race and [`launch_checked`] returns them.
+    pub race_check: bool,
+    /// Declared same-value words, (device address, length): several writes of
+    /// the same bytes there are not races (see [`crate::race`]).
+    pub same_value: &'a [(u64, usize)],
 }
 
 impl Default for Launch<'_> {
@@ -35,6 +44,9 @@ impl Default for Launch<'_> {
             kernarg: &[],
             mode: Mode::default(),
             max_wave_insts: 50_000_000,
+            schedule: Schedule::default(),
+            race_check: false,
+            same_value: &[],
         }
     }
 }
@@ -134,8 +146,30 @@ fn dispatch_packet(l: &Launch, group_segment_size: u32, kernarg_addr: u64) -> [u
     p
 }
 
-/// Runs every wave of every workgroup of the launch to completion.
+/// Runs every wave of every workgroup of the launch to completion. With
+/// `race_check`, a launch with a race is an error listing each race (both
+/// instructions, waves, lanes and the bytes).
 pub fn launch(mem: &mut Memory, k: &Kernel, l: &Launch) -> Result<Counts, LaunchError> {
+    let (counts, races) = launch_checked(mem, k, l)?;
+    if races.is_empty() {
+        return Ok(counts);
+    }
+    let mut msg = format!("{} race{} (schedule {}):", races.len(), if races.len() == 1 { "" } else { "s" }, l.schedule);
+    for r in races.iter().take(MAX_REPORTED) {
+        msg += &format!("\n  {}", r.describe(&k.insts));
+    }
+    if races.len() > MAX_REPORTED {
+        msg += &format!("\n  and {} more", races.len() - MAX_REPORTED);
+    }
+    Err(LaunchError { kernel: k.name.clone(), msg })
+}
+
+/// Races listed in a launch error; the rest are counted.
+const MAX_REPORTED: usize = 8;
+
+/// [`launch`], returning the races the checker found (none without
+/// `race_check`) instead of failing on them.
+pub fn launch_checked(mem: &mut Memory, k: &Kernel, l: &Launch) -> Result<(Counts, Vec<Race>), LaunchError> {
     let fail = |msg: String| LaunchError { kernel: k.name.clone(), msg };
     let threads = l.block[0] as u64 * l.block[1] as u64 * l.block[2] as u64;
     if threads == 0 || threads > 1024 || l.grid.contains(&0) {
@@ -173,10 +207,11 @@ pub fn launch(mem: &mut Memory, k: &Kernel, l: &Launch) -> Result<Counts, Launch
     let packet = dispatch_packet(l, lds_size, kernarg_addr);
     let packet_addr = mem.alloc(64, &format!("{} dispatch packet", k.name));
     mem.write(packet_addr, &packet).map_err(fail)?;
-    let result = run_grid(mem, k, l, lds_size, kernarg_addr, packet_addr);
+    let mut tracker = l.race_check.then(|| Tracker::new(l.grid, lds_size, l.same_value));
+    let result = run_grid(mem, k, l, lds_size, kernarg_addr, packet_addr, tracker.as_mut());
     mem.free(kernarg_addr).ok();
     mem.free(packet_addr).ok();
-    result
+    Ok((result?, tracker.map(Tracker::into_races).unwrap_or_default()))
 }
 
 fn run_grid(
@@ -186,6 +221,7 @@ fn run_grid(
     lds_size: u32,
     kernarg: u64,
     packet: u64,
+    mut race: Option<&mut Tracker>,
 ) -> Result<Counts, LaunchError> {
     let kd = &k.kd;
     let mut counts = Counts { hits: vec![0; k.insts.len()], ..Counts::default() };
@@ -205,9 +241,16 @@ fn run_grid(
             msg: format!("USER_SGPR_COUNT {user_count} is less than the {} enabled user SGPRs", user.len()),
         });
     }
+    let mut rng = Rng::new(match l.schedule {
+        Schedule::Random(seed) => seed,
+        _ => 0,
+    });
     for gz in 0..l.grid[2] {
         for gy in 0..l.grid[1] {
             for gx in 0..l.grid[0] {
+                if let Some(t) = race.as_deref_mut() {
+                    t.begin_workgroup(gx + l.grid[0] * (gy + l.grid[1] * gz));
+                }
                 let mut lds = vec![0u8; lds_size as usize];
                 let mut waves: Vec<Wave> = (0..nwaves)
                     .map(|w| {
@@ -241,7 +284,8 @@ fn run_grid(
                         wave
                     })
                     .collect();
-                run_workgroup(&mut waves, k, l, mem, &mut lds, &mut counts).map_err(|msg| LaunchError {
+                let mut ctx = Group { k, l, mem, lds: &mut lds, counts: &mut counts, race: race.as_deref_mut() };
+                run_workgroup(&mut waves, &mut ctx, &mut rng).map_err(|msg| LaunchError {
                     kernel: k.name.clone(),
                     msg: format!("workgroup ({gx}, {gy}, {gz}): {msg}"),
                 })?;
@@ -251,54 +295,111 @@ fn run_grid(
     Ok(counts)
 }
 
-/// Runs the waves of one workgroup, each until it ends or reaches a barrier,
-/// releasing a barrier when every wave has reached it.
-fn run_workgroup(
-    waves: &mut [Wave],
-    k: &Kernel,
-    l: &Launch,
-    mem: &mut Memory,
-    lds: &mut [u8],
-    counts: &mut Counts,
-) -> Result<(), String> {
-    let mut executed = vec![0u64; waves.len()];
+/// What the waves of one workgroup run against.
+struct Group<'g, 'l> {
+    k: &'g Kernel,
+    l: &'g Launch<'l>,
+    mem: &'g mut Memory,
+    lds: &'g mut [u8],
+    counts: &'g mut Counts,
+    race: Option<&'g mut Tracker>,
+}
+
+impl Group<'_, '_> {
+    /// Wave `w` executes one instruction; a barrier or its end changes its status.
+    fn step(&mut self, w: usize, wave: &mut Wave, executed: &mut u64) -> Result<(), String> {
+        let pc = wave.pc;
+        if let Some(t) = self.race.as_deref_mut() {
+            t.at(w, pc);
+        }
+        let mut env = Env {
+            mem: self.mem,
+            lds: self.lds,
+            mode: self.l.mode,
+            counts: self.counts,
+            race: self.race.as_deref_mut(),
+        };
+        let step = wave.step(&self.k.insts, &self.k.index, &mut env).map_err(|f| {
+            let inst = self.k.insts.get(pc);
+            format!(
+                "wave {w}, {} at {:#x}{}: {}",
+                inst.map(|i| i.mnemonic()).unwrap_or_default(),
+                inst.map(|i| i.addr).unwrap_or(0),
+                f.lane.map(|l| format!(", lane {l}")).unwrap_or_default(),
+                f.msg
+            )
+        })?;
+        *executed += 1;
+        env_hit(self.counts, pc);
+        if *executed > self.l.max_wave_insts {
+            return Err(format!("wave {w} executed more than {} instructions (hung?)", self.l.max_wave_insts));
+        }
+        match step {
+            Step::Next => {}
+            Step::Barrier => wave.status = Status::AtBarrier,
+            Step::End => wave.status = Status::Done,
+        }
+        Ok(())
+    }
+}
+
+/// Runs the waves of one workgroup in the launch's [`Schedule`] until each
+/// ends or reaches a barrier, releasing a barrier when every wave has reached it.
+fn run_workgroup(waves: &mut [Wave], g: &mut Group, rng: &mut Rng) -> Result<(), String> {
+    let n = waves.len();
+    let mut executed = vec![0u64; n];
+    let running = |waves: &[Wave], w: usize| waves[w].status == Status::Running;
     loop {
-        for (w, wave) in waves.iter_mut().enumerate() {
-            while wave.status == Status::Running {
-                let pc = wave.pc;
-                let mut env = Env { mem, lds, mode: l.mode, counts };
-                let step = wave.step(&k.insts, &k.index, &mut env).map_err(|f| {
-                    let inst = k.insts.get(pc);
-                    format!(
-                        "wave {w}, {} at {:#x}{}: {}",
-                        inst.map(|i| i.mnemonic()).unwrap_or_default(),
-                        inst.map(|i| i.addr).unwrap_or(0),
-                        f.lane.map(|l| format!(", lane {l}")).unwrap_or_default(),
-                        f.msg
-                    )
-                })?;
-                executed[w] += 1;
-                env_hit(counts, pc);
-                if executed[w] > l.max_wave_insts {
-                    return Err(format!("wave {w} executed more than {} instructions (hung?)", l.max_wave_insts));
-                }
-                match step {
-                    Step::Next => {}
-                    Step::Barrier => wave.status = Status::AtBarrier,
-                    Step::End => wave.status = Status::Done,
+        match g.l.schedule {
+            Schedule::Sequential | Schedule::Reversed => {
+                let order: Vec<usize> =
+                    if g.l.schedule == Schedule::Reversed { (0..n).rev().collect() } else { (0..n).collect() };
+                for w in order {
+                    while running(waves, w) {
+                        g.step(w, &mut waves[w], &mut executed[w])?;
+                    }
                 }
             }
+            Schedule::Lockstep => loop {
+                let mut any = false;
+                for w in 0..n {
+                    if running(waves, w) {
+                        g.step(w, &mut waves[w], &mut executed[w])?;
+                        any = true;
+                    }
+                }
+                if !any {
+                    break;
+                }
+            },
+            Schedule::Random(_) => loop {
+                let ready: Vec<usize> = (0..n).filter(|&w| running(waves, w)).collect();
+                if ready.is_empty() {
+                    break;
+                }
+                let w = ready[(rng.next() % ready.len() as u64) as usize];
+                let burst = 1u32 << (rng.next() % 7);
+                for _ in 0..burst {
+                    if !running(waves, w) {
+                        break;
+                    }
+                    g.step(w, &mut waves[w], &mut executed[w])?;
+                }
+            },
         }
-        let waiting: Vec<usize> = (0..waves.len()).filter(|&w| waves[w].status == Status::AtBarrier).collect();
+        let waiting: Vec<usize> = (0..n).filter(|&w| waves[w].status == Status::AtBarrier).collect();
         if waiting.is_empty() {
             return Ok(());
         }
-        if waiting.len() < waves.len() {
-            let ended: Vec<usize> = (0..waves.len()).filter(|&w| waves[w].status == Status::Done).collect();
+        if waiting.len() < n {
+            let ended: Vec<usize> = (0..n).filter(|&w| waves[w].status == Status::Done).collect();
             return Err(format!(
                 "waves {waiting:?} wait at s_barrier #{} but waves {ended:?} ended without reaching it",
                 waves[waiting[0]].barriers
             ));
+        }
+        if let Some(t) = g.race.as_deref_mut() {
+            t.barrier();
         }
         for w in waves.iter_mut() {
             w.status = Status::Running;
@@ -327,7 +428,7 @@ pub fn run_program(
     let mut counts = Counts::default();
     for _ in 0..10_000_000u64 {
         let pc = wave.pc;
-        let mut env = Env { mem, lds, mode, counts: &mut counts };
+        let mut env = Env { mem, lds, mode, counts: &mut counts, race: None };
         let step = wave.step(&insts, &index, &mut env).map_err(|f| {
             let i = &insts[pc.min(insts.len() - 1)];
             format!(

@@ -9,3 +9,4 @@ pub mod dispatch;
 pub mod exec;
 pub mod mem;
 pub mod opcodes;
+pub mod race;

@@ -101,6 +101,11 @@ impl Memory {
         self.find(addr, len).is_ok()
     }
 
+    /// The base address and size of the allocation holding `[addr, addr + len)`.
+    pub fn allocation_of(&self, addr: u64, len: usize) -> Option<(u64, usize)> {
+        self.find(addr, len).ok().map(|(base, a)| (base, a.data.len()))
+    }
+
     /// The size of the allocation starting at `addr`.
     pub fn size_of(&self, addr: u64) -> Option<usize> {
         self.allocs.get(&addr).map(|a| a.data.len())

@@ -2,44 +2,11 @@
 //! the CPU emulator (the same kernel source compiled for the host) and with
 //! independently computed values.
 mod common;
-use rdna_sim::codeobj::{self, CodeObject};
+use common::{Arg, f32_bytes, load, noise, pack};
+use rdna_sim::codeobj::CodeObject;
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::Mode;
 use rdna_sim::mem::Memory;
-
-pub enum Arg {
-    /// Index into the launch's buffers.
-    Buf(usize),
-    U32(u32),
-    U64(u64),
-    F32(f32),
-}
-
-fn load(arch: &str) -> Option<CodeObject> {
-    let Some(path) = common::shipped_object(arch) else {
-        println!("SKIPPED: no {arch}.hsaco under target/ (build the root crate first)");
-        return None;
-    };
-    Some(codeobj::load(&std::fs::read(path).unwrap()).unwrap())
-}
-
-/// Packs arguments at the metadata's offsets, pointers given by `ptr`.
-fn pack(k: &codeobj::Kernel, args: &[Arg], ptr: &dyn Fn(usize) -> u64) -> Vec<u8> {
-    let explicit: Vec<_> = k.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).collect();
-    assert_eq!(explicit.len(), args.len(), "{}: argument count", k.name);
-    let mut out = vec![0u8; k.kernarg_segment_size as usize];
-    for (m, a) in explicit.iter().zip(args) {
-        let bytes: Vec<u8> = match a {
-            Arg::Buf(i) => ptr(*i).to_le_bytes().to_vec(),
-            Arg::U32(x) => x.to_le_bytes().to_vec(),
-            Arg::U64(x) => x.to_le_bytes().to_vec(),
-            Arg::F32(x) => x.to_le_bytes().to_vec(),
-        };
-        assert_eq!(bytes.len(), m.size as usize, "{}: argument at {}", k.name, m.offset);
-        out[m.offset as usize..m.offset as usize + bytes.len()].copy_from_slice(&bytes);
-    }
-    out
-}
 
 /// Runs `name` on the interpreter; returns the buffers afterwards and the counts.
 #[allow(clippy::too_many_arguments)] // one launch's geometry, arguments, buffers and mode
@@ -231,23 +198,6 @@ fn xielu_f32_matches_the_emulator_bit_for_bit() {
             assert_eq!(got[i], want[i], "{arch}: x = {}: sim {g}, emulator {}", xs[i], f32::from_bits(want[i]));
         }
     }
-}
-
-/// Deterministic pseudo-random f32 values in [-scale, scale).
-fn noise(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(2654435761) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            ((x >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// add3_layer_norm (both instances, every dtype) against the emulator, bit for bit.

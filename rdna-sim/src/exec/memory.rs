@@ -28,6 +28,9 @@ impl Wave {
         // The two low address bits are ignored (dword access).
         let addr = base.wrapping_add(offset as u64).wrapping_add(so) & !3;
         let mut buf = vec![0u8; 4 * n];
+        if let Some(t) = env.race.as_deref_mut() {
+            t.global(env.mem, None, addr, 4 * n, None);
+        }
         env.mem.read(addr, &mut buf).map_err(|e| Fault::new(format!("scalar load: {e}")))?;
         for i in 0..n {
             let r = sdata as usize + i;
@@ -98,6 +101,9 @@ impl Wave {
                         _ => 4,
                     };
                     let v = load(env.lds, n)?;
+                    if let Some(t) = env.race.as_deref_mut() {
+                        t.lds(lane, a, 4 * n, false);
+                    }
                     for (i, x) in v.into_iter().enumerate() {
                         self.v[vdst + i][lane] = x;
                     }
@@ -105,6 +111,9 @@ impl Wave {
                 "ds_load_u8" | "ds_load_i8" | "ds_load_u16" | "ds_load_i16" => {
                     let n = if name.ends_with('8') { 1 } else { 2 };
                     let a = chk(n)?;
+                    if let Some(t) = env.race.as_deref_mut() {
+                        t.lds(lane, a, n, false);
+                    }
                     let mut x = 0u32;
                     for i in 0..n {
                         x |= (env.lds[a + i] as u32) << (8 * i);
@@ -124,6 +133,9 @@ impl Wave {
                         _ => 4,
                     };
                     let a = chk(4 * n)?;
+                    if let Some(t) = env.race.as_deref_mut() {
+                        t.lds(lane, a, 4 * n, true);
+                    }
                     for i in 0..n {
                         env.lds[a + 4 * i..a + 4 * i + 4].copy_from_slice(&self.v[d0 + i][lane].to_le_bytes());
                     }
@@ -131,9 +143,38 @@ impl Wave {
                 "ds_store_b8" | "ds_store_b16" | "ds_store_b16_d16_hi" | "ds_store_b8_d16_hi" => {
                     let n = if name.starts_with("ds_store_b8") { 1 } else { 2 };
                     let a = chk(n)?;
+                    if let Some(t) = env.race.as_deref_mut() {
+                        t.lds(lane, a, n, true);
+                    }
                     let x = self.v[d0][lane] >> if name.ends_with("_hi") { 16 } else { 0 };
                     for i in 0..n {
                         env.lds[a + i] = (x >> (8 * i)) as u8;
+                    }
+                }
+                // Two dwords at ADDR + OFFSET0 * 4 and ADDR + OFFSET1 * 4 (the
+                // 8-bit offsets of the word's low 16 bits); the store's second
+                // dword comes from DATA1.
+                "ds_load_2addr_b32" | "ds_store_2addr_b32" => {
+                    let base = self.v[addr_r][lane] as usize;
+                    let d1 = bits(w1, 23, 16) as usize;
+                    for (i, off) in [bits(w0, 7, 0), bits(w0, 15, 8)].into_iter().enumerate() {
+                        let a = base + 4 * off as usize;
+                        if a + 4 > lds_len {
+                            return Err(Fault::lane(
+                                lane,
+                                format!("4-byte LDS access at {a:#x} past the workgroup's {lds_len} bytes"),
+                            ));
+                        }
+                        let store = name == "ds_store_2addr_b32";
+                        if let Some(t) = env.race.as_deref_mut() {
+                            t.lds(lane, a, 4, store);
+                        }
+                        if store {
+                            let x = self.v[if i == 0 { d0 } else { d1 }][lane];
+                            env.lds[a..a + 4].copy_from_slice(&x.to_le_bytes());
+                        } else {
+                            self.v[vdst + i][lane] = u32::from_le_bytes(env.lds[a..a + 4].try_into().unwrap());
+                        }
                     }
                 }
                 n => return Err(Fault::new(format!("{n} is not implemented"))),
@@ -211,9 +252,17 @@ impl Wave {
                                 env.lds.len()
                             )));
                         }
+                        if let Some(t) = env.race.as_deref_mut() {
+                            t.lds(lane, a, n, true);
+                        }
                         env.lds[a..a + n].copy_from_slice(&bytes);
                     }
-                    None => env.mem.write(addr, &bytes).map_err(fail)?,
+                    None => {
+                        if let Some(t) = env.race.as_deref_mut() {
+                            t.global(env.mem, Some(lane), addr, n, Some(&bytes));
+                        }
+                        env.mem.write(addr, &bytes).map_err(fail)?
+                    }
                 }
             } else {
                 let mut bytes = vec![0u8; n.max(4)];
@@ -225,9 +274,17 @@ impl Wave {
                                 env.lds.len()
                             )));
                         }
+                        if let Some(t) = env.race.as_deref_mut() {
+                            t.lds(lane, a, n, false);
+                        }
                         bytes[..n].copy_from_slice(&env.lds[a..a + n]);
                     }
-                    None => env.mem.read(addr, &mut bytes[..n]).map_err(fail)?,
+                    None => {
+                        if let Some(t) = env.race.as_deref_mut() {
+                            t.global(env.mem, Some(lane), addr, n, None);
+                        }
+                        env.mem.read(addr, &mut bytes[..n]).map_err(fail)?
+                    }
                 }
                 let w = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
                 let x = w(0);

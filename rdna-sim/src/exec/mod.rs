@@ -198,6 +198,8 @@ pub struct Env<'a> {
     pub lds: &'a mut [u8],
     pub mode: Mode,
     pub counts: &'a mut Counts,
+    /// The race checker, when the launch runs with it.
+    pub race: Option<&'a mut crate::race::Tracker>,
 }
 
 /// What happened after one instruction.
