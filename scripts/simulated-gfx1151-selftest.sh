@@ -39,25 +39,29 @@ if ! tail -n 1 "$table" | grep -q '^verified: .*(rdna-sim) (gfx1151) through HIP
 fi
 
 # One row per distinct launch (processor, kernel, grid, workgroup, dynamic
-# workgroup bytes); the counts of a repeated launch are the same, so the first is kept.
+# workgroup bytes); the counts of a repeated launch are the same, so the first
+# is kept. The columns are named by the file's header line.
 echo
 echo "Executed wave-instructions per launch on the simulated gfx1151 (rdna-sim; counts, not times):"
 echo
 awk -F'\t' '
-BEGIN {
-    print "| kernel | grid | workgroup | dyn. LDS B | VALU | of which trans. | SALU | SMEM | vmem loads | load B | vmem stores | store B | LDS | branches | waits | barriers | launches |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+/^#/ {
+    line = "| kernel | grid | workgroup | dynamic_lds"; rule = "|---|---|---|---"
+    for (i = 6; i <= NF; i++) { line = line " | " $i; rule = rule "|---" }
+    print line " | launches |"; print rule "|---|"
+    next
 }
 {
     key = $1 FS $2 FS $3 FS $4 FS $5
     if (!(key in seen)) {
         order[++n] = key
-        seen[key] = sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", \
-            $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+        row = "| " $2
+        for (i = 3; i <= NF; i++) row = row " | " $i
+        seen[key] = row
     }
     times[key]++
 }
-END { for (i = 1; i <= n; i++) print seen[order[i]] " " times[order[i]] " |" }
+END { for (i = 1; i <= n; i++) print seen[order[i]] " | " times[order[i]] " |" }
 ' "$counts"
 
 # The gfx1151 object's mnemonics executed by the self-test, together with the

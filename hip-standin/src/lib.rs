@@ -425,46 +425,34 @@ fn record_coverage(s: &mut State, arch: &str, k: &codeobj::Kernel, counts: &rdna
     }
 }
 
-/// The columns of a `RDNA_SIM_COUNTS` file, after the launch's processor,
-/// kernel, grid, workgroup size and dynamic workgroup memory.
-pub const COUNT_COLUMNS: &str = "valu\ttrans\tsalu\tsmem\tvmem_loads\tvmem_load_bytes\tvmem_stores\tvmem_store_bytes\tlds\tbranches\twaits\tbarriers\tother";
-
 /// With `RDNA_SIM_COUNTS=<file>` in the environment, appends one tab-separated
 /// line per launch: processor, kernel, grid `x,y,z`, workgroup `x,y,z`, dynamic
-/// workgroup bytes, then the executed wave-instructions by class
-/// ([`COUNT_COLUMNS`]). These are the inputs of the gfx1151 performance model.
+/// workgroup bytes, then the executed wave-instructions by class, in the order
+/// of `Counts::classes` (the first launch also writes a header line naming the
+/// columns). These are the inputs of the gfx1151 performance model.
 fn record_counts(arch: &str, k: &codeobj::Kernel, l: &Launch, c: &rdna_sim::exec::Counts) {
     static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    static HEADER: std::sync::Once = std::sync::Once::new();
     let Some(path) = PATH.get_or_init(|| std::env::var("RDNA_SIM_COUNTS").ok()) else { return };
-    let dims = |d: [u32; 3]| format!("{},{},{}", d[0], d[1], d[2]);
-    let classes = [
-        c.valu,
-        c.trans,
-        c.salu,
-        c.smem,
-        c.vmem_loads,
-        c.vmem_load_bytes,
-        c.vmem_stores,
-        c.vmem_store_bytes,
-        c.lds,
-        c.branches,
-        c.waits,
-        c.barriers,
-        c.other,
-    ];
-    let mut line = format!("{arch}\t{}\t{}\t{}\t{}", k.name, dims(l.grid), dims(l.block), l.dynamic_lds);
-    for v in classes {
-        line.push_str(&format!("\t{v}"));
-    }
-    line.push('\n');
-    use std::io::Write;
-    match std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        Ok(mut f) => {
-            if let Err(e) = f.write_all(line.as_bytes()) {
-                eprintln!("hip-standin: RDNA_SIM_COUNTS={path}: {e}");
-            }
+    let mut text = String::new();
+    HEADER.call_once(|| {
+        text.push_str("#processor\tkernel\tgrid\tworkgroup\tdynamic_lds");
+        for (name, _) in c.classes() {
+            text.push_str(&format!("\t{name}"));
         }
-        Err(e) => eprintln!("hip-standin: RDNA_SIM_COUNTS={path}: {e}"),
+        text.push('\n');
+    });
+    let dims = |d: [u32; 3]| format!("{},{},{}", d[0], d[1], d[2]);
+    text.push_str(&format!("{arch}\t{}\t{}\t{}\t{}", k.name, dims(l.grid), dims(l.block), l.dynamic_lds));
+    for (_, v) in c.classes() {
+        text.push_str(&format!("\t{v}"));
+    }
+    text.push('\n');
+    use std::io::Write;
+    let written =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("hip-standin: RDNA_SIM_COUNTS={path}: {e}");
     }
 }
 

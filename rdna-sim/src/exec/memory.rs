@@ -225,13 +225,14 @@ impl Wave {
             } else {
                 (self.v[addr_r][lane] as u64 | (self.v[addr_r + 1][lane] as u64) << 32).wrapping_add(offset as u64)
             };
-            if store {
-                env.counts.vmem_store_bytes += n as u64;
-            } else {
-                env.counts.vmem_load_bytes += n as u64;
-            }
             let lds_addr = (inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::SHARED_APERTURE_HI)
                 .then_some(addr as u32 as usize);
+            // Bytes that reach workgroup memory through the flat aperture move no device memory.
+            match (lds_addr, store) {
+                (Some(_), _) => env.counts.flat_lds_bytes += n as u64,
+                (None, true) => env.counts.vmem_store_bytes += n as u64,
+                (None, false) => env.counts.vmem_load_bytes += n as u64,
+            }
             if inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::PRIVATE_APERTURE_HI {
                 return Err(Fault::lane(lane, "flat access to the scratch aperture: scratch is not implemented"));
             }

@@ -77,12 +77,18 @@ pub struct InFlight {
 pub struct Counts {
     pub valu: u64,
     pub salu: u64,
+    /// Transcendental VALU instructions (also counted in `valu`).
     pub trans: u64,
     pub smem: u64,
+    /// GLOBAL and FLAT instructions (a FLAT one counts here wherever its lanes go).
     pub vmem_loads: u64,
+    /// Bytes read from device memory by the active lanes.
     pub vmem_load_bytes: u64,
     pub vmem_stores: u64,
     pub vmem_store_bytes: u64,
+    /// Bytes of FLAT accesses that reached workgroup memory through its aperture.
+    pub flat_lds_bytes: u64,
+    /// DS instructions.
     pub lds: u64,
     pub branches: u64,
     pub waits: u64,
@@ -94,24 +100,30 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// The class counts with their names, in a fixed order (without the hits).
+    pub fn classes(&self) -> [(&'static str, u64); 14] {
+        [
+            ("valu", self.valu),
+            ("trans", self.trans),
+            ("salu", self.salu),
+            ("smem", self.smem),
+            ("vmem_loads", self.vmem_loads),
+            ("vmem_load_bytes", self.vmem_load_bytes),
+            ("vmem_stores", self.vmem_stores),
+            ("vmem_store_bytes", self.vmem_store_bytes),
+            ("flat_lds_bytes", self.flat_lds_bytes),
+            ("lds", self.lds),
+            ("branches", self.branches),
+            ("waits", self.waits),
+            ("barriers", self.barriers),
+            ("other", self.other),
+        ]
+    }
+
     /// The class counts on one line (without the per-instruction hits).
     pub fn summary(&self) -> String {
-        format!(
-            "valu {} (trans {}), salu {}, smem {}, vmem loads {} ({} B), vmem stores {} ({} B), lds {}, branches {}, waits {}, barriers {}, other {}",
-            self.valu,
-            self.trans,
-            self.salu,
-            self.smem,
-            self.vmem_loads,
-            self.vmem_load_bytes,
-            self.vmem_stores,
-            self.vmem_store_bytes,
-            self.lds,
-            self.branches,
-            self.waits,
-            self.barriers,
-            self.other
-        )
+        let parts: Vec<String> = self.classes().iter().map(|(name, v)| format!("{name} {v}")).collect();
+        parts.join(", ")
     }
 
     pub fn add(&mut self, o: &Counts) {
@@ -123,6 +135,7 @@ impl Counts {
         self.vmem_load_bytes += o.vmem_load_bytes;
         self.vmem_stores += o.vmem_stores;
         self.vmem_store_bytes += o.vmem_store_bytes;
+        self.flat_lds_bytes += o.flat_lds_bytes;
         self.lds += o.lds;
         self.branches += o.branches;
         self.waits += o.waits;
