@@ -38,9 +38,11 @@
 #endif
 
 namespace mlxcel_amdgpu::shim {
-namespace {
 
 namespace mx = mlx::core;
+
+namespace {
+
 using mx::array;
 using mx::Shape;
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
@@ -727,6 +729,21 @@ bool moe_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int64_t df
   MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
                          uint32_t(group_size)};
   return mlxcel_amdgpu_moe_supports(*code, s);
+}
+
+bool xielu_available() {
+  return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
+}
+bool add3_layer_norm_available() {
+  return add3_layer_norm_available(mx::float32) && add3_layer_norm_available(mx::float16) &&
+         add3_layer_norm_available(mx::bfloat16);
+}
+bool mamba1_scan_available() {
+  return mamba1_scan_available(mx::float32) && mamba1_scan_available(mx::float16) &&
+         mamba1_scan_available(mx::bfloat16);
+}
+bool moe_available() {
+  return moe_available(mx::float32) && moe_available(mx::float16) && moe_available(mx::bfloat16);
 }
 
 }  // namespace mlxcel_amdgpu::shim

@@ -73,4 +73,11 @@ bool moe_available(Dtype dtype);
 bool moe_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
                   int group_size);
 
+// The same for every activation dtype (float32, float16 and bfloat16), for a
+// gate that is asked before the dtype is known.
+bool xielu_available();
+bool add3_layer_norm_available();
+bool mamba1_scan_available();
+bool moe_available();
+
 }  // namespace mlxcel_amdgpu::shim

@@ -690,6 +690,9 @@ static void test_refusals() {
        std::string("availability ") + dname(t));
   }
   ok(!shim::xielu_available(mx::int32), "xielu_available(int32) is false");
+  ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
+         shim::moe_available(),
+     "the dtype-less availability functions");
   ok(shim::add3_layer_norm_supports(bf, 1, 6656) && !shim::add3_layer_norm_supports(bf, 1, 6657),
      "add3_layer_norm_supports follows MLXCEL_AMDGPU_ADD3_MAX_D");
   ok(!shim::mamba1_scan_supports(bf, 1, 1, 8, 33), "mamba1_scan_supports(N=33) is false");
