@@ -3,7 +3,8 @@
 //! headers and libmlx.so) and this crate's shared library, then runs every
 //! kernel through MLX's graph on the CPU stream: results bit for bit against
 //! the C ABI on the same inputs and within the contracts against MLX's own
-//! unfused graphs, and wrong arguments raising.
+//! unfused graphs, and wrong arguments raising; then the timing code of the
+//! H200 run at tiny shapes.
 //!
 //! MLX is found at `$MLX_ROOT` (a directory with `include/mlx/mlx.h` and
 //! `lib/libmlx.so`, e.g. `<site-packages>/mlx`), else through the `mlx`
@@ -116,7 +117,8 @@ fn mlx_shim_runs_every_kernel_inside_mlx_on_the_cpu_stream() {
 
     let driver = build.join("mlxcel_amdgpu_mlx_driver");
     let out = Command::new(&driver)
-        .arg("cpu")
+        // time-smoke: the H200 run's timing code too, at tiny shapes.
+        .args(["cpu", "time-smoke"])
         .env_remove("MLXCEL_AMDGPU_BACKEND")
         .env("LD_LIBRARY_PATH", format!("{}:{}", installed.display(), mlx.join("lib").display()))
         .output()
