@@ -1,0 +1,749 @@
+// The MLX shim over mlxcel-amdgpu's C ABI; see mlxcel_amdgpu_mlx.h.
+//
+// Build flags (CMakeLists.txt beside this file):
+//   MLXCEL_AMDGPU_SHIM_CUDA  eval_gpu through MLX 0.32's CUDA command encoder.
+//   MLXCEL_AMDGPU_SHIM_ROCM  eval_gpu on the HIP stream of mlxcel's MLX fork
+//                            (its mlx/backend/rocm/device.h). UNTESTED: written
+//                            against the fork's header, never compiled here.
+//   neither                  eval_gpu throws; eval_cpu works (what CI runs).
+#include "mlxcel_amdgpu_mlx.h"
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mlx/allocator.h>
+#include <mlx/backend/cpu/encoder.h>
+#include <mlx/ops.h>
+#include <mlx/primitives.h>
+#include <mlx/utils.h>
+
+#include "mlxcel_amdgpu.h"
+
+#if defined(MLXCEL_AMDGPU_SHIM_CUDA) && defined(MLXCEL_AMDGPU_SHIM_ROCM)
+#error "MLXCEL_AMDGPU_SHIM_CUDA and MLXCEL_AMDGPU_SHIM_ROCM are exclusive"
+#endif
+#ifdef MLXCEL_AMDGPU_SHIM_CUDA
+#include <mlx/backend/cuda/device.h>
+#endif
+#ifdef MLXCEL_AMDGPU_SHIM_ROCM
+#include <mlx/backend/rocm/device.h>
+#endif
+
+namespace mlxcel_amdgpu::shim {
+
+namespace mx = mlx::core;
+
+namespace {
+
+using mx::array;
+using mx::Shape;
+using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
+
+enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeDown, MoeRoutedForward };
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::Xielu: return "xielu";
+    case Kernel::Add3LayerNorm: return "add3_layer_norm";
+    case Kernel::Mamba1Scan: return "mamba1_scan";
+    case Kernel::MoeFc1Relu2: return "moe_fc1_relu2";
+    case Kernel::MoeDown: return "moe_down";
+    case Kernel::MoeRoutedForward: return "moe_routed_forward";
+  }
+  return "?";
+}
+
+std::string str(const Shape& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+std::string str(mx::Dtype t) {
+  std::ostringstream o;
+  o << t;
+  return o.str();
+}
+
+[[noreturn]] void refuse(Kernel k, const std::string& what) {
+  throw std::invalid_argument(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) + "] " + what);
+}
+
+// The C ABI's dtype code; only the three activation dtypes exist there.
+std::optional<uint32_t> abi_dtype(mx::Dtype t) {
+  if (t == mx::float32) return MLXCEL_AMDGPU_F32;
+  if (t == mx::float16) return MLXCEL_AMDGPU_F16;
+  if (t == mx::bfloat16) return MLXCEL_AMDGPU_BF16;
+  return std::nullopt;
+}
+
+uint32_t to_u32(Kernel k, const char* what, int64_t v) {
+  if (v < 0 || v > int64_t(UINT32_MAX)) refuse(k, std::string(what) + " = " + std::to_string(v) + " does not fit in 32 bits");
+  return uint32_t(v);
+}
+
+std::string describe_device() {
+  char buf[512];
+  if (mlxcel_amdgpu_describe_device(buf, sizeof buf) != MLXCEL_AMDGPU_OK) return std::string("no device: ") + mlxcel_amdgpu_last_error();
+  return buf;
+}
+
+// Predicates that answered false: the kernel cannot run on the library's
+// device, which is not a wrong argument but a gate that was skipped.
+[[noreturn]] void unavailable(Kernel k, mx::Dtype t) {
+  throw std::runtime_error(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) + "] unavailable for " + str(t) +
+                           " on the library's device (" + describe_device() +
+                           "); gate the call on its _available predicate");
+}
+
+// The value of a one-element array known while the graph is built: one that
+// is already evaluated, or a constant reached through Full/Broadcast/Reshape
+// nodes (what `full({1}, v, float32)` builds). Reading it here keeps the
+// launch's scalars out of the graph, as the C ABI takes them by value.
+std::optional<float> constant_of(array a) {
+  for (int depth = 0; depth < 8; ++depth) {
+    if (a.size() != 1) return std::nullopt;
+    if (a.is_available()) {
+      if (a.dtype() == mx::float32) return a.data<float>()[0];
+      if (a.dtype() == mx::float16) return float(a.data<mx::float16_t>()[0]);
+      if (a.dtype() == mx::bfloat16) return float(a.data<mx::bfloat16_t>()[0]);
+      return std::nullopt;
+    }
+    if (!a.has_primitive() || a.inputs().size() != 1) return std::nullopt;
+    const std::string op = a.primitive().name();
+    // These only move one value around; an AsType or anything else could
+    // change it, so the walk stops there.
+    if (op != "Full" && op != "Broadcast" && op != "Reshape") return std::nullopt;
+    if (a.inputs()[0].dtype() != a.dtype()) return std::nullopt;
+    a = a.inputs()[0];
+  }
+  return std::nullopt;
+}
+
+// A scalar input as mlxcel passes it ({1} f32). A lazy one that is not a
+// plain constant is evaluated (a small synchronous eval, documented).
+float scalar_input(Kernel k, const array& a, const char* name) {
+  if (a.dtype() != mx::float32 || a.size() != 1 || a.ndim() > 1)
+    refuse(k, std::string("input '") + name + "' must be a [1] float32 array, got " + str(a.shape()) + " " + str(a.dtype()));
+  float v;
+  if (auto c = constant_of(a)) {
+    v = *c;
+  } else {
+    array copy = a;
+    v = copy.item<float>();
+  }
+  if (!std::isfinite(v)) refuse(k, std::string("input '") + name + "' must be finite, got " + std::to_string(v));
+  return v;
+}
+
+// The template arguments of one call: every name read once, with the type
+// mlxcel passes; leftovers are refused.
+class Template {
+ public:
+  Template(Kernel k, const TemplateArgs& args) : k_(k) {
+    for (const auto& [name, value] : args) {
+      if (!values_.emplace(name, value).second) refuse(k_, "template argument '" + name + "' given twice");
+    }
+  }
+
+  mx::Dtype dtype(const char* name) {
+    auto v = take(name);
+    if (!v) refuse(k_, std::string("missing template argument '") + name + "' (a dtype)");
+    if (!std::holds_alternative<mx::Dtype>(*v)) refuse(k_, std::string("template argument '") + name + "' must be a dtype");
+    return std::get<mx::Dtype>(*v);
+  }
+
+  // An int argument that must equal `expected` (a shape mlxcel also passes
+  // as a template constant); optional ones may be absent.
+  void int_equal(const char* name, int64_t expected, bool required) {
+    auto v = take(name);
+    if (!v) {
+      if (required) refuse(k_, std::string("missing template argument '") + name + "' (= " + std::to_string(expected) + ")");
+      return;
+    }
+    if (!std::holds_alternative<int>(*v)) refuse(k_, std::string("template argument '") + name + "' must be an int");
+    if (std::get<int>(*v) != expected)
+      refuse(k_, std::string("template argument '") + name + "' = " + std::to_string(std::get<int>(*v)) +
+                     " disagrees with the inputs (" + std::to_string(expected) + ")");
+  }
+
+  int int_value(const char* name) {
+    auto v = take(name);
+    if (!v) refuse(k_, std::string("missing template argument '") + name + "'");
+    if (!std::holds_alternative<int>(*v)) refuse(k_, std::string("template argument '") + name + "' must be an int");
+    return std::get<int>(*v);
+  }
+
+  void done() {
+    if (!values_.empty()) refuse(k_, "unexpected template argument '" + values_.begin()->first + "'");
+  }
+
+ private:
+  std::optional<mx::fast::TemplateArg> take(const char* name) {
+    auto it = values_.find(name);
+    if (it == values_.end()) return std::nullopt;
+    auto v = it->second;
+    values_.erase(it);
+    return v;
+  }
+
+  Kernel k_;
+  std::map<std::string, mx::fast::TemplateArg> values_;
+};
+
+void expect_input(Kernel k, const array& a, const char* name, mx::Dtype dtype, const Shape& shape) {
+  if (a.dtype() != dtype) refuse(k, std::string("input '") + name + "' must be " + str(dtype) + ", got " + str(a.dtype()));
+  if (a.shape() != shape) refuse(k, std::string("input '") + name + "' must have shape " + str(shape) + ", got " + str(a.shape()));
+}
+
+void expect_outputs(Kernel k, const std::vector<Shape>& shapes, const std::vector<mx::Dtype>& dtypes,
+                    const std::vector<Shape>& want_shapes, const std::vector<mx::Dtype>& want_dtypes) {
+  if (shapes.size() != want_shapes.size() || dtypes.size() != want_dtypes.size())
+    refuse(k, "expects " + std::to_string(want_shapes.size()) + " output shapes and dtypes, got " +
+                  std::to_string(shapes.size()) + " and " + std::to_string(dtypes.size()));
+  for (size_t i = 0; i < want_shapes.size(); ++i) {
+    if (shapes[i] != want_shapes[i])
+      refuse(k, "output " + std::to_string(i) + " must have shape " + str(want_shapes[i]) + ", got " + str(shapes[i]));
+    if (dtypes[i] != want_dtypes[i])
+      refuse(k, "output " + std::to_string(i) + " must be " + str(want_dtypes[i]) + ", got " + str(dtypes[i]));
+  }
+}
+
+// What one launch needs besides its buffers.
+struct Launch {
+  Kernel kernel;
+  uint32_t dtype = 0;
+  float scalars[4] = {0, 0, 0, 0};  // xielu: alpha_p, alpha_n, beta, eps; add3: eps
+  bool has_bias = false;            // add3
+  uint64_t n = 0;                   // xielu
+  uint32_t rows = 0, d = 0;         // add3
+  uint32_t batch = 0, len = 0, dm = 0, state = 0;  // mamba1_scan
+  MlxcelAmdgpuMoeShape moe{};
+  size_t scratch_bytes = 0;  // moe_routed_forward
+
+  bool operator==(const Launch& o) const {
+    return kernel == o.kernel && dtype == o.dtype && std::memcmp(scalars, o.scalars, sizeof scalars) == 0 &&
+           has_bias == o.has_bias && n == o.n && rows == o.rows && d == o.d && batch == o.batch && len == o.len &&
+           dm == o.dm && state == o.state && std::memcmp(&moe, &o.moe, sizeof moe) == 0 &&
+           scratch_bytes == o.scratch_bytes;
+  }
+};
+
+void check(Kernel k, MlxcelAmdgpuStatus status) {
+  if (status != MLXCEL_AMDGPU_OK)
+    throw std::runtime_error(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) + "] launch failed: " +
+                             mlxcel_amdgpu_last_error());
+}
+
+// One C ABI call: `in` and `out` are the buffers in the getter's input and
+// output order (bias present or not), `stream` the backend's stream or NULL.
+MlxcelAmdgpuStatus call_abi(const Launch& l, const std::vector<void*>& in, const std::vector<void*>& out,
+                            void* scratch, void* stream) {
+  switch (l.kernel) {
+    case Kernel::Xielu:
+      return mlxcel_amdgpu_xielu(l.dtype, in[0], out[0], l.n, l.scalars[0], l.scalars[1], l.scalars[2], l.scalars[3],
+                                 stream);
+    case Kernel::Add3LayerNorm:
+      return mlxcel_amdgpu_add3_layer_norm(l.dtype, in[0], in[1], in[2], in[3], l.has_bias ? in[4] : nullptr, out[0],
+                                           out[1], l.rows, l.d, l.scalars[0], stream);
+    case Kernel::Mamba1Scan:
+      return mlxcel_amdgpu_mamba1_scan(l.dtype, in[0], in[1], in[2], in[3], static_cast<const float*>(in[4]), in[5],
+                                       static_cast<const float*>(in[6]), out[0], static_cast<float*>(out[1]), l.batch,
+                                       l.len, l.dm, l.state, stream);
+    case Kernel::MoeFc1Relu2:
+      return mlxcel_amdgpu_moe_fc1_relu2(l.dtype, l.moe, in[0], static_cast<const uint32_t*>(in[1]),
+                                         static_cast<const uint32_t*>(in[2]), in[3], in[4],
+                                         static_cast<float*>(out[0]), nullptr, stream);
+    case Kernel::MoeDown:
+      return mlxcel_amdgpu_moe_down(l.dtype, l.moe, static_cast<const uint32_t*>(in[0]),
+                                    static_cast<const uint32_t*>(in[1]), in[2], in[3],
+                                    static_cast<const float*>(in[4]), static_cast<const float*>(in[5]),
+                                    static_cast<float*>(out[0]), nullptr, stream);
+    case Kernel::MoeRoutedForward:
+      return mlxcel_amdgpu_moe_routed_forward(
+          l.dtype, l.moe, in[0], static_cast<const uint32_t*>(in[1]), static_cast<const float*>(in[8]),
+          static_cast<const uint32_t*>(in[2]), in[3], in[4], static_cast<const uint32_t*>(in[5]), in[6], in[7],
+          out[0], scratch, l.scratch_bytes, nullptr, stream);
+  }
+  return MLXCEL_AMDGPU_INTERNAL;
+}
+
+// The library's device must belong to the backend MLX runs the primitive on:
+// its pointers are that backend's (host pointers on the CPU stream).
+void require_backend(Kernel k, const char* backend) {
+  std::string d = describe_device();
+  std::string prefix = std::string(backend) + ":";
+  if (d.compare(0, prefix.size(), prefix) != 0)
+    throw std::runtime_error(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) + "] MLX runs it on the " +
+                             backend + " backend but the library's device is " + d +
+                             " (select it with mlxcel_amdgpu_select_backend)");
+}
+
+void require_row_contiguous(Kernel k, const std::vector<array>& arrays) {
+  // Inputs pass through mx::contiguous when the graph is built; this only
+  // catches a defect in that.
+  for (const auto& a : arrays)
+    if (!a.flags().row_contiguous) throw std::logic_error(std::string(kernel_name(k)) + ": an input is not row-contiguous");
+}
+
+// A buffer of `bytes` (a multiple of 4) for a launch's scratch, held by an
+// array so the command encoder can keep it alive as a temporary.
+array make_scratch(size_t bytes) {
+  array tmp({int(bytes / 4)}, mx::float32, nullptr, {});
+  tmp.set_data(mx::allocator::malloc(bytes));
+  return tmp;
+}
+
+// The MLX primitive of every kernel: eval_* allocates the outputs and hands
+// the launch to the backend's command encoder, which orders it with MLX's
+// own work on that stream.
+class AbiKernel : public mx::Primitive {
+ public:
+  AbiKernel(mx::Stream s, Launch launch) : mx::Primitive(s), launch_(launch) {}
+
+  void eval_cpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
+    const Kernel k = launch_.kernel;
+    require_backend(k, "cpu");
+    require_row_contiguous(k, inputs);
+    for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    for (auto& o : outputs) encoder.set_output_array(o);
+    std::optional<array> scratch;
+    if (launch_.scratch_bytes > 0) {
+      scratch = make_scratch(launch_.scratch_bytes);
+      encoder.add_temporary(*scratch);
+    }
+    // The task runs on the stream's thread after the inputs' tasks; only
+    // there may their contents be read. The arrays travel with it so their
+    // buffers outlive it.
+    encoder.dispatch([launch = launch_, ins = inputs, outs = outputs, scratch]() mutable {
+      std::vector<void*> in, out;
+      for (auto& a : ins) in.push_back(a.data<void>());
+      for (auto& a : outs) out.push_back(a.data<void>());
+      check(launch.kernel, call_abi(launch, in, out, scratch ? scratch->data<void>() : nullptr, nullptr));
+    });
+  }
+
+  void eval_gpu(const std::vector<array>& inputs, std::vector<array>& outputs) override {
+    const Kernel k = launch_.kernel;
+    require_row_contiguous(k, inputs);
+#if defined(MLXCEL_AMDGPU_SHIM_CUDA)
+    require_backend(k, "cuda");
+    auto& encoder = mx::cu::get_command_encoder(stream());
+    for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    for (auto& o : outputs) encoder.set_output_array(o);
+    std::vector<void*> in, out;
+    for (const auto& a : inputs) in.push_back(device_ptr(a));
+    for (const auto& a : outputs) out.push_back(device_ptr(a));
+    void* scratch = nullptr;
+    if (launch_.scratch_bytes > 0) {
+      array tmp = make_scratch(launch_.scratch_bytes);
+      encoder.add_temporary(tmp);  // freed when the graph that uses it is done
+      scratch = device_ptr(tmp);
+    }
+    // Our kernels are launched on the encoder's stream while it captures, so
+    // they become one child graph node of MLX's CUDA graph, ordered by the
+    // input and output registration above like MLX's own library calls.
+    auto capture = encoder.capture_context();
+    MlxcelAmdgpuStatus status =
+        call_abi(launch_, in, out, scratch, static_cast<void*>(static_cast<cudaStream_t>(encoder.stream())));
+    if (status != MLXCEL_AMDGPU_OK) capture.discard = true;
+    check(k, status);
+#elif defined(MLXCEL_AMDGPU_SHIM_ROCM)
+    // UNTESTED (no ROCm here): mlxcel's fork, mlx/backend/rocm/device.h at
+    // lablup/mlxcel 1380e5d1. launch_kernel hands us the encoder's HIP
+    // stream and orders the launch after the graph it has accumulated.
+    require_backend(k, "hip");
+    auto& encoder = mx::rocm::get_command_encoder(stream());
+    for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+    for (const auto& in : inputs) encoder.set_input_array(in);
+    for (auto& o : outputs) encoder.set_output_array(o);
+    std::vector<void*> in, out;
+    for (const auto& a : inputs) in.push_back(const_cast<void*>(a.data<void>()));
+    for (auto& a : outputs) out.push_back(a.data<void>());
+    void* scratch = nullptr;
+    if (launch_.scratch_bytes > 0) {
+      array tmp = make_scratch(launch_.scratch_bytes);
+      encoder.add_temporary(tmp);
+      scratch = tmp.data<void>();
+    }
+    encoder.launch_kernel([&](hipStream_t s) { check(k, call_abi(launch_, in, out, scratch, static_cast<void*>(s))); });
+#else
+    (void)outputs;
+    throw std::runtime_error(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) +
+                             "] this shim was built without a GPU backend (MLXCEL_AMDGPU_SHIM_CUDA or "
+                             "MLXCEL_AMDGPU_SHIM_ROCM); only the CPU stream works");
+#endif
+  }
+
+  const char* name() const override {
+    return name_for(launch_.kernel);
+  }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto* o = dynamic_cast<const AbiKernel*>(&other);
+    return o && o->launch_ == launch_;
+  }
+
+ private:
+  static const char* name_for(Kernel k) {
+    switch (k) {
+      case Kernel::Xielu: return "MlxcelAmdgpuXielu";
+      case Kernel::Add3LayerNorm: return "MlxcelAmdgpuAdd3LayerNorm";
+      case Kernel::Mamba1Scan: return "MlxcelAmdgpuMamba1Scan";
+      case Kernel::MoeFc1Relu2: return "MlxcelAmdgpuMoeFc1Relu2";
+      case Kernel::MoeDown: return "MlxcelAmdgpuMoeDown";
+      case Kernel::MoeRoutedForward: return "MlxcelAmdgpuMoeRoutedForward";
+    }
+    return "MlxcelAmdgpu";
+  }
+
+#if defined(MLXCEL_AMDGPU_SHIM_CUDA)
+  // The device address of a buffer. Array::data() would move a CUDA buffer to
+  // unified memory for the host; the kernels need the device pointer.
+  static void* device_ptr(const array& a) {
+    auto* buf = static_cast<const mx::cu::CudaBuffer*>(a.buffer().ptr());
+    return static_cast<char*>(buf->data) + a.offset();
+  }
+#endif
+
+  Launch launch_;
+};
+
+// The arrays a getter returns: the primitive over row-contiguous copies of
+// the buffers it reads (mx::contiguous shares a buffer that already is).
+std::vector<array> make_outputs(const mx::Stream& s, const Launch& launch, std::vector<Shape> shapes,
+                                const std::vector<mx::Dtype>& dtypes, const std::vector<array>& buffers,
+                                bool verbose) {
+  std::vector<array> inputs;
+  for (const auto& b : buffers) inputs.push_back(mx::contiguous(b, false, s));
+  if (verbose) std::cerr << "[mlxcel_amdgpu::shim::" << kernel_name(launch.kernel) << "] on " << describe_device() << "\n";
+  return array::make_arrays(std::move(shapes), dtypes, std::make_shared<AbiKernel>(s, launch), inputs);
+}
+
+void common_checks(Kernel k, const std::vector<array>& inputs, size_t n_inputs, std::optional<float> init_value) {
+  if (inputs.size() != n_inputs)
+    refuse(k, "expects " + std::to_string(n_inputs) + " inputs, got " + std::to_string(inputs.size()));
+  // The kernels write every output element; an initial value would be a
+  // promise they do not keep.
+  if (init_value) refuse(k, "init_value is not supported (every output element is written)");
+}
+
+mx::Dtype activation_dtype(Kernel k, Template& t) {
+  mx::Dtype d = t.dtype("T");
+  if (!abi_dtype(d)) refuse(k, "template argument 'T' must be float32, float16 or bfloat16, got " + str(d));
+  return d;
+}
+
+std::vector<array> xielu(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                         const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>, std::tuple<int, int, int>,
+                         TemplateArgs targs, std::optional<float> init_value, bool verbose, mx::StreamOrDevice sd) {
+  const Kernel k = Kernel::Xielu;
+  common_checks(k, inputs, 5, init_value);
+  Template t(k, targs);
+  mx::Dtype T = activation_dtype(k, t);
+  const array& x = inputs[0];
+  if (x.ndim() != 1) refuse(k, "input 'x' must be flat ([n]), got " + str(x.shape()));
+  expect_input(k, x, "x", T, x.shape());
+  t.int_equal("n", int64_t(x.size()), false);
+  t.done();
+  expect_outputs(k, shapes, dtypes, {x.shape()}, {T});
+  Launch l{k};
+  l.dtype = *abi_dtype(T);
+  l.n = x.size();
+  const char* names[4] = {"alpha_p", "alpha_n", "beta", "eps"};
+  for (int i = 0; i < 4; ++i) l.scalars[i] = scalar_input(k, inputs[1 + i], names[i]);
+  if (!mlxcel_amdgpu_xielu_available(l.dtype)) unavailable(k, T);
+  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, {x}, verbose);
+}
+
+std::vector<array> add3_layer_norm(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                                   const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
+                                   std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
+                                   bool verbose, mx::StreamOrDevice sd) {
+  const Kernel k = Kernel::Add3LayerNorm;
+  common_checks(k, inputs, 6, init_value);
+  Template t(k, targs);
+  mx::Dtype T = activation_dtype(k, t);
+  const array& x = inputs[2];
+  if (x.ndim() < 1 || x.shape().back() < 1) refuse(k, "input 'rx' must have a non-empty last axis, got " + str(x.shape()));
+  const int64_t D = x.shape().back();
+  expect_input(k, inputs[0], "ra", T, x.shape());
+  expect_input(k, inputs[1], "rb", T, x.shape());
+  expect_input(k, x, "rx", T, x.shape());
+  expect_input(k, inputs[3], "w", T, {int(D)});
+  t.int_equal("D", D, true);
+  t.int_equal("W_STRIDE", 1, true);
+  const int b_stride = t.int_value("B_STRIDE");
+  t.done();
+  const array& bias = inputs[4];
+  if (b_stride == 1) {
+    expect_input(k, bias, "bias", T, {int(D)});
+  } else if (b_stride == 0) {
+    if (bias.dtype() != T || bias.size() != 1)
+      refuse(k, "input 'bias' with B_STRIDE 0 must be one " + str(T) + " element, got " + str(bias.shape()) + " " +
+                    str(bias.dtype()));
+  } else {
+    refuse(k, "template argument 'B_STRIDE' must be 0 or 1, got " + std::to_string(b_stride));
+  }
+  expect_outputs(k, shapes, dtypes, {x.shape(), x.shape()}, {T, T});
+  Launch l{k};
+  l.dtype = *abi_dtype(T);
+  l.scalars[0] = scalar_input(k, inputs[5], "eps");
+  if (l.scalars[0] < 0) refuse(k, "input 'eps' must not be negative");
+  const int64_t rows = int64_t(x.size()) / D;
+  l.rows = to_u32(k, "rows", rows);
+  l.d = to_u32(k, "D", D);
+  if (!mlxcel_amdgpu_add3_layer_norm_available(l.dtype)) unavailable(k, T);
+  if (!mlxcel_amdgpu_add3_layer_norm_supports(l.dtype, l.rows, l.d))
+    refuse(k, "shape not supported: D = " + std::to_string(D) + " (at most " + std::to_string(MLXCEL_AMDGPU_ADD3_MAX_D) +
+                  "), rows = " + std::to_string(rows) + " (at most " + std::to_string(MLXCEL_AMDGPU_ADD3_MAX_ROWS) + ")");
+  std::vector<array> buffers = {inputs[0], inputs[1], x, inputs[3]};
+  if (b_stride == 1) {
+    l.has_bias = true;
+    buffers.push_back(bias);
+  } else {
+    // mlxcel passes zeros({1}) when the norm has no bias: that is the C ABI's
+    // NULL bias (+0.0). Any other broadcast scalar is expanded to a row.
+    auto c = constant_of(bias);
+    if (!(c && *c == 0.0f)) {
+      l.has_bias = true;
+      buffers.push_back(mx::broadcast_to(mx::reshape(bias, {1}, sd), {int(D)}, sd));
+    }
+  }
+  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, buffers, verbose);
+}
+
+std::vector<array> mamba1_scan(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                               const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
+                               std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
+                               bool verbose, mx::StreamOrDevice sd) {
+  const Kernel k = Kernel::Mamba1Scan;
+  common_checks(k, inputs, 7, init_value);
+  Template t(k, targs);
+  mx::Dtype T = activation_dtype(k, t);
+  const array& X = inputs[0];
+  const array& Bm = inputs[2];
+  if (X.ndim() != 3) refuse(k, "input 'X' must be [B, L, Dm], got " + str(X.shape()));
+  if (Bm.ndim() != 3) refuse(k, "input 'Bm' must be [B, L, N], got " + str(Bm.shape()));
+  const int B = X.shape(0), L = X.shape(1), Dm = X.shape(2), N = Bm.shape(2);
+  expect_input(k, X, "X", T, {B, L, Dm});
+  expect_input(k, inputs[1], "DT", T, {B, L, Dm});
+  expect_input(k, Bm, "Bm", T, {B, L, N});
+  expect_input(k, inputs[3], "Cm", T, {B, L, N});
+  expect_input(k, inputs[4], "A", mx::float32, {Dm, N});
+  expect_input(k, inputs[5], "Dp", T, {Dm});
+  expect_input(k, inputs[6], "state_in", mx::float32, {B, Dm, N});
+  t.int_equal("N", N, true);
+  t.int_equal("Dm", Dm, true);
+  t.done();
+  expect_outputs(k, shapes, dtypes, {{B, L, Dm}, {B, Dm, N}}, {T, mx::float32});
+  Launch l{k};
+  l.dtype = *abi_dtype(T);
+  l.batch = to_u32(k, "B", B);
+  l.len = to_u32(k, "L", L);
+  l.dm = to_u32(k, "Dm", Dm);
+  l.state = to_u32(k, "N", N);
+  if (!mlxcel_amdgpu_mamba1_scan_available(l.dtype)) unavailable(k, T);
+  if (!mlxcel_amdgpu_mamba1_scan_supports(l.dtype, l.batch, l.len, l.dm, l.state))
+    refuse(k, "shape not supported: B = " + std::to_string(B) + " (1.." + std::to_string(MLXCEL_AMDGPU_MAMBA1_MAX_BATCH) +
+                  "), L = " + std::to_string(L) + " (at least 1), Dm = " + std::to_string(Dm) + ", N = " +
+                  std::to_string(N) + " (1.." + std::to_string(MLXCEL_AMDGPU_MAMBA1_MAX_N) + ")");
+  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+}
+
+// The MoE template arguments (shared by the three MoE getters) and the
+// checks of the expert stacks they imply.
+struct MoeArgs {
+  mx::Dtype T;
+  MlxcelAmdgpuMoeShape shape;
+};
+
+MoeArgs moe_args(Kernel k, Template& t, const array& indices, const array& any_w) {
+  mx::Dtype T = activation_dtype(k, t);
+  if (indices.ndim() != 1) refuse(k, "input 'indices' must be [K], got " + str(indices.shape()));
+  if (any_w.ndim() != 3) refuse(k, "the weight stacks must be [E, rows, words], got " + str(any_w.shape()));
+  const int K = indices.shape(0);
+  t.int_equal("K", K, true);
+  const int din = t.int_value("Din"), dff = t.int_value("Dff");
+  const int bits = t.int_value("bits"), gs = t.int_value("group_size");
+  t.done();
+  MlxcelAmdgpuMoeShape s{to_u32(k, "E", any_w.shape(0)), to_u32(k, "K", K), to_u32(k, "Din", din),
+                         to_u32(k, "Dff", dff),         to_u32(k, "bits", bits), to_u32(k, "group_size", gs)};
+  uint32_t code = *abi_dtype(T);
+  if (!mlxcel_amdgpu_moe_available(code)) unavailable(k, T);
+  if (!mlxcel_amdgpu_moe_supports(code, s))
+    refuse(k, "shape not supported: bits " + std::to_string(bits) + " (4 or 8), group_size " + std::to_string(gs) +
+                  " (32, 64 or 128), Din " + std::to_string(din) + " and Dff " + std::to_string(dff) +
+                  " (multiples of group_size, at most " + std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + "), K " +
+                  std::to_string(K) + ", E " + std::to_string(any_w.shape(0)));
+  return {T, s};
+}
+
+// An expert stack in MLX's affine format: w [E, rows, cols*bits/32] u32,
+// scales and biases [E, rows, cols/gs] of T.
+void expect_stack(Kernel k, const std::vector<array>& in, size_t at, const char* w, const char* s, const char* b,
+                  const MoeArgs& m, int rows, int cols) {
+  const int E = int(m.shape.n_experts);
+  expect_input(k, in[at], w, mx::uint32, {E, rows, int(cols * m.shape.bits / 32)});
+  expect_input(k, in[at + 1], s, m.T, {E, rows, int(cols / m.shape.group_size)});
+  expect_input(k, in[at + 2], b, m.T, {E, rows, int(cols / m.shape.group_size)});
+}
+
+std::vector<array> moe_fc1_relu2(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                                 const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
+                                 std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
+                                 bool verbose, mx::StreamOrDevice sd) {
+  const Kernel k = Kernel::MoeFc1Relu2;
+  common_checks(k, inputs, 5, init_value);
+  Template t(k, targs);
+  MoeArgs m = moe_args(k, t, inputs[1], inputs[2]);
+  const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
+  expect_input(k, inputs[0], "x", m.T, {din});
+  expect_input(k, inputs[1], "indices", mx::uint32, {K});
+  expect_stack(k, inputs, 2, "fc1_w", "fc1_s", "fc1_b", m, dff, din);
+  expect_outputs(k, shapes, dtypes, {{K, dff}}, {mx::float32});
+  Launch l{k};
+  l.dtype = *abi_dtype(m.T);
+  l.moe = m.shape;
+  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+}
+
+std::vector<array> moe_down(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                            const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>, std::tuple<int, int, int>,
+                            TemplateArgs targs, std::optional<float> init_value, bool verbose, mx::StreamOrDevice sd) {
+  const Kernel k = Kernel::MoeDown;
+  common_checks(k, inputs, 6, init_value);
+  Template t(k, targs);
+  MoeArgs m = moe_args(k, t, inputs[0], inputs[1]);
+  const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
+  expect_input(k, inputs[0], "indices", mx::uint32, {K});
+  expect_stack(k, inputs, 1, "down_w", "down_s", "down_b", m, din, dff);
+  expect_input(k, inputs[4], "act_g", mx::float32, {K, dff});
+  expect_input(k, inputs[5], "scores", mx::float32, {K});
+  expect_outputs(k, shapes, dtypes, {{K, din}}, {mx::float32});
+  Launch l{k};
+  l.dtype = *abi_dtype(m.T);
+  l.moe = m.shape;
+  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+}
+
+std::vector<array> moe_routed_forward(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                                      const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
+                                      std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
+                                      bool verbose, mx::StreamOrDevice sd) {
+  const Kernel k = Kernel::MoeRoutedForward;
+  common_checks(k, inputs, 9, init_value);
+  Template t(k, targs);
+  MoeArgs m = moe_args(k, t, inputs[1], inputs[2]);
+  const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
+  expect_input(k, inputs[0], "x", m.T, {din});
+  expect_input(k, inputs[1], "indices", mx::uint32, {K});
+  expect_stack(k, inputs, 2, "fc1_w", "fc1_s", "fc1_b", m, dff, din);
+  expect_stack(k, inputs, 5, "down_w", "down_s", "down_b", m, din, dff);
+  if (inputs[5].shape(0) != int(m.shape.n_experts))
+    refuse(k, "input 'down_w' holds " + std::to_string(inputs[5].shape(0)) + " experts, 'fc1_w' " +
+                  std::to_string(m.shape.n_experts));
+  expect_input(k, inputs[8], "scores", mx::float32, {K});
+  expect_outputs(k, shapes, dtypes, {{din}}, {m.T});
+  Launch l{k};
+  l.dtype = *abi_dtype(m.T);
+  l.moe = m.shape;
+  l.scratch_bytes = mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff);
+  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+}
+
+bool predicate(mx::Dtype t, bool (*f)(uint32_t)) {
+  auto code = abi_dtype(t);
+  return code && f(*code);
+}
+
+bool fits_u32(int64_t v) {
+  return v >= 0 && v <= int64_t(UINT32_MAX);
+}
+
+}  // namespace
+
+CustomKernelFunction& xielu_kernel() {
+  static CustomKernelFunction f = xielu;
+  return f;
+}
+CustomKernelFunction& add3_layer_norm_kernel() {
+  static CustomKernelFunction f = add3_layer_norm;
+  return f;
+}
+CustomKernelFunction& mamba1_scan_kernel() {
+  static CustomKernelFunction f = mamba1_scan;
+  return f;
+}
+CustomKernelFunction& moe_fc1_relu2_kernel() {
+  static CustomKernelFunction f = moe_fc1_relu2;
+  return f;
+}
+CustomKernelFunction& moe_down_kernel() {
+  static CustomKernelFunction f = moe_down;
+  return f;
+}
+CustomKernelFunction& moe_routed_forward_kernel() {
+  static CustomKernelFunction f = moe_routed_forward;
+  return f;
+}
+
+bool xielu_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_xielu_available);
+}
+bool add3_layer_norm_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_add3_layer_norm_available);
+}
+bool add3_layer_norm_supports(Dtype t, int64_t rows, int64_t d) {
+  auto code = abi_dtype(t);
+  return code && fits_u32(rows) && fits_u32(d) && mlxcel_amdgpu_add3_layer_norm_supports(*code, rows, d);
+}
+bool mamba1_scan_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_mamba1_scan_available);
+}
+bool mamba1_scan_supports(Dtype t, int64_t batch, int64_t len, int64_t dm, int64_t n) {
+  auto code = abi_dtype(t);
+  return code && fits_u32(batch) && fits_u32(len) && fits_u32(dm) && fits_u32(n) &&
+         mlxcel_amdgpu_mamba1_scan_supports(*code, batch, len, dm, n);
+}
+bool moe_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_moe_available);
+}
+bool moe_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits, int group_size) {
+  auto code = abi_dtype(t);
+  if (!code || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 || group_size < 0)
+    return false;
+  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
+                         uint32_t(group_size)};
+  return mlxcel_amdgpu_moe_supports(*code, s);
+}
+
+bool xielu_available() {
+  return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
+}
+bool add3_layer_norm_available() {
+  return add3_layer_norm_available(mx::float32) && add3_layer_norm_available(mx::float16) &&
+         add3_layer_norm_available(mx::bfloat16);
+}
+bool mamba1_scan_available() {
+  return mamba1_scan_available(mx::float32) && mamba1_scan_available(mx::float16) &&
+         mamba1_scan_available(mx::bfloat16);
+}
+bool moe_available() {
+  return moe_available(mx::float32) && moe_available(mx::float16) && moe_available(mx::bfloat16);
+}
+
+}  // namespace mlxcel_amdgpu::shim

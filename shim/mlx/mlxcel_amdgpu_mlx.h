@@ -1,0 +1,83 @@
+// mlxcel-amdgpu's kernels as MLX custom kernels.
+//
+// Each getter returns a `mlx::core::fast::CustomKernelFunction&` that mlxcel
+// can put verbatim into a `KernelPorts` table (`.rocm`, `.cuda`): it takes the
+// same inputs, output shapes and dtypes, template arguments and scalars as the
+// kernel mlxcel's launcher already calls (docs/mlxcel-integration.md lists
+// them per kernel, with the mlxcel commit they were matched against). The
+// outputs are MLX arrays whose primitive launches through the C ABI of
+// `include/mlxcel_amdgpu.h`:
+//
+//   - on the CPU stream, through MLX's CPU command encoder, on the library's
+//     CPU backend (select it with `mlxcel_amdgpu_select_backend("cpu")` or
+//     MLXCEL_AMDGPU_BACKEND=cpu);
+//   - on the GPU stream, on the stream MLX encodes the primitive on: MLX's CUDA
+//     command encoder (built with MLXCEL_AMDGPU_SHIM_CUDA), or the HIP stream
+//     of mlxcel's MLX fork (MLXCEL_AMDGPU_SHIM_ROCM; not compiled or run yet).
+//
+// The grid and threadgroup arguments are ignored: the library chooses its own
+// launch geometry. Anything else a getter does not expect (an input count, a
+// dtype, a shape, a template argument, an init value) throws
+// `std::invalid_argument` naming it, before anything is launched.
+#pragma once
+
+#include <cstdint>
+
+#include <mlx/array.h>
+#include <mlx/fast.h>
+
+namespace mlxcel_amdgpu::shim {
+
+using mlx::core::Dtype;
+using mlx::core::fast::CustomKernelFunction;
+
+// xIELU (Apertus). Inputs {x [n] T, alpha_p [1] f32, alpha_n [1] f32,
+// beta [1] f32, eps [1] f32}; output {[n] T}; template args {"T"} and,
+// optionally, {"n"} (= n).
+CustomKernelFunction& xielu_kernel();
+
+// Residual add3 + LayerNorm (Cohere2). Inputs {a, b, x [..., D] T, w [D] T,
+// bias [D] T or [1] T with B_STRIDE 0, eps [1] f32}; outputs {x.shape, x.shape}
+// of T; template args {"T", "D", "W_STRIDE" (= 1), "B_STRIDE" (0 or 1)}.
+CustomKernelFunction& add3_layer_norm_kernel();
+
+// Mamba1 selective scan, float32 state. Inputs {X, DT [B, L, Dm] T,
+// Bm, Cm [B, L, N] T, A [Dm, N] f32, Dp [Dm] T, state_in [B, Dm, N] f32};
+// outputs {[B, L, Dm] T, [B, Dm, N] f32}; template args {"T", "N", "Dm"}.
+CustomKernelFunction& mamba1_scan_kernel();
+
+// Nemotron-H squared-ReLU MoE, fc1 step. Inputs {x [Din] T, indices [K] u32,
+// fc1_w [E, Dff, Din*bits/32] u32, fc1_s, fc1_b [E, Dff, Din/gs] T};
+// output {[K, Dff] f32}; template args {"T", "K", "Din", "Dff", "bits",
+// "group_size"}.
+CustomKernelFunction& moe_fc1_relu2_kernel();
+
+// The down step. Inputs {indices [K] u32, down_w [E, Din, Dff*bits/32] u32,
+// down_s, down_b [E, Din, Dff/gs] T, act_g [K, Dff] f32, scores [K] f32};
+// output {[K, Din] f32}; template args as for fc1 (no "act").
+CustomKernelFunction& moe_down_kernel();
+
+// The whole routed forward of one token (fc1 + relu^2, down, combine) in one
+// primitive. Inputs {x [Din] T, indices [K] u32, fc1_w, fc1_s, fc1_b, down_w,
+// down_s, down_b, scores [K] f32}; output {[Din] T}; template args as above.
+CustomKernelFunction& moe_routed_forward_kernel();
+
+// Availability, answered by the C ABI's predicates (so a gate and the shim
+// cannot disagree): the kernel for `dtype` can run on the library's device.
+bool xielu_available(Dtype dtype);
+bool add3_layer_norm_available(Dtype dtype);
+bool add3_layer_norm_supports(Dtype dtype, int64_t rows, int64_t d);
+bool mamba1_scan_available(Dtype dtype);
+bool mamba1_scan_supports(Dtype dtype, int64_t batch, int64_t len, int64_t dm, int64_t n);
+bool moe_available(Dtype dtype);
+bool moe_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
+                  int group_size);
+
+// The same for every activation dtype (float32, float16 and bfloat16), for a
+// gate that is asked before the dtype is known.
+bool xielu_available();
+bool add3_layer_norm_available();
+bool mamba1_scan_available();
+bool moe_available();
+
+}  // namespace mlxcel_amdgpu::shim

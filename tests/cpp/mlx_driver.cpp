@@ -1,0 +1,832 @@
+// Runs mlxcel-amdgpu's kernels inside real MLX through the shim
+// (shim/mlx), the way mlxcel's launchers call their custom kernels, and checks
+// the results: bit for bit against the C ABI called directly on the same
+// inputs, and within the contracts (docs/contracts.md) against MLX's own
+// unfused graphs of the same ops. Also checks that wrong arguments raise.
+//
+//   mlxcel_amdgpu_mlx_driver cpu        # MLX's CPU stream, the library's CPU backend (CI)
+//   mlxcel_amdgpu_mlx_driver gpu [time] # MLX's CUDA stream, the library's CUDA backend (H200);
+//                                       # "time" adds the timing table ("time-smoke": tiny
+//                                       # shapes, to exercise it on the CPU)
+// Prints "MLX shim driver: all checks passed" and exits 0, or FAIL lines and 1.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <mlx/mlx.h>
+
+#include "mlxcel_amdgpu.h"
+#include "mlxcel_amdgpu_mlx.h"
+
+#ifdef MLXCEL_AMDGPU_SHIM_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace mx = mlx::core;
+namespace shim = mlxcel_amdgpu::shim;
+using mx::array;
+using mx::Shape;
+using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
+using Bytes = std::vector<uint8_t>;
+
+static bool g_gpu = false;
+static int g_failures = 0;
+static int g_checks = 0;
+
+static void ok(bool cond, const std::string& what) {
+  ++g_checks;
+  if (!cond) {
+    ++g_failures;
+    std::cout << "FAIL: " << what << std::endl;
+  }
+}
+
+static const char* dname(mx::Dtype t) {
+  return t == mx::float32 ? "f32" : t == mx::float16 ? "f16" : t == mx::bfloat16 ? "bf16" : "?";
+}
+
+static uint32_t abi(mx::Dtype t) {
+  return t == mx::float32 ? MLXCEL_AMDGPU_F32 : t == mx::float16 ? MLXCEL_AMDGPU_F16 : MLXCEL_AMDGPU_BF16;
+}
+
+// ---- data ----------------------------------------------------------------
+
+// Knuth's MMIX LCG, values in [-1, 1) * scale + offset (host/reference/data.rs).
+struct Lcg {
+  uint64_t s;
+  explicit Lcg(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  float next(float scale = 1.0f, float offset = 0.0f) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float((s >> 40) / double(1 << 24)) * 2.0f - 1.0f) * scale + offset;
+  }
+};
+
+static std::vector<float> values(size_t n, uint64_t seed, float scale = 1.0f, float offset = 0.0f) {
+  Lcg g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g.next(scale, offset);
+  return v;
+}
+
+static array make(const std::vector<float>& v, Shape shape, mx::Dtype t) {
+  return mx::astype(array(v.data(), std::move(shape), mx::float32), t);
+}
+
+static Bytes bytes_of(const array& a) {
+  array c = mx::contiguous(a);
+  mx::eval(c);
+  Bytes b(c.nbytes());
+  std::memcpy(b.data(), c.data<uint8_t>(), c.nbytes());
+  return b;
+}
+
+static std::vector<float> floats_of(const array& a) {
+  Bytes b = bytes_of(mx::astype(a, mx::float32));
+  std::vector<float> f(b.size() / 4);
+  std::memcpy(f.data(), b.data(), b.size());
+  return f;
+}
+
+// ---- comparisons ---------------------------------------------------------
+
+static void same_bytes(const std::string& what, const Bytes& got, const Bytes& want, size_t elem) {
+  if (got.size() != want.size()) {
+    ok(false, what + ": " + std::to_string(got.size()) + " bytes, expected " + std::to_string(want.size()));
+    return;
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); i += elem) {
+    if (std::memcmp(&got[i], &want[i], elem) != 0) {
+      if (bad++ == 0) first = i / elem;
+    }
+  }
+  ok(bad == 0, what + ": " + std::to_string(bad) + " of " + std::to_string(got.size() / elem) +
+                   " elements differ from the C ABI (first at " + std::to_string(first) + ")");
+}
+
+// Normalized RMS and max deviation (each divided by the reference's RMS).
+static void close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  double nrms_tol, double nmax_tol) {
+  if (got.size() != want.size() || got.empty()) {
+    ok(false, what + ": sizes " + std::to_string(got.size()) + " and " + std::to_string(want.size()));
+    return;
+  }
+  double d2 = 0, r2 = 0, dmax = 0;
+  size_t nan = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) != std::isnan(want[i])) ++nan;
+    if (std::isnan(got[i]) || std::isnan(want[i])) continue;
+    double d = double(got[i]) - double(want[i]);
+    d2 += d * d;
+    r2 += double(want[i]) * want[i];
+    dmax = std::max(dmax, std::abs(d));
+  }
+  double rms = std::sqrt(r2 / got.size());
+  double nrms = std::sqrt(d2 / got.size()) / std::max(rms, 1e-30), nmax = dmax / std::max(rms, 1e-30);
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: nRMS %.2e (< %.1e), nMax %.2e (< %.1e), NaN mismatches %zu", what.c_str(),
+                nrms, nrms_tol, nmax, nmax_tol, nan);
+  ok(nrms < nrms_tol && nmax < nmax_tol && nan == 0, line);
+  std::cout << "  " << line << std::endl;
+}
+
+static size_t differing(const Bytes& a, const Bytes& b, size_t elem) {
+  size_t n = 0;
+  for (size_t i = 0; i + elem <= std::min(a.size(), b.size()); i += elem) n += std::memcmp(&a[i], &b[i], elem) != 0;
+  return n + (a.size() != b.size());
+}
+
+static void raises(const std::string& what, const std::string& needle, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    ok(std::string(e.what()).find(needle) != std::string::npos,
+       what + ": the message \"" + e.what() + "\" does not name \"" + needle + "\"");
+    return;
+  } catch (const std::exception& e) {
+    ok(false, what + ": raised the wrong kind of exception: " + e.what());
+    return;
+  }
+  ok(false, what + ": did not raise");
+}
+
+// ---- the C ABI on the same inputs -----------------------------------------
+
+// Buffers of the library's device: host memory on the CPU backend, device
+// memory (cudaMalloc) on the CUDA backend.
+struct Device {
+  std::vector<void*> owned;
+  // `misalign`: the address modulo 256 the buffer starts at. The kernels
+  // choose vector or scalar loads by alignment (same contract, not the same
+  // bits), so a direct call gets the alignment of MLX's buffer.
+  void* alloc(size_t n, size_t misalign = 0) {
+    void* p = nullptr;
+#ifdef MLXCEL_AMDGPU_SHIM_CUDA
+    if (g_gpu) {
+      if (cudaMalloc(&p, n + misalign + 1) != cudaSuccess) throw std::runtime_error("cudaMalloc");
+      cudaMemset(p, 0, n + misalign + 1);
+      owned.push_back(p);
+      return static_cast<char*>(p) + misalign;
+    }
+#endif
+    size_t rounded = (n + misalign + 256) / 256 * 256;
+    p = std::aligned_alloc(256, rounded);
+    std::memset(p, 0, rounded);
+    owned.push_back(p);
+    return static_cast<char*>(p) + misalign;
+  }
+  // A copy of `a` on the library's device, at the alignment MLX gave it.
+  void* up(const array& a) {
+    array c = mx::contiguous(a);
+    mx::eval(c);
+    size_t misalign = reinterpret_cast<uintptr_t>(c.data<void>()) % 256;
+    Bytes b = bytes_of(c);
+    void* p = alloc(b.size(), misalign);
+#ifdef MLXCEL_AMDGPU_SHIM_CUDA
+    if (g_gpu) {
+      cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice);
+      return p;
+    }
+#endif
+    std::memcpy(p, b.data(), b.size());
+    return p;
+  }
+  Bytes down(void* p, size_t n) {
+    Bytes b(n);
+#ifdef MLXCEL_AMDGPU_SHIM_CUDA
+    if (g_gpu) {
+      cudaDeviceSynchronize();
+      cudaMemcpy(b.data(), p, n, cudaMemcpyDeviceToHost);
+      return b;
+    }
+#endif
+    std::memcpy(b.data(), p, n);
+    return b;
+  }
+  ~Device() {
+    for (void* p : owned) {
+#ifdef MLXCEL_AMDGPU_SHIM_CUDA
+      if (g_gpu) {
+        cudaFree(p);
+        continue;
+      }
+#endif
+      std::free(p);
+    }
+  }
+};
+
+static void abi_ok(MlxcelAmdgpuStatus s, const std::string& what) {
+  ok(s == MLXCEL_AMDGPU_OK, what + ": the direct C ABI call failed: " + mlxcel_amdgpu_last_error());
+}
+
+// ---- the kernels, called as mlxcel calls them ------------------------------
+
+static array f32_scalar(float v) {
+  return mx::full({1}, v, mx::float32);
+}
+
+static const std::tuple<int, int, int> kAnyGrid{7, 7, 7};  // ignored by the shim
+
+static array xielu_shim(const array& x, float ap, float an, float be, float ep, bool with_n = true) {
+  // mlx_cxx_kernels.cpp, fused_xielu: flat x, four [1] f32 scalars, T (and n
+  // off ROCm), grid (ceil(n/256)*256, 1, 1), threadgroup (256, 1, 1).
+  int n = int(x.size());
+  auto xflat = mx::reshape(x, {n});
+  TemplateArgs ta = {{"T", x.dtype()}};
+  if (with_n) ta.push_back({"n", n});
+  auto out = shim::xielu_kernel()({xflat, f32_scalar(ap), f32_scalar(an), f32_scalar(be), f32_scalar(ep)}, {Shape{n}},
+                                  {x.dtype()}, {(n + 255) / 256 * 256, 1, 1}, {256, 1, 1}, ta, std::nullopt, false, {});
+  return mx::reshape(out[0], x.shape());
+}
+
+static array xielu_graph(const array& x, float ap, float an, float be, float ep) {
+  // mlxcel's xielu_elementwise.
+  auto dt = x.dtype();
+  auto pos = mx::multiply(array(ap, dt), mx::square(x));
+  auto neg = mx::multiply(array(an, dt), mx::subtract(mx::expm1(mx::minimum(x, array(ep, dt))), x));
+  return mx::add(mx::where(mx::greater(x, array(0.0f, dt)), pos, neg), mx::multiply(x, array(be, dt)));
+}
+
+static void test_xielu() {
+  const float ap = 0.8731f, an = 0.6042f, be = 0.5f, ep = -1e-6f;
+  std::vector<float> v = {0.0f, -0.0f, 1e-7f, -1e-7f, 5e-7f, -5e-7f, 1e-6f, -1e-6f, 2e-6f, -2e-6f, 1e-4f, -1e-4f,
+                          1e-3f, -1e-3f, 0.5f, -0.5f, 1.0f, -1.0f, 2.5f, -2.5f, 8.0f, -8.0f, 42.0f, -42.0f, 90.0f, -90.0f};
+  for (int k = 0; k < 2048; ++k) v.push_back((k - 1024) * 0.05f);
+  for (float r : values(4096, 0x2069, 12.0f)) v.push_back(r);
+  const int n = int(v.size());
+  for (mx::Dtype t : {mx::float32, mx::float16, mx::bfloat16}) {
+    std::string name = std::string("xielu ") + dname(t);
+    array x = make(v, {n / 2, 2}, t);  // 2-D: the launcher flattens it
+    array got = xielu_shim(x, ap, an, be, ep);
+    Bytes gb = bytes_of(got);
+    Device d;
+    Bytes xb = bytes_of(x);
+    void* dx = d.up(x);
+    void* dout = d.alloc(xb.size());
+    abi_ok(mlxcel_amdgpu_xielu(abi(t), dx, dout, n, ap, an, be, ep, nullptr), name);
+    same_bytes(name + " vs the C ABI", gb, d.down(dout, xb.size()), mx::size_of(t));
+    // Negative control: the comparison sees a parameter passed wrong.
+    ok(differing(bytes_of(xielu_shim(x, ap, an * 1.01f, be, ep)), gb, mx::size_of(t)) > 100,
+       name + ": a perturbed alpha_n went unnoticed");
+    // The ROCm spelling (no "n") and any grid give the same bits.
+    same_bytes(name + " without 'n'", bytes_of(xielu_shim(x, ap, an, be, ep, false)), gb, mx::size_of(t));
+    // A strided (non-row-contiguous) input is made contiguous first.
+    array wide = mx::concatenate({mx::reshape(x, {n, 1}), mx::zeros({n, 1}, t)}, 1);
+    array strided = mx::squeeze(mx::slice(wide, {0, 0}, {n, 1}), 1);
+    mx::eval(strided);
+    ok(!strided.flags().row_contiguous || g_gpu, name + ": the strided test input is unexpectedly contiguous");
+    same_bytes(name + " of a strided input", bytes_of(xielu_shim(strided, ap, an, be, ep)), gb, mx::size_of(t));
+    // MLX's own elementwise graph: the same op-by-op roundings, but MLX's
+    // expm1 is not AMD's expm1f, so within the design's budget.
+    double tol[2] = {t == mx::float32 ? 1e-6 : t == mx::float16 ? 2e-3 : 1.6e-2,
+                     t == mx::float32 ? 1e-5 : t == mx::float16 ? 1.2e-2 : 7e-2};
+    close(name + " vs MLX's graph", floats_of(got), floats_of(xielu_graph(x, ap, an, be, ep)), tol[0], tol[1]);
+  }
+}
+
+static std::vector<array> add3_shim(const array& a, const array& b, const array& x, const array& w,
+                                    const std::optional<array>& bias, float eps) {
+  // mlx_cxx_kernels.cpp, fused_add3_layer_norm.
+  auto T = x.dtype();
+  const int D = x.shape().back();
+  array bias_arr = bias ? mx::astype(*bias, T) : mx::zeros({1}, T);
+  const int b_stride = bias && bias->ndim() == 1 ? 1 : 0;
+  TemplateArgs ta = {{"T", T}, {"D", D}, {"W_STRIDE", 1}, {"B_STRIDE", b_stride}};
+  const int rows = int(x.size() / D);
+  return shim::add3_layer_norm_kernel()({a, b, x, mx::astype(w, T), bias_arr, mx::full({1}, eps, mx::float32)},
+                                        {x.shape(), x.shape()}, {T, T}, {rows * 256, 1, 1}, {256, 1, 1}, ta,
+                                        std::nullopt, false, {});
+}
+
+static void test_add3() {
+  struct Case {
+    mx::Dtype t;
+    int d, rows;
+    bool bias;
+  };
+  const Case cases[] = {{mx::float16, 4096, 5, false}, {mx::bfloat16, 4096, 2, true}, {mx::float16, 96, 4, false},
+                        {mx::float32, 1025, 3, false}, {mx::bfloat16, 6656, 2, true}, {mx::bfloat16, 5, 2, false}};
+  const float eps = 1e-5f;
+  for (const auto& c : cases) {
+    std::string name = std::string("add3_layer_norm ") + dname(c.t) + " d=" + std::to_string(c.d) +
+                       " rows=" + std::to_string(c.rows) + (c.bias ? " bias" : "");
+    const size_t n = size_t(c.d) * c.rows;
+    Shape s = {1, c.rows, c.d};
+    array a = make(values(n, 1), s, c.t), b = make(values(n, 2), s, c.t), x = make(values(n, 3, 4.0f), s, c.t);
+    array w = make(values(c.d, 4, 0.5f), {c.d}, c.t);
+    std::optional<array> bias;
+    if (c.bias) bias = make(values(c.d, 5, 0.1f), {c.d}, c.t);
+    auto got = add3_shim(a, b, x, w, bias, eps);
+    Device d;
+    const size_t bytes = n * mx::size_of(c.t);
+    void* dxn = d.alloc(bytes);
+    void* dh = d.alloc(bytes);
+    abi_ok(mlxcel_amdgpu_add3_layer_norm(abi(c.t), d.up(a), d.up(b), d.up(x),
+                                         d.up(w), bias ? d.up(*bias) : nullptr, dxn, dh, c.rows,
+                                         c.d, eps, nullptr),
+           name);
+    same_bytes(name + " x_new vs the C ABI", bytes_of(got[0]), d.down(dxn, bytes), mx::size_of(c.t));
+    same_bytes(name + " h vs the C ABI", bytes_of(got[1]), d.down(dh, bytes), mx::size_of(c.t));
+    // The unfused MLX pair: the residual is the same rounding of the same
+    // sums, bit for bit; MLX's layer_norm reduces in another order, so h is
+    // within a few ulps of T.
+    array x_new = mx::add(mx::add(a, b), x);
+    same_bytes(name + " x_new vs MLX's add", bytes_of(got[0]), bytes_of(x_new), mx::size_of(c.t));
+    double tol = c.t == mx::float32 ? 1e-5 : c.t == mx::float16 ? 5e-3 : 4e-2;
+    close(name + " h vs MLX's layer_norm", floats_of(got[1]), floats_of(mx::fast::layer_norm(x_new, w, bias, eps)),
+          tol / 4, tol);
+  }
+  // A bias passed as one broadcast element (B_STRIDE 0) that is not zero.
+  {
+    const int D = 64, rows = 3;
+    Shape s = {rows, D};
+    auto t = mx::bfloat16;
+    array a = make(values(rows * D, 1), s, t), b = make(values(rows * D, 2), s, t), x = make(values(rows * D, 3), s, t);
+    array w = make(values(D, 4, 0.5f), {D}, t);
+    array scalar_bias = mx::astype(array(0.25f), t);  // 0-d: B_STRIDE 0 at the call site
+    auto got = add3_shim(a, b, x, w, scalar_bias, 1e-5f);
+    auto want = add3_shim(a, b, x, w, mx::full({D}, 0.25f, t), 1e-5f);
+    same_bytes("add3_layer_norm broadcast bias", bytes_of(got[1]), bytes_of(want[1]), 2);
+  }
+}
+
+static std::vector<array> mamba_shim(const array& x, const array& delta, const array& bm, const array& cm,
+                                     const array& a, const array& dskip, const array& state_in) {
+  // mlx_cxx_kernels.cpp, mamba1_selective_scan (float32-state variant).
+  auto t = x.dtype();
+  int B = x.shape(0), L = x.shape(1), Dm = x.shape(2), N = bm.shape().back();
+  TemplateArgs ta = {{"T", t}, {"N", N}, {"Dm", Dm}};
+  std::vector<array> in = {x, mx::astype(delta, t), mx::astype(bm, t), mx::astype(cm, t), mx::astype(a, mx::float32),
+                           mx::astype(dskip, t), mx::astype(state_in, mx::float32)};
+  return shim::mamba1_scan_kernel()(in, {Shape{B, L, Dm}, Shape{B, Dm, N}}, {t, mx::float32},
+                                    {32, (Dm + 7) / 8 * 8, B}, {32, 8, 1}, ta, std::nullopt, false, {});
+}
+
+// The scan as an MLX graph in float32, step by step.
+static std::vector<array> mamba_graph(const array& x, const array& dt, const array& bm, const array& cm,
+                                      const array& a, const array& dskip, array s) {
+  int B = x.shape(0), L = x.shape(1), Dm = x.shape(2), N = bm.shape(2);
+  auto f = [](const array& v) { return mx::astype(v, mx::float32); };
+  std::vector<array> ys;
+  for (int t = 0; t < L; ++t) {
+    array xt = f(mx::slice(x, {0, t, 0}, {B, t + 1, Dm}));   // [B,1,Dm]
+    array dtt = f(mx::slice(dt, {0, t, 0}, {B, t + 1, Dm}));
+    array bt = f(mx::slice(bm, {0, t, 0}, {B, t + 1, N}));   // [B,1,N]
+    array ct = f(mx::slice(cm, {0, t, 0}, {B, t + 1, N}));
+    array dtc = mx::swapaxes(dtt, 1, 2), xc = mx::swapaxes(xt, 1, 2);  // [B,Dm,1]
+    s = mx::add(mx::multiply(mx::exp(mx::multiply(dtc, a)), s), mx::multiply(mx::multiply(dtc, xc), bt));
+    array y = mx::add(mx::sum(mx::multiply(s, ct), 2), mx::multiply(mx::reshape(xt, {B, Dm}), f(dskip)));
+    ys.push_back(mx::reshape(y, {B, 1, Dm}));
+  }
+  return {mx::concatenate(ys, 1), s};
+}
+
+static void test_mamba() {
+  struct Case {
+    mx::Dtype t;
+    int B, L, Dm, N;
+  };
+  const Case cases[] = {{mx::float32, 2, 7, 24, 16}, {mx::float32, 2, 1, 24, 32}, {mx::bfloat16, 1, 64, 24, 16},
+                        {mx::float16, 1, 9, 40, 8}};
+  for (const auto& c : cases) {
+    std::string name = std::string("mamba1_scan ") + dname(c.t) + " B=" + std::to_string(c.B) +
+                       " L=" + std::to_string(c.L) + " N=" + std::to_string(c.N);
+    size_t nx = size_t(c.B) * c.L * c.Dm, nb = size_t(c.B) * c.L * c.N;
+    array x = make(values(nx, 1), {c.B, c.L, c.Dm}, c.t);
+    array dt = make(values(nx, 2, 0.25f, 0.3f), {c.B, c.L, c.Dm}, c.t);
+    array bm = make(values(nb, 3), {c.B, c.L, c.N}, c.t), cm = make(values(nb, 4), {c.B, c.L, c.N}, c.t);
+    array a = make(values(size_t(c.Dm) * c.N, 5, 0.5f, -1.0f), {c.Dm, c.N}, mx::float32);
+    array dskip = make(values(c.Dm, 6), {c.Dm}, c.t);
+    array s0 = make(values(size_t(c.B) * c.Dm * c.N, 7, 0.5f), {c.B, c.Dm, c.N}, mx::float32);
+    auto got = mamba_shim(x, dt, bm, cm, a, dskip, s0);
+    Device d;
+    size_t ybytes = nx * mx::size_of(c.t), sbytes = size_t(c.B) * c.Dm * c.N * 4;
+    void* dy = d.alloc(ybytes);
+    void* ds = d.alloc(sbytes);
+    abi_ok(mlxcel_amdgpu_mamba1_scan(abi(c.t), d.up(x), d.up(dt), d.up(bm),
+                                     d.up(cm), static_cast<const float*>(d.up(a)),
+                                     d.up(dskip), static_cast<const float*>(d.up(s0)), dy,
+                                     static_cast<float*>(ds), c.B, c.L, c.Dm, c.N, nullptr),
+           name);
+    same_bytes(name + " y vs the C ABI", bytes_of(got[0]), d.down(dy, ybytes), mx::size_of(c.t));
+    same_bytes(name + " state vs the C ABI", bytes_of(got[1]), d.down(ds, sbytes), 4);
+    auto want = mamba_graph(x, dt, bm, cm, a, dskip, s0);
+    double ytol = c.t == mx::float32 ? 1e-5 : c.t == mx::float16 ? 1e-3 : 1e-2;
+    close(name + " y vs MLX's graph", floats_of(got[0]), floats_of(want[0]), ytol, ytol * 8);
+    close(name + " state vs MLX's graph", floats_of(got[1]), floats_of(want[1]), 1e-5, 1e-4);
+    if (c.L > 1) {
+      // A scan of L1 + L2 steps equals a scan of L1 then L2 from its state.
+      int l1 = c.L / 2;
+      auto cut = [&](const array& v, int from, int to) {
+        return mx::slice(v, {0, from, 0}, {c.B, to, v.shape(2)});
+      };
+      auto first = mamba_shim(cut(x, 0, l1), cut(dt, 0, l1), cut(bm, 0, l1), cut(cm, 0, l1), a, dskip, s0);
+      auto second = mamba_shim(cut(x, l1, c.L), cut(dt, l1, c.L), cut(bm, l1, c.L), cut(cm, l1, c.L), a, dskip,
+                               first[1]);
+      same_bytes(name + " chunked state", bytes_of(second[1]), bytes_of(got[1]), 4);
+      same_bytes(name + " chunked y", bytes_of(mx::concatenate({first[0], second[0]}, 1)), bytes_of(got[0]),
+                 mx::size_of(c.t));
+    }
+  }
+}
+
+// ---- the Nemotron MoE block: MLX router and top-k, our experts, MLX residual --
+
+struct Moe {
+  mx::Dtype t;
+  int E, K, din, dff, bits, gs;
+  array x, gate_w, corr_bias, w1, s1, b1, w2, s2, b2;
+};
+
+static Moe make_moe(mx::Dtype t, int E, int K, int din, int dff, int bits, int gs) {
+  auto q1 = mx::quantize(make(values(size_t(E) * dff * din, 11, 0.05f), {E, dff, din}, t), gs, bits);
+  auto q2 = mx::quantize(make(values(size_t(E) * din * dff, 12, 0.05f), {E, din, dff}, t), gs, bits);
+  return {t,
+          E,
+          K,
+          din,
+          dff,
+          bits,
+          gs,
+          make(values(din, 13), {1, din}, t),
+          make(values(size_t(E) * din, 14, 0.1f), {E, din}, t),
+          make(values(E, 15, 0.01f), {E}, mx::float32),
+          q1[0],
+          q1[1],
+          q1[2],
+          q2[0],
+          q2[1],
+          q2[2]};
+}
+
+// mlx_cxx_kernels.cpp, fused_moe_forward's router: sigmoid scores with a
+// correction bias, argpartition top-k, normalized.
+static std::pair<array, array> router(const Moe& m) {
+  auto gates = mx::matmul(m.x, mx::transpose(m.gate_w));
+  auto orig = mx::sigmoid(mx::astype(gates, mx::float32));
+  auto neg = mx::negative(mx::add(orig, m.corr_bias));
+  auto idx = mx::slice(mx::argpartition(neg, m.K - 1, -1), {0, 0}, {1, m.K});
+  auto scores = mx::take_along_axis(orig, idx, -1);
+  scores = mx::multiply(mx::divide(scores, mx::add(mx::sum(scores, -1, true), array(1e-20f))), array(2.5f));
+  return {idx, scores};
+}
+
+static TemplateArgs moe_ta(const Moe& m) {
+  return {{"T", m.t}, {"K", m.K}, {"Din", m.din}, {"Dff", m.dff}, {"bits", m.bits}, {"group_size", m.gs}};
+}
+
+// fused_moe_forward's MLXCEL_FUSED_MOE_RELU2 branch, with the shim's kernels.
+static std::vector<array> routed_two_kernels(const Moe& m, const array& idx, const array& scores) {
+  auto T = m.t;
+  auto ta = moe_ta(m);
+  auto idx_u32 = mx::astype(mx::reshape(idx, {m.K}), mx::uint32);
+  auto rA = shim::moe_fc1_relu2_kernel()(
+      {mx::astype(mx::reshape(m.x, {m.din}), T), idx_u32, m.w1, mx::astype(m.s1, T), mx::astype(m.b1, T)},
+      {Shape{m.K, m.dff}}, {mx::float32}, {32, m.dff, m.K}, {32, 2, 1}, ta, std::nullopt, false, {});
+  auto rB = shim::moe_down_kernel()({idx_u32, m.w2, mx::astype(m.s2, T), mx::astype(m.b2, T), rA[0],
+                                     mx::astype(mx::reshape(scores, {m.K}), mx::float32)},
+                                    {Shape{m.K, m.din}}, {mx::float32}, {32, m.din, m.K}, {32, 2, 1}, ta,
+                                    std::nullopt, false, {});
+  return {rA[0], rB[0], mx::reshape(mx::astype(mx::sum(rB[0], 0, false), T), {1, m.din})};
+}
+
+static array routed_one_kernel(const Moe& m, const array& idx, const array& scores) {
+  auto T = m.t;
+  auto out = shim::moe_routed_forward_kernel()(
+      {mx::reshape(m.x, {m.din}), mx::astype(mx::reshape(idx, {m.K}), mx::uint32), m.w1, m.s1, m.b1, m.w2, m.s2, m.b2,
+       mx::astype(mx::reshape(scores, {m.K}), mx::float32)},
+      {Shape{m.din}}, {T}, kAnyGrid, kAnyGrid, moe_ta(m), std::nullopt, false, {});
+  return mx::reshape(out[0], {1, m.din});
+}
+
+// fused_moe_forward's default branch: MLX's gather_qmm.
+static array routed_gather_qmm(const Moe& m, const array& idx, const array& scores) {
+  auto h = mx::gather_qmm(mx::reshape(m.x, {1, 1, 1, m.din}), m.w1, m.s1, m.b1, std::nullopt, idx, true, m.gs, m.bits);
+  h = mx::square(mx::maximum(h, array(0.0f, h.dtype())));
+  h = mx::squeeze(mx::gather_qmm(h, m.w2, m.s2, m.b2, std::nullopt, idx, true, m.gs, m.bits), -2);
+  auto sc = mx::astype(mx::reshape(scores, {1, m.K, 1}), h.dtype());
+  return mx::astype(mx::sum(mx::multiply(h, sc), -2, false), m.t);
+}
+
+// A dense float32 reference of the routed experts (the contract's oracle).
+static array routed_dense_f32(const Moe& m, const array& idx, const array& scores) {
+  auto deq = [&](const array& w, const array& s, const array& b) {
+    return mx::dequantize(w, mx::astype(s, mx::float32), mx::astype(b, mx::float32), m.gs, m.bits);
+  };
+  auto i = mx::reshape(idx, {m.K});
+  auto w1 = mx::take(deq(m.w1, m.s1, m.b1), i, 0), w2 = mx::take(deq(m.w2, m.s2, m.b2), i, 0);
+  auto x = mx::reshape(mx::astype(m.x, mx::float32), {m.din, 1});
+  auto act = mx::square(mx::maximum(mx::matmul(w1, x), array(0.0f)));               // [K, dff, 1]
+  auto part = mx::reshape(mx::matmul(w2, act), {m.K, m.din});                        // [K, din]
+  return mx::sum(mx::multiply(part, mx::reshape(scores, {m.K, 1})), 0, false);      // [din] f32
+}
+
+static void test_moe() {
+  struct Case {
+    mx::Dtype t;
+    int E, K, din, dff, bits, gs;
+  };
+  const Case cases[] = {{mx::bfloat16, 8, 4, 512, 384, 4, 64},
+                        {mx::bfloat16, 8, 6, 256, 192, 8, 32},
+                        {mx::float16, 4, 2, 256, 128, 4, 128},
+                        {mx::float32, 4, 3, 128, 256, 8, 64}};
+  for (const auto& c : cases) {
+    std::string name = std::string("moe ") + dname(c.t) + " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
+                       " " + std::to_string(c.din) + "x" + std::to_string(c.dff) + " bits=" + std::to_string(c.bits) +
+                       " gs=" + std::to_string(c.gs);
+    Moe m = make_moe(c.t, c.E, c.K, c.din, c.dff, c.bits, c.gs);
+    auto [idx, scores] = router(m);
+    mx::eval(idx, scores);
+    auto two = routed_two_kernels(m, idx, scores);
+    array one = routed_one_kernel(m, idx, scores);
+
+    // The C ABI on the same inputs.
+    Device d;
+    MlxcelAmdgpuMoeShape s{uint32_t(c.E), uint32_t(c.K), uint32_t(c.din), uint32_t(c.dff), uint32_t(c.bits),
+                           uint32_t(c.gs)};
+    auto T = c.t;
+    void* x = d.up(mx::reshape(m.x, {c.din}));
+    auto* id = static_cast<const uint32_t*>(d.up(mx::astype(mx::reshape(idx, {c.K}), mx::uint32)));
+    auto* sc = static_cast<const float*>(d.up(mx::astype(mx::reshape(scores, {c.K}), mx::float32)));
+    auto* w1 = static_cast<const uint32_t*>(d.up(m.w1));
+    auto* w2 = static_cast<const uint32_t*>(d.up(m.w2));
+    void *s1 = d.up(m.s1), *b1 = d.up(m.b1), *s2 = d.up(m.s2), *b2 = d.up(m.b2);
+    size_t act_bytes = size_t(c.K) * c.dff * 4, part_bytes = size_t(c.K) * c.din * 4;
+    auto* act = static_cast<float*>(d.alloc(act_bytes));
+    auto* part = static_cast<float*>(d.alloc(part_bytes));
+    abi_ok(mlxcel_amdgpu_moe_fc1_relu2(abi(T), s, x, id, w1, s1, b1, act, nullptr, nullptr), name + " fc1");
+    abi_ok(mlxcel_amdgpu_moe_down(abi(T), s, id, w2, s2, b2, act, sc, part, nullptr, nullptr), name + " down");
+    size_t out_bytes = size_t(c.din) * mx::size_of(T), scratch = mlxcel_amdgpu_moe_scratch_bytes(c.K, c.din, c.dff);
+    void* out = d.alloc(out_bytes);
+    abi_ok(mlxcel_amdgpu_moe_routed_forward(abi(T), s, x, id, sc, w1, s1, b1, w2, s2, b2, out, d.alloc(scratch),
+                                            scratch, nullptr, nullptr),
+           name + " routed");
+    same_bytes(name + " fc1 act vs the C ABI", bytes_of(two[0]), d.down(act, act_bytes), 4);
+    same_bytes(name + " down part vs the C ABI", bytes_of(two[1]), d.down(part, part_bytes), 4);
+    same_bytes(name + " routed forward vs the C ABI", bytes_of(one), d.down(out, out_bytes), mx::size_of(T));
+
+    // Within the contract of the dense f32 reference: both our spellings
+    // (two kernels + MLX's sum, and the one-primitive forward).
+    // The contract's oracle rounds the f32 result to T once.
+    auto dense = floats_of(mx::astype(routed_dense_f32(m, idx, scores), T));
+    close(name + " two kernels vs dense f32", floats_of(two[2]), dense, 5e-4, 2e-2);
+    close(name + " routed forward vs dense f32", floats_of(one), dense, 5e-4, 2e-2);
+
+    // Negative control: routing to other experts is far outside the contract.
+    {
+      auto wrong = mx::remainder(mx::add(idx, array(1u, mx::uint32)), array(uint32_t(c.E), mx::uint32));
+      auto got = floats_of(routed_one_kernel(m, wrong, scores));
+      double d2 = 0, r2 = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        d2 += (got[i] - dense[i]) * double(got[i] - dense[i]);
+        r2 += dense[i] * double(dense[i]);
+      }
+      ok(std::sqrt(d2 / r2) > 0.1, name + ": routing to the wrong experts went unnoticed");
+    }
+    // The whole block against the unfused MLX graph (gather_qmm experts,
+    // which round their intermediates to T): the residual add on top.
+    array residual = make(values(c.din, 16), {1, c.din}, T);
+    array ours = mx::add(two[2], residual), theirs = mx::add(routed_gather_qmm(m, idx, scores), residual);
+    double tol = T == mx::float32 ? 1e-4 : T == mx::float16 ? 5e-3 : 2e-2;
+    close(name + " block vs MLX's gather_qmm graph", floats_of(ours), floats_of(theirs), tol, tol * 10);
+  }
+}
+
+// ---- wrong arguments raise --------------------------------------------------
+
+static void test_refusals() {
+  auto bf = mx::bfloat16;
+  array x = make(values(64, 1), {64}, bf);
+  auto xi = [&](std::vector<array> in, std::vector<Shape> shapes, std::vector<mx::Dtype> dt, TemplateArgs ta,
+                std::optional<float> init = std::nullopt) {
+    return [=] { shim::xielu_kernel()(in, shapes, dt, kAnyGrid, kAnyGrid, ta, init, false, {}); };
+  };
+  std::vector<array> sc = {f32_scalar(0.8f), f32_scalar(0.6f), f32_scalar(0.5f), f32_scalar(-1e-6f)};
+  auto with = [&](array first) {
+    std::vector<array> v = {first};
+    v.insert(v.end(), sc.begin(), sc.end());
+    return v;
+  };
+  raises("xielu int32 T", "'T' must be float32, float16 or bfloat16",
+         xi(with(mx::astype(x, mx::int32)), {{64}}, {mx::int32}, {{"T", mx::int32}}));
+  raises("xielu x not of T", "input 'x' must be bfloat16", xi(with(mx::astype(x, mx::float32)), {{64}}, {bf}, {{"T", bf}}));
+  raises("xielu output shape", "output 0 must have shape [64]", xi(with(x), {{32}}, {bf}, {{"T", bf}}));
+  raises("xielu output dtype", "output 0 must be bfloat16", xi(with(x), {{64}}, {mx::float16}, {{"T", bf}}));
+  raises("xielu unknown template arg", "unexpected template argument 'U'", xi(with(x), {{64}}, {bf}, {{"T", bf}, {"U", 1}}));
+  raises("xielu wrong n", "'n' = 63", xi(with(x), {{64}}, {bf}, {{"T", bf}, {"n", 63}}));
+  raises("xielu missing T", "missing template argument 'T'", xi(with(x), {{64}}, {bf}, {}));
+  raises("xielu four inputs", "expects 5 inputs", xi({x, sc[0], sc[1], sc[2]}, {{64}}, {bf}, {{"T", bf}}));
+  raises("xielu init_value", "init_value", xi(with(x), {{64}}, {bf}, {{"T", bf}}, 0.0f));
+  raises("xielu 2-D x", "input 'x' must be flat", xi(with(mx::reshape(x, {8, 8})), {{8, 8}}, {bf}, {{"T", bf}}));
+  raises("xielu NaN alpha_p", "'alpha_p' must be finite",
+         xi({x, f32_scalar(NAN), sc[1], sc[2], sc[3]}, {{64}}, {bf}, {{"T", bf}}));
+  raises("xielu f16 scalar", "input 'beta' must be a [1] float32 array",
+         xi({x, sc[0], sc[1], mx::full({1}, 0.5f, mx::float16), sc[3]}, {{64}}, {bf}, {{"T", bf}}));
+
+  auto a = make(values(2 * 6657, 1), {2, 6657}, bf);
+  auto w = make(values(6657, 2), {6657}, bf);
+  auto add3 = [&](std::vector<array> in, Shape s, TemplateArgs ta) {
+    return [=] {
+      shim::add3_layer_norm_kernel()(in, {s, s}, {bf, bf}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+    };
+  };
+  auto z = mx::zeros({1}, bf);
+  auto e = f32_scalar(1e-5f);
+  raises("add3 D too long", "shape not supported: D = 6657",
+         add3({a, a, a, w, z, e}, {2, 6657}, {{"T", bf}, {"D", 6657}, {"W_STRIDE", 1}, {"B_STRIDE", 0}}));
+  auto a2 = make(values(2 * 64, 1), {2, 64}, bf);
+  auto w2 = make(values(64, 2), {64}, bf);
+  raises("add3 w shape", "input 'w' must have shape [64]",
+         add3({a2, a2, a2, w, z, e}, {2, 64}, {{"T", bf}, {"D", 64}, {"W_STRIDE", 1}, {"B_STRIDE", 0}}));
+  raises("add3 missing B_STRIDE", "missing template argument 'B_STRIDE'",
+         add3({a2, a2, a2, w2, z, e}, {2, 64}, {{"T", bf}, {"D", 64}, {"W_STRIDE", 1}}));
+  raises("add3 W_STRIDE 0", "'W_STRIDE' = 0",
+         add3({a2, a2, a2, w2, z, e}, {2, 64}, {{"T", bf}, {"D", 64}, {"W_STRIDE", 0}, {"B_STRIDE", 0}}));
+  raises("add3 rb shape", "input 'rb' must have shape [2, 64]",
+         add3({a2, mx::reshape(a2, {128}), a2, w2, z, e}, {2, 64}, {{"T", bf}, {"D", 64}, {"W_STRIDE", 1}, {"B_STRIDE", 0}}));
+  raises("add3 negative eps", "'eps' must not be negative",
+         add3({a2, a2, a2, w2, z, f32_scalar(-1.0f)}, {2, 64}, {{"T", bf}, {"D", 64}, {"W_STRIDE", 1}, {"B_STRIDE", 0}}));
+
+  auto mamba = [&](int N, mx::Dtype adt) {
+    return [=] {
+      int B = 1, L = 2, Dm = 8;
+      auto X = mx::zeros({B, L, Dm}, bf), Bm = mx::zeros({B, L, N}, bf);
+      shim::mamba1_scan_kernel()({X, X, Bm, Bm, mx::zeros({Dm, N}, adt), mx::zeros({Dm}, bf), mx::zeros({B, Dm, N})},
+                                 {Shape{B, L, Dm}, Shape{B, Dm, N}}, {bf, mx::float32}, kAnyGrid, kAnyGrid,
+                                 {{"T", bf}, {"N", N}, {"Dm", Dm}}, std::nullopt, false, {});
+    };
+  };
+  raises("mamba1_scan N=33", "shape not supported", mamba(33, mx::float32));
+  raises("mamba1_scan bf16 A", "input 'A' must be float32", mamba(16, bf));
+
+  Moe m = make_moe(bf, 4, 2, 128, 128, 4, 64);
+  auto idx = mx::array({0u, 3u}, mx::uint32);
+  auto fc1 = [&](array indices, int bits) {
+    return [=] {
+      TemplateArgs ta = {{"T", bf}, {"K", 2}, {"Din", 128}, {"Dff", 128}, {"bits", bits}, {"group_size", 64}};
+      shim::moe_fc1_relu2_kernel()({mx::reshape(m.x, {128}), indices, m.w1, m.s1, m.b1}, {Shape{2, 128}},
+                                   {mx::float32}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+    };
+  };
+  raises("moe 6-bit", "shape not supported: bits 6", fc1(idx, 6));
+  raises("moe int32 indices", "input 'indices' must be uint32", fc1(mx::astype(idx, mx::int32), 4));
+  raises("moe down scores shape", "input 'scores' must have shape [2]", [&] {
+    TemplateArgs ta = {{"T", bf}, {"K", 2}, {"Din", 128}, {"Dff", 128}, {"bits", 4}, {"group_size", 64}};
+    shim::moe_down_kernel()({idx, m.w2, m.s2, m.b2, mx::zeros({2, 128}), mx::zeros({3})}, {Shape{2, 128}},
+                            {mx::float32}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+  });
+
+  // The availability functions answer as the C ABI's predicates do.
+  for (mx::Dtype t : {mx::float32, mx::float16, mx::bfloat16}) {
+    ok(shim::xielu_available(t) == mlxcel_amdgpu_xielu_available(abi(t)) && shim::xielu_available(t),
+       std::string("xielu_available ") + dname(t));
+    ok(shim::add3_layer_norm_available(t) && shim::mamba1_scan_available(t) && shim::moe_available(t),
+       std::string("availability ") + dname(t));
+  }
+  ok(!shim::xielu_available(mx::int32), "xielu_available(int32) is false");
+  ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
+         shim::moe_available(),
+     "the dtype-less availability functions");
+  ok(shim::add3_layer_norm_supports(bf, 1, 6656) && !shim::add3_layer_norm_supports(bf, 1, 6657),
+     "add3_layer_norm_supports follows MLXCEL_AMDGPU_ADD3_MAX_D");
+  ok(!shim::mamba1_scan_supports(bf, 1, 1, 8, 33), "mamba1_scan_supports(N=33) is false");
+  ok(shim::moe_supports(bf, 128, 6, 2688, 1856, 4, 64) && !shim::moe_supports(bf, 128, 6, 2688, 1856, 6, 64),
+     "moe_supports: Nemotron's shape at 4 bits, not 6");
+}
+
+// ---- timing: our kernels inside the MLX graph against MLX's graph ----------
+
+static double time_us(const std::function<std::vector<array>()>& f, int iters) {
+  for (int i = 0; i < 5; ++i) mx::eval(f());
+  mx::synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) mx::eval(f());
+  mx::synchronize();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// `small`: tiny shapes and few iterations, to exercise this code on the CPU
+// (`cpu time-smoke`); the numbers then mean nothing.
+static void timing(bool small) {
+  std::printf("\n| case | ours in the MLX graph (us) | MLX's own graph (us) | ratio |\n|---|---:|---:|---:|\n");
+  auto row = [](const char* name, double ours, double theirs) {
+    std::printf("| %s | %.1f | %.1f | %.2fx |\n", name, ours, theirs, theirs / ours);
+  };
+  const int it = small ? 2 : 200;
+  const int n_dec = small ? 512 : 21504, n_pre = small ? 2048 : 1 << 22;
+  const int d_model = small ? 256 : 4096, dm_scan = small ? 64 : 8192;
+  {
+    array x = make(values(n_dec, 1, 4.0f), {1, n_dec}, mx::bfloat16);
+    mx::eval(x);
+    row("xielu bf16 n=21504 (Apertus decode)", time_us([&] { return std::vector{xielu_shim(x, 0.8731f, 0.6042f, 0.5f, -1e-6f)}; }, it),
+        time_us([&] { return std::vector{xielu_graph(x, 0.8731f, 0.6042f, 0.5f, -1e-6f)}; }, it));
+    array xl = make(values(n_pre, 1, 4.0f), {n_pre / 8192 > 0 ? n_pre / 8192 : 1, n_pre >= 8192 ? 8192 : n_pre}, mx::bfloat16);
+    mx::eval(xl);
+    row("xielu bf16 n=4M (prefill)", time_us([&] { return std::vector{xielu_shim(xl, 0.8731f, 0.6042f, 0.5f, -1e-6f)}; }, it),
+        time_us([&] { return std::vector{xielu_graph(xl, 0.8731f, 0.6042f, 0.5f, -1e-6f)}; }, it));
+  }
+  for (int rows : {1, small ? 4 : 512}) {
+    const int D = d_model;
+    Shape s = {1, rows, D};
+    auto t = mx::bfloat16;
+    array a = make(values(size_t(rows) * D, 1), s, t), b = make(values(size_t(rows) * D, 2), s, t),
+          x = make(values(size_t(rows) * D, 3, 4.0f), s, t), w = make(values(D, 4, 0.5f), {D}, t),
+          bias = make(values(D, 5, 0.1f), {D}, t);
+    mx::eval(a, b, x, w, bias);
+    std::string name = "add3_layer_norm bf16 d=" + std::to_string(D) + " rows=" + std::to_string(rows);
+    row(name.c_str(), time_us([&] { return add3_shim(a, b, x, w, bias, 1e-5f); }, it), time_us([&] {
+          array xn = mx::add(mx::add(a, b), x);
+          return std::vector{xn, mx::fast::layer_norm(xn, w, bias, 1e-5f)};
+        }, it));
+  }
+  for (int L : {1, small ? 4 : 64}) {
+    const int B = 1, Dm = dm_scan, N = 16;
+    auto t = mx::bfloat16;
+    size_t nx = size_t(B) * L * Dm, nb = size_t(B) * L * N;
+    array x = make(values(nx, 1), {B, L, Dm}, t), dt = make(values(nx, 2, 0.25f, 0.3f), {B, L, Dm}, t),
+          bm = make(values(nb, 3), {B, L, N}, t), cm = make(values(nb, 4), {B, L, N}, t),
+          a = make(values(size_t(Dm) * N, 5, 0.5f, -1.0f), {Dm, N}, mx::float32), dskip = make(values(Dm, 6), {Dm}, t),
+          s0 = mx::zeros({B, Dm, N});
+    mx::eval(x, dt, bm, cm, a, dskip, s0);
+    std::string name = "mamba1_scan bf16 Dm=" + std::to_string(Dm) + " N=16 L=" + std::to_string(L) + " (graph: f32 step loop)";
+    row(name.c_str(), time_us([&] { return mamba_shim(x, dt, bm, cm, a, dskip, s0); }, L == 1 ? it : (small ? 2 : 20)),
+        time_us([&] { return mamba_graph(x, dt, bm, cm, a, dskip, s0); }, L == 1 ? it : (small ? 2 : 20)));
+  }
+  {
+    Moe m = small ? make_moe(mx::bfloat16, 8, 6, 256, 128, 4, 64) : make_moe(mx::bfloat16, 128, 6, 2688, 1856, 4, 64);
+    mx::eval(m.x, m.gate_w, m.corr_bias, m.w1, m.s1, m.b1, m.w2, m.s2, m.b2);
+    auto block = [&](int path) {
+      auto [idx, scores] = router(m);
+      array routed = path == 0 ? routed_two_kernels(m, idx, scores)[2]
+                     : path == 1 ? routed_one_kernel(m, idx, scores)
+                                 : routed_gather_qmm(m, idx, scores);
+      return std::vector{mx::add(routed, m.x)};
+    };
+    double gq = time_us([&] { return block(2); }, it);
+    row("Nemotron MoE block bf16 E=128 K=6 (fc1+down kernels)", time_us([&] { return block(0); }, it), gq);
+    row("Nemotron MoE block bf16 E=128 K=6 (routed forward)", time_us([&] { return block(1); }, it), gq);
+  }
+}
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "cpu";
+  const std::string extra = argc > 2 ? argv[2] : "";
+  const bool want_timing = extra == "time" || extra == "time-smoke";
+  if (mode != "cpu" && mode != "gpu") {
+    std::cerr << "usage: " << argv[0] << " cpu|gpu [time|time-smoke]\n";
+    return 2;
+  }
+  g_gpu = mode == "gpu";
+  if (mlxcel_amdgpu_abi_version() != MLXCEL_AMDGPU_ABI_VERSION) {
+    std::cout << "FAIL: the library's ABI version does not match the header's\n";
+    return 1;
+  }
+  if (mlxcel_amdgpu_select_backend(g_gpu ? "cuda" : "cpu") != MLXCEL_AMDGPU_OK) {
+    std::cout << "FAIL: cannot select the library's " << (g_gpu ? "cuda" : "cpu")
+              << " backend: " << mlxcel_amdgpu_last_error() << "\n";
+    return 1;
+  }
+  mx::set_default_device(g_gpu ? mx::Device::gpu : mx::Device::cpu);
+  char desc[512];
+  mlxcel_amdgpu_describe_device(desc, sizeof desc);
+  std::cout << "MLX " << mx::version() << ", stream " << mx::default_stream(mx::default_device()) << "; library: " << desc
+            << std::endl;
+  struct Step {
+    const char* name;
+    void (*f)();
+  };
+  for (Step s : {Step{"xielu", test_xielu}, Step{"add3_layer_norm", test_add3}, Step{"mamba1_scan", test_mamba},
+                 Step{"moe", test_moe}, Step{"refusals", test_refusals}}) {
+    int before = g_failures;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      s.f();
+    } catch (const std::exception& e) {
+      ok(false, std::string(s.name) + ": unexpected exception: " + e.what());
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << (g_failures == before ? "ok   " : "FAIL ") << s.name << " (" << int(ms) << " ms)" << std::endl;
+  }
+  // Timed even after a failed check: the table says which paths ran, and the
+  // exit status still reports the failure.
+  if (want_timing) {
+    try {
+      timing(extra == "time-smoke");
+    } catch (const std::exception& e) {
+      ok(false, std::string("timing: unexpected exception: ") + e.what());
+    }
+  }
+  if (g_failures) {
+    std::cout << g_failures << " of " << g_checks << " checks FAILED" << std::endl;
+    return 1;
+  }
+  std::cout << "MLX shim driver: all checks passed (" << g_checks << " checks)" << std::endl;
+  return 0;
+}
