@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Buffers};
-use crate::kernels::mamba1_scan::{self, ScanBuffers, ScanShape};
-use crate::kernels::moe::{self, MoeShape, QuantizedBuffers, RoutedBuffers};
+use crate::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
+use crate::kernels::moe::{self, MoeShape, RoutedUpload};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::reference::{self, data, layer_norm, metrics};
 use crate::runtime::{BACKEND_ENV, BackendKind, Device, DeviceBuffer, Stream};
@@ -197,28 +197,12 @@ fn mamba_case<T: Element>(device: &Device) -> Result<Outcome> {
         return Ok(Outcome::skipped("mamba1_scan", dtype, shape, why));
     }
     let inp = reference::mamba::ScanInputs::generate(dtype, 1, len, dm, n, true);
-    let (x, dt, bm, cm) = (
-        upload::<T>(device, &inp.x)?,
-        upload::<T>(device, &inp.dt)?,
-        upload::<T>(device, &inp.bm)?,
-        upload::<T>(device, &inp.cm)?,
-    );
-    let (a, dskip, state_in) =
-        (upload::<f32>(device, &inp.a)?, upload::<T>(device, &inp.dskip)?, upload::<f32>(device, &inp.state_in)?);
+    let inputs = ScanUpload::<T>::new(device, &inp)?;
+    let state_in = upload::<f32>(device, &inp.state_in)?;
     let mut y = device.alloc::<T>(len * dm)?;
     let mut state_out = device.alloc::<f32>(dm * n)?;
     let mut launch = || {
-        let bufs = ScanBuffers {
-            x: &x,
-            dt: &dt,
-            bm: &bm,
-            cm: &cm,
-            a: &a,
-            dskip: &dskip,
-            state_in: Some(&state_in),
-            y: &mut y,
-            state_out: &mut state_out,
-        };
+        let bufs = inputs.buffers(Some(&state_in), &mut y, &mut state_out);
         mamba1_scan::run(
             device,
             bufs,
@@ -262,27 +246,13 @@ fn moe_case<T: Element>(device: &Device, bits: u32) -> Result<Outcome> {
         ));
     }
     let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, 6, bits, 64, 77);
-    let words = |q: &reference::moe::Quantized| -> Result<DeviceBuffer<u32>> { device.upload(&q.words) };
-    let (w1, s1, b1) = (words(&inp.w1)?, upload::<T>(device, &inp.w1.scales)?, upload::<T>(device, &inp.w1.biases)?);
-    let (w2, s2, b2) = (words(&inp.w2)?, upload::<T>(device, &inp.w2.scales)?, upload::<T>(device, &inp.w2.biases)?);
-    let x = upload::<T>(device, &inp.x)?;
-    let idx = device.upload(&inp.idx)?;
-    let scores = upload::<f32>(device, &inp.scores)?;
+    let inputs = RoutedUpload::<T>::new(device, &inp)?;
     let mut out = device.alloc::<T>(din as usize)?;
     let mut scratch = device.alloc::<u8>(moe::scratch_bytes(6, din, dff))?;
     let mut status = device.alloc::<u32>(1)?;
     status.fill_bytes(0)?;
     let mut launch = || {
-        let bufs = RoutedBuffers {
-            x: &x,
-            idx: &idx,
-            scores: &scores,
-            w1: QuantizedBuffers { w: &w1, scales: &s1, biases: &b1 },
-            w2: QuantizedBuffers { w: &w2, scales: &s2, biases: &b2 },
-            out: &mut out,
-            scratch: &mut scratch,
-            status: Some(&mut status),
-        };
+        let bufs = inputs.routed(&mut out, &mut scratch, Some(&mut status));
         moe::run_routed_forward(device, bufs, &shape, Stream::DEFAULT)
     };
     let reps = timed_launches(device)?;

@@ -18,7 +18,7 @@ mod common;
 use common::timing::median_of_timed;
 use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape, ScanUpload};
 use mlxcel_amdgpu::kernels_device::num::exp;
 use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
 use mlxcel_amdgpu::reference::{self, metrics};
@@ -48,53 +48,8 @@ struct Outputs {
     emulated: bool,
 }
 
-/// The inputs of `s` on the device (x, dt, Bm, Cm, Dskip as `T`; A as f32).
-struct Inputs<T> {
-    x: DeviceBuffer<T>,
-    dt: DeviceBuffer<T>,
-    bm: DeviceBuffer<T>,
-    cm: DeviceBuffer<T>,
-    a: DeviceBuffer<f32>,
-    dskip: DeviceBuffer<T>,
-}
-
-fn upload_inputs<T: Element>(dev: &Device, s: &ScanInputs) -> Inputs<T> {
-    Inputs {
-        x: upload::<T>(dev, &s.x),
-        dt: upload::<T>(dev, &s.dt),
-        bm: upload::<T>(dev, &s.bm),
-        cm: upload::<T>(dev, &s.cm),
-        a: upload::<f32>(dev, &s.a),
-        dskip: upload::<T>(dev, &s.dskip),
-    }
-}
-
-impl<T> Inputs<T> {
-    /// The raw launch's pointers: these inputs and the given state and output.
-    fn pointers(&self, state_in: u64, y: u64, state_out: u64) -> ScanPointers {
-        ScanPointers {
-            x: self.x.ptr(),
-            dt: self.dt.ptr(),
-            bm: self.bm.ptr(),
-            cm: self.cm.ptr(),
-            a: self.a.ptr(),
-            dskip: self.dskip.ptr(),
-            state_in,
-            y,
-            state_out,
-        }
-    }
-
-    /// The safe `run`'s buffers: these inputs and the given state and output.
-    fn buffers<'a>(
-        &'a self,
-        state_in: Option<&'a DeviceBuffer<f32>>,
-        y: &'a mut DeviceBuffer<T>,
-        state_out: &'a mut DeviceBuffer<f32>,
-    ) -> ScanBuffers<'a, T> {
-        let (x, dt, bm, cm, a, dskip) = (&self.x, &self.dt, &self.bm, &self.cm, &self.a, &self.dskip);
-        ScanBuffers { x, dt, bm, cm, a, dskip, state_in, y, state_out }
-    }
+fn upload_inputs<T: Element>(dev: &Device, s: &ScanInputs) -> ScanUpload<T> {
+    ScanUpload::new(dev, s).unwrap()
 }
 
 /// Where the launch reads the state from.
@@ -510,7 +465,7 @@ fn y_overlapping_x_is_refused_naming_both<T: Element>(_: &Device) {
 }
 
 fn buffers<'a>(
-    inp: &'a Inputs<f16>,
+    inp: &'a ScanUpload<f16>,
     bm: &'a DeviceBuffer<f16>,
     state_in: &'a DeviceBuffer<f32>,
     y: &'a mut DeviceBuffer<f16>,
@@ -533,17 +488,17 @@ fn the_safe_wrapper_checks_every_buffer_size() {
     let err = run(buffers(&inp, &short, &state_in, &mut y, &mut state_out), 16).unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `bm`: holds 10 bytes, needs 128 (64 f16 elements)");
     let mut small_state = dev.alloc::<f32>(8 * 16 - 1).unwrap();
-    let err = run(buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state), 16).unwrap_err();
+    let err = run(buffers(&inp, inp.bm(), &state_in, &mut y, &mut small_state), 16).unwrap_err();
     assert_eq!(arg(&err), "state_out");
-    let err = run(buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out), 33).unwrap_err();
+    let err = run(buffers(&inp, inp.bm(), &state_in, &mut y, &mut state_out), 33).unwrap_err();
     assert_eq!(arg(&err), "n");
     // In place, a short state_out is short for state_in too.
     let mut small_state = dev.alloc::<f32>(8 * 16 - 1).unwrap();
-    let bufs = ScanBuffers { state_in: None, ..buffers(&inp, &inp.bm, &state_in, &mut y, &mut small_state) };
+    let bufs = ScanBuffers { state_in: None, ..buffers(&inp, inp.bm(), &state_in, &mut y, &mut small_state) };
     let err = run(bufs, 16).unwrap_err();
     assert!(matches!(arg(&err), "state_in" | "state_out"), "{err}");
     // The same buffers with the right shape run.
-    run(buffers(&inp, &inp.bm, &state_in, &mut y, &mut state_out), 16).unwrap();
+    run(buffers(&inp, inp.bm(), &state_in, &mut y, &mut state_out), 16).unwrap();
 }
 
 /// The CPU backend refuses a non-NULL stream (it has none).

@@ -21,10 +21,10 @@
 
 mod common;
 
-use common::{Suite, download_values, gpu_devices, label, upload};
+use common::{Suite, download_values, gpu_devices, label};
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::moe::{
-    self, MoeShape, QuantizedBuffers, QuantizedPointers, RoutedBuffers, RoutedPointers, check_expert_ids, scratch_bytes,
+    self, MoeShape, QuantizedPointers, RoutedPointers, RoutedUpload, check_expert_ids, scratch_bytes,
 };
 use mlxcel_amdgpu::kernels_device::geometry::moe::{MAX_COLS, QUAD_WORDS, values_per_word as moe_values_per_word};
 use mlxcel_amdgpu::reference::moe::{MoeInputs, Quantized, dense_f32_reference, down, fc1_relu2, moe_inputs, routed};
@@ -64,53 +64,8 @@ fn status_word(status: &DeviceBuffer<u32>) -> u32 {
     status.download().unwrap()[0]
 }
 
-struct Stack<T> {
-    w: DeviceBuffer<u32>,
-    s: DeviceBuffer<T>,
-    b: DeviceBuffer<T>,
-}
-
-impl<T: Element> Stack<T> {
-    fn new(dev: &Device, q: &Quantized) -> Stack<T> {
-        Stack { w: dev.upload(&q.words).unwrap(), s: upload::<T>(dev, &q.scales), b: upload::<T>(dev, &q.biases) }
-    }
-    fn bufs(&self) -> QuantizedBuffers<'_, T> {
-        QuantizedBuffers { w: &self.w, scales: &self.s, biases: &self.b }
-    }
-    fn ptrs(&self) -> QuantizedPointers {
-        QuantizedPointers { w: self.w.ptr(), scales: self.s.ptr(), biases: self.b.ptr() }
-    }
-}
-
-struct Uploaded<T> {
-    x: DeviceBuffer<T>,
-    idx: DeviceBuffer<u32>,
-    scores: DeviceBuffer<f32>,
-    w1: Stack<T>,
-    w2: Stack<T>,
-}
-
-impl<T: Element> Uploaded<T> {
-    /// The safe routed forward's buffers: these inputs and the given outputs.
-    fn routed<'a>(
-        &'a self,
-        out: &'a mut DeviceBuffer<T>,
-        scratch: &'a mut DeviceBuffer<u8>,
-        status: Option<&'a mut DeviceBuffer<u32>>,
-    ) -> RoutedBuffers<'a, T> {
-        let (x, idx, scores) = (&self.x, &self.idx, &self.scores);
-        RoutedBuffers { x, idx, scores, w1: self.w1.bufs(), w2: self.w2.bufs(), out, scratch, status }
-    }
-}
-
-fn upload_inputs<T: Element>(dev: &Device, inp: &MoeInputs) -> Uploaded<T> {
-    Uploaded {
-        x: upload::<T>(dev, &inp.x),
-        idx: dev.upload(&inp.idx).unwrap(),
-        scores: dev.upload(&inp.scores).unwrap(),
-        w1: Stack::new(dev, &inp.w1),
-        w2: Stack::new(dev, &inp.w2),
-    }
+fn upload_inputs<T: Element>(dev: &Device, inp: &MoeInputs) -> RoutedUpload<T> {
+    RoutedUpload::new(dev, inp).unwrap()
 }
 
 fn shape_of(inp: &MoeInputs) -> MoeShape {
@@ -138,8 +93,8 @@ fn run_kernels<T: Element>(dev: &Device, inp: &MoeInputs) -> Outputs {
     let mut act = poisoned::<f32>(dev, k * dff);
     let mut part = poisoned::<f32>(dev, k * din);
     let mut out = poisoned::<T>(dev, din);
-    moe::run_fc1_relu2::<T>(dev, &u.x, &u.idx, u.w1.bufs(), &mut act, &shape, None, Stream::DEFAULT).unwrap();
-    moe::run_down::<T>(dev, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part, &shape, None, Stream::DEFAULT).unwrap();
+    moe::run_fc1_relu2::<T>(dev, &u.x, &u.idx, u.w1.buffers(), &mut act, &shape, None, Stream::DEFAULT).unwrap();
+    moe::run_down::<T>(dev, &u.idx, u.w2.buffers(), &act, &u.scores, &mut part, &shape, None, Stream::DEFAULT).unwrap();
     moe::run_combine::<T>(dev, &part, &mut out, shape.k, shape.din, Stream::DEFAULT).unwrap();
     Outputs { act: download_values(&act), part: download_values(&part), out: download_values(&out) }
 }
@@ -286,20 +241,20 @@ fn misaligned_case<T: Element>(dev: &Device, case: u64, bits: u32) {
     let part = poisoned_bytes(dev, k * din * 4);
     let (p1, p2, xp, ap, what) = match case {
         0 => (
-            QuantizedPointers { w: w1.ptr() + 4, ..u.w1.ptrs() },
-            QuantizedPointers { w: w2.ptr() + 4, ..u.w2.ptrs() },
+            QuantizedPointers { w: w1.ptr() + 4, ..u.w1.pointers() },
+            QuantizedPointers { w: w2.ptr() + 4, ..u.w2.pointers() },
             u.x.ptr(),
             act.ptr(),
             "weights 4-byte aligned",
         ),
         1 => (
-            QuantizedPointers { scales: s1.ptr() + 2, biases: b1.ptr() + 2, ..u.w1.ptrs() },
-            QuantizedPointers { scales: s2.ptr() + 2, biases: b2.ptr() + 2, ..u.w2.ptrs() },
+            QuantizedPointers { scales: s1.ptr() + 2, biases: b1.ptr() + 2, ..u.w1.pointers() },
+            QuantizedPointers { scales: s2.ptr() + 2, biases: b2.ptr() + 2, ..u.w2.pointers() },
             u.x.ptr(),
             act.ptr(),
             "scales and biases 2-byte aligned",
         ),
-        _ => (u.w1.ptrs(), u.w2.ptrs(), x.ptr() + es, act.ptr() + 4, "x and act not 16-byte aligned"),
+        _ => (u.w1.pointers(), u.w2.pointers(), x.ptr() + es, act.ptr() + 4, "x and act not 16-byte aligned"),
     };
     // SAFETY: every pointer is into a buffer holding the shape's elements past it.
     unsafe {
@@ -392,14 +347,23 @@ fn an_expert_id_out_of_range_gives_nan_rows_and_status(dev: &Device) {
         part.fill_bytes(0).unwrap();
         let mut out = poisoned::<T>(dev, din);
         let mut status = dev.upload(&[0u32]).unwrap();
-        moe::run_fc1_relu2::<T>(dev, &u.x, &u.idx, u.w1.bufs(), &mut act, &shape, Some(&mut status), Stream::DEFAULT)
-            .unwrap();
+        moe::run_fc1_relu2::<T>(
+            dev,
+            &u.x,
+            &u.idx,
+            u.w1.buffers(),
+            &mut act,
+            &shape,
+            Some(&mut status),
+            Stream::DEFAULT,
+        )
+        .unwrap();
         let st1 = status_word(&status);
         status.fill_bytes(0).unwrap();
         moe::run_down::<T>(
             dev,
             &u.idx,
-            u.w2.bufs(),
+            u.w2.buffers(),
             &act,
             &u.scores,
             &mut part,
@@ -615,22 +579,32 @@ fn the_safe_wrappers_check_buffer_sizes() {
     let u = upload_inputs::<T>(&dev, &inp);
     let mut small = dev.alloc::<f32>(2 * 128 - 1).unwrap();
     let m = refused(
-        moe::run_fc1_relu2::<T>(&dev, &u.x, &u.idx, u.w1.bufs(), &mut small, &shape, None, Stream::DEFAULT),
+        moe::run_fc1_relu2::<T>(&dev, &u.x, &u.idx, u.w1.buffers(), &mut small, &shape, None, Stream::DEFAULT),
         "act",
     );
     assert_eq!(m, "holds 1020 bytes, needs 1024 (256 f32 elements)");
     let mut act = dev.alloc::<f32>(2 * 128).unwrap();
     let wrong = MoeShape { n_experts: 3, ..shape };
-    refused(moe::run_fc1_relu2::<T>(&dev, &u.x, &u.idx, u.w1.bufs(), &mut act, &wrong, None, Stream::DEFAULT), "w1");
+    refused(moe::run_fc1_relu2::<T>(&dev, &u.x, &u.idx, u.w1.buffers(), &mut act, &wrong, None, Stream::DEFAULT), "w1");
     let mut part = dev.alloc::<f32>(2 * 256).unwrap();
     refused(
-        moe::run_down::<T>(&dev, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part, &wrong, None, Stream::DEFAULT),
+        moe::run_down::<T>(&dev, &u.idx, u.w2.buffers(), &act, &u.scores, &mut part, &wrong, None, Stream::DEFAULT),
         "w2",
     );
     // (The old byte buffers were one byte short; an f32 buffer is one element short.)
     let mut part_small = dev.alloc::<f32>(2 * 256 - 1).unwrap();
     refused(
-        moe::run_down::<T>(&dev, &u.idx, u.w2.bufs(), &act, &u.scores, &mut part_small, &shape, None, Stream::DEFAULT),
+        moe::run_down::<T>(
+            &dev,
+            &u.idx,
+            u.w2.buffers(),
+            &act,
+            &u.scores,
+            &mut part_small,
+            &shape,
+            None,
+            Stream::DEFAULT,
+        ),
         "part",
     );
     let mut out_small = dev.alloc::<T>(255).unwrap();

@@ -541,34 +541,26 @@ pub unsafe extern "C" fn hipStandinAllocationName(ptr: *const c_void, name: *mut
     what.len() as c_int
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipMemcpyHtoD(dst: *mut c_void, src: *const c_void, size: usize) -> HipError {
+/// A copy between the host and the device: nothing to do for 0 bytes, a null host
+/// pointer refused, otherwise `copy`'s outcome on the memory.
+fn host_copy(size: usize, host: *const c_void, copy: impl FnOnce(&mut Memory) -> Result<(), String>) -> HipError {
     if size == 0 {
         return SUCCESS;
     }
-    if src.is_null() {
+    if host.is_null() {
         return INVALID_VALUE;
     }
-    let data = unsafe { std::slice::from_raw_parts(src as *const u8, size) };
-    match st!().mem.write(dst as u64, data) {
-        Ok(()) => SUCCESS,
-        Err(_) => INVALID_VALUE,
-    }
+    if copy(&mut st!().mem).is_ok() { SUCCESS } else { INVALID_VALUE }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemcpyHtoD(dst: *mut c_void, src: *const c_void, size: usize) -> HipError {
+    host_copy(size, src, |mem| mem.write(dst as u64, unsafe { std::slice::from_raw_parts(src as *const u8, size) }))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipMemcpyDtoH(dst: *mut c_void, src: *mut c_void, size: usize) -> HipError {
-    if size == 0 {
-        return SUCCESS;
-    }
-    if dst.is_null() {
-        return INVALID_VALUE;
-    }
-    let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) };
-    match st!().mem.read(src as u64, out) {
-        Ok(()) => SUCCESS,
-        Err(_) => INVALID_VALUE,
-    }
+    host_copy(size, dst, |mem| mem.read(src as u64, unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) }))
 }
 
 #[unsafe(no_mangle)]

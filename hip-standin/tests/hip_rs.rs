@@ -92,7 +92,7 @@ fn xielu_through_hip_rs_equals_the_cpu_emulator_bit_for_bit() {
 /// hip.rs on the simulated gfx1151, against the same launch on the CPU emulator.
 #[test]
 fn moe_routed_forward_through_hip_rs_equals_the_cpu_emulator() {
-    use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedBuffers, RoutedBuffers};
+    use mlxcel_amdgpu::kernels::moe::{self, MoeShape, RoutedUpload};
     use mlxcel_amdgpu::reference;
     let d = device();
     let cpu = Device::cpu();
@@ -102,26 +102,12 @@ fn moe_routed_forward_through_hip_rs_equals_the_cpu_emulator() {
         let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, k as usize, bits, 64, 77);
         let (got, want) = mlxcel_amdgpu::with_element!(dtype, T => {
             let run_on = |dev: &Device| -> Vec<u32> {
-                let up = |v: &[f32]| dev.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>()).unwrap();
-                let (w1, s1, b1) = (dev.upload(&inp.w1.words).unwrap(), up(&inp.w1.scales), up(&inp.w1.biases));
-                let (w2, s2, b2) = (dev.upload(&inp.w2.words).unwrap(), up(&inp.w2.scales), up(&inp.w2.biases));
-                let x = up(&inp.x);
-                let idx = dev.upload(&inp.idx).unwrap();
-                let scores = dev.upload(&inp.scores).unwrap();
+                let inputs = RoutedUpload::<T>::new(dev, &inp).unwrap();
                 let mut out = dev.alloc::<T>(din as usize).unwrap();
                 let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(k, din, dff)).unwrap();
                 let mut status = dev.alloc::<u32>(1).unwrap();
                 status.fill_bytes(0).unwrap();
-                let bufs = RoutedBuffers {
-                    x: &x,
-                    idx: &idx,
-                    scores: &scores,
-                    w1: QuantizedBuffers { w: &w1, scales: &s1, biases: &b1 },
-                    w2: QuantizedBuffers { w: &w2, scales: &s2, biases: &b2 },
-                    out: &mut out,
-                    scratch: &mut scratch,
-                    status: Some(&mut status),
-                };
+                let bufs = inputs.routed(&mut out, &mut scratch, Some(&mut status));
                 moe::run_routed_forward(dev, bufs, &shape, Stream::DEFAULT)
                     .unwrap_or_else(|e| panic!("{dtype:?} {bits}-bit on {}: {e}", dev.info().name));
                 let mut o: Vec<u32> = out.download().unwrap().into_iter().map(Element::to_bits_u32).collect();

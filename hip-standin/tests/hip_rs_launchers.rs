@@ -6,9 +6,10 @@ mod common;
 
 use common::device;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanShape};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::reference::data::{add3_inputs, normal};
+use mlxcel_amdgpu::reference::mamba::ScanInputs;
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream, with_element};
 use std::ffi::{CStr, c_char, c_int, c_void};
 
@@ -97,28 +98,24 @@ fn mamba_on<T: Element>(dev: &Device, dtype: Dtype, shape: ScanShape) -> (Vec<f3
     let ScanShape { batch, len, dm, n } = shape;
     let (btd, btn, dn, bdn) =
         ((batch * len * dm) as usize, (batch * len * n) as usize, (dm * n) as usize, (batch * dm * n) as usize);
-    let up = |v: Vec<f32>| dev.upload(&v.into_iter().map(T::from_f32).collect::<Vec<T>>()).unwrap();
-    let x = up(normal(dtype, 1, btd, 1.0));
-    let dt = up(normal(dtype, 2, btd, 0.5).into_iter().map(|v| v.abs() + 0.01).collect());
-    let bm = up(normal(dtype, 3, btn, 1.0));
-    let cm = up(normal(dtype, 4, btn, 1.0));
-    let a =
-        dev.upload(&normal(Dtype::F32, 5, dn, 1.0).into_iter().map(|v| -v.abs() - 0.1).collect::<Vec<_>>()).unwrap();
-    let dskip = up(normal(dtype, 6, dm as usize, 1.0));
-    let state_in = dev.upload(&normal(Dtype::F32, 7, bdn, 1.0)).unwrap();
+    let inp = ScanInputs {
+        batch: batch as usize,
+        len: len as usize,
+        dm: dm as usize,
+        n: n as usize,
+        x: normal(dtype, 1, btd, 1.0),
+        dt: normal(dtype, 2, btd, 0.5).into_iter().map(|v| v.abs() + 0.01).collect(),
+        bm: normal(dtype, 3, btn, 1.0),
+        cm: normal(dtype, 4, btn, 1.0),
+        a: normal(Dtype::F32, 5, dn, 1.0).into_iter().map(|v| -v.abs() - 0.1).collect(),
+        dskip: normal(dtype, 6, dm as usize, 1.0),
+        state_in: normal(Dtype::F32, 7, bdn, 1.0),
+    };
+    let inputs = ScanUpload::<T>::new(dev, &inp).unwrap();
+    let state_in = dev.upload(&inp.state_in).unwrap();
     let mut y = dev.alloc::<T>(btd).unwrap();
     let mut state_out = dev.alloc::<f32>(bdn).unwrap();
-    let bufs = ScanBuffers {
-        x: &x,
-        dt: &dt,
-        bm: &bm,
-        cm: &cm,
-        a: &a,
-        dskip: &dskip,
-        state_in: Some(&state_in),
-        y: &mut y,
-        state_out: &mut state_out,
-    };
+    let bufs = inputs.buffers(Some(&state_in), &mut y, &mut state_out);
     mamba1_scan::run(dev, bufs, shape, Stream::DEFAULT)
         .unwrap_or_else(|e| panic!("{dtype:?} {shape:?} on {}: {e}", dev.info().name));
     (y.download().unwrap().into_iter().map(Element::to_f32).collect(), state_out.download().unwrap())

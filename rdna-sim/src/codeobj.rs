@@ -51,68 +51,54 @@ impl KernelDescriptor {
             kernel_code_properties: u16::from_le_bytes(b[56..58].try_into().unwrap()),
         })
     }
-    /// COMPUTE_PGM_RSRC2.USER_SGPR_COUNT.
-    pub fn user_sgpr_count(&self) -> u32 {
-        (self.compute_pgm_rsrc2 >> 1) & 0x1f
-    }
-    pub fn enable_private_segment(&self) -> bool {
-        self.compute_pgm_rsrc2 & 1 != 0
-    }
     /// ENABLE_SGPR_WORKGROUP_ID_X/Y/Z.
     pub fn workgroup_id_enabled(&self, dim: u32) -> bool {
         self.compute_pgm_rsrc2 >> (7 + dim) & 1 != 0
     }
-    pub fn workgroup_info_enabled(&self) -> bool {
-        self.compute_pgm_rsrc2 >> 10 & 1 != 0
-    }
+}
+
+/// The descriptor's bit fields, one table: `name: register[first bit; width]`;
+/// a field of width 1 reads as a bool, a wider one as a u32.
+macro_rules! bit_fields {
+    ($($(#[$doc:meta])* $name:ident: $reg:ident[$lo:literal; $w:tt];)*) => {
+        impl KernelDescriptor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> bit_fields!(@ty $w) {
+                    bit_fields!(@get $w, (self.$reg as u32 >> $lo) & ((1u32 << $w) - 1))
+                }
+            )*
+        }
+    };
+    (@ty 1) => { bool };
+    (@ty $w:tt) => { u32 };
+    (@get 1, $v:expr) => { $v != 0 };
+    (@get $w:tt, $v:expr) => { $v };
+}
+
+bit_fields! {
+    /// COMPUTE_PGM_RSRC2.USER_SGPR_COUNT.
+    user_sgpr_count: compute_pgm_rsrc2[1; 5];
+    enable_private_segment: compute_pgm_rsrc2[0; 1];
+    workgroup_info_enabled: compute_pgm_rsrc2[10; 1];
     /// ENABLE_VGPR_WORKITEM_ID: 0 = x, 1 = x y, 2 = x y z.
-    pub fn vgpr_workitem_id(&self) -> u32 {
-        (self.compute_pgm_rsrc2 >> 11) & 3
-    }
-    pub fn enable_sgpr_private_segment_buffer(&self) -> bool {
-        self.kernel_code_properties & 1 != 0
-    }
-    pub fn enable_sgpr_dispatch_ptr(&self) -> bool {
-        self.kernel_code_properties >> 1 & 1 != 0
-    }
-    pub fn enable_sgpr_queue_ptr(&self) -> bool {
-        self.kernel_code_properties >> 2 & 1 != 0
-    }
-    pub fn enable_sgpr_kernarg_segment_ptr(&self) -> bool {
-        self.kernel_code_properties >> 3 & 1 != 0
-    }
-    pub fn enable_sgpr_dispatch_id(&self) -> bool {
-        self.kernel_code_properties >> 4 & 1 != 0
-    }
-    pub fn enable_sgpr_flat_scratch_init(&self) -> bool {
-        self.kernel_code_properties >> 5 & 1 != 0
-    }
-    pub fn enable_sgpr_private_segment_size(&self) -> bool {
-        self.kernel_code_properties >> 6 & 1 != 0
-    }
-    pub fn wavefront_size32(&self) -> bool {
-        self.kernel_code_properties >> 10 & 1 != 0
-    }
-    pub fn uses_dynamic_stack(&self) -> bool {
-        self.kernel_code_properties >> 11 & 1 != 0
-    }
+    vgpr_workitem_id: compute_pgm_rsrc2[11; 2];
+    enable_sgpr_private_segment_buffer: kernel_code_properties[0; 1];
+    enable_sgpr_dispatch_ptr: kernel_code_properties[1; 1];
+    enable_sgpr_queue_ptr: kernel_code_properties[2; 1];
+    enable_sgpr_kernarg_segment_ptr: kernel_code_properties[3; 1];
+    enable_sgpr_dispatch_id: kernel_code_properties[4; 1];
+    enable_sgpr_flat_scratch_init: kernel_code_properties[5; 1];
+    enable_sgpr_private_segment_size: kernel_code_properties[6; 1];
+    wavefront_size32: kernel_code_properties[10; 1];
+    uses_dynamic_stack: kernel_code_properties[11; 1];
     /// COMPUTE_PGM_RSRC1.FLOAT_DENORM_MODE_32 (3 = keep denormals).
-    pub fn float_denorm_mode_32(&self) -> u32 {
-        (self.compute_pgm_rsrc1 >> 16) & 3
-    }
-    pub fn float_denorm_mode_16_64(&self) -> u32 {
-        (self.compute_pgm_rsrc1 >> 18) & 3
-    }
-    pub fn float_round_mode_32(&self) -> u32 {
-        (self.compute_pgm_rsrc1 >> 12) & 3
-    }
-    pub fn float_round_mode_16_64(&self) -> u32 {
-        (self.compute_pgm_rsrc1 >> 14) & 3
-    }
+    float_denorm_mode_32: compute_pgm_rsrc1[16; 2];
+    float_denorm_mode_16_64: compute_pgm_rsrc1[18; 2];
+    float_round_mode_32: compute_pgm_rsrc1[12; 2];
+    float_round_mode_16_64: compute_pgm_rsrc1[14; 2];
     /// COMPUTE_PGM_RSRC1.ENABLE_IEEE_MODE (bit 23).
-    pub fn ieee_mode(&self) -> bool {
-        self.compute_pgm_rsrc1 >> 23 & 1 != 0
-    }
+    ieee_mode: compute_pgm_rsrc1[23; 1];
 }
 
 /// One kernel argument from the metadata.

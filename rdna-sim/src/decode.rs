@@ -6,7 +6,6 @@
 //! instruction can be checked against `llvm-objdump` mnemonic for mnemonic.
 
 use crate::opcodes;
-use std::fmt;
 
 /// The microcode format of an instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,19 +57,7 @@ pub struct Inst {
     pub name_y: &'static str,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DecodeError {
-    pub addr: u64,
-    pub msg: String,
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at {:#x}: {}", self.addr, self.msg)
-    }
-}
-
-impl std::error::Error for DecodeError {}
+located_error!(DecodeError { addr: u64 }, "at {:#x}: {}");
 
 fn lookup(table: &'static [(u16, &'static str)], op: u16) -> Option<&'static str> {
     table.binary_search_by_key(&op, |&(o, _)| o).ok().map(|i| table[i].1)
@@ -146,9 +133,10 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
         name_y: "",
     };
     let unknown = |what: &str, op: u32| err(addr, format!("unknown {what} opcode {op} (word {w0:#010x})"));
-    // Fills in the table name or fails.
+    // Fills in the encoding and the table name or fails.
     macro_rules! name {
-        ($table:expr, $what:expr, $op:expr) => {{
+        ($enc:expr, $table:expr, $what:expr, $op:expr) => {{
+            inst.enc = $enc;
             let op = $op;
             inst.op = op as u16;
             inst.name = base_name(lookup($table, op as u16).ok_or_else(|| unknown($what, op))?);
@@ -161,16 +149,13 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
         let src0 = bits(w0, 8, 0);
         match bits(w0, 31, 25) {
             0b0111111 => {
-                inst.enc = Enc::Vop1;
-                name!(opcodes::VOP1, "VOP1", bits(w0, 16, 9));
+                name!(Enc::Vop1, opcodes::VOP1, "VOP1", bits(w0, 16, 9));
             }
             0b0111110 => {
-                inst.enc = Enc::Vopc;
-                name!(opcodes::VOPC, "VOPC", bits(w0, 24, 17));
+                name!(Enc::Vopc, opcodes::VOPC, "VOPC", bits(w0, 24, 17));
             }
             _ => {
-                inst.enc = Enc::Vop2;
-                name!(opcodes::VOP2, "VOP2", bits(w0, 30, 25));
+                name!(Enc::Vop2, opcodes::VOP2, "VOP2", bits(w0, 30, 25));
                 if matches!(inst.name, "v_fmamk_f32" | "v_fmaak_f32" | "v_fmamk_f16" | "v_fmaak_f16") {
                     want_lit = true;
                 }
@@ -192,28 +177,23 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
         if w0 >> 28 == 0b1011 {
             match bits(w0, 31, 23) {
                 0b101111101 => {
-                    inst.enc = Enc::Sop1;
-                    name!(opcodes::SOP1, "SOP1", bits(w0, 15, 8));
+                    name!(Enc::Sop1, opcodes::SOP1, "SOP1", bits(w0, 15, 8));
                     want_lit = bits(w0, 7, 0) == 255;
                 }
                 0b101111110 => {
-                    inst.enc = Enc::Sopc;
-                    name!(opcodes::SOPC, "SOPC", bits(w0, 22, 16));
+                    name!(Enc::Sopc, opcodes::SOPC, "SOPC", bits(w0, 22, 16));
                     want_lit = bits(w0, 7, 0) == 255 || bits(w0, 15, 8) == 255;
                 }
                 0b101111111 => {
-                    inst.enc = Enc::Sopp;
-                    name!(opcodes::SOPP, "SOPP", bits(w0, 22, 16));
+                    name!(Enc::Sopp, opcodes::SOPP, "SOPP", bits(w0, 22, 16));
                 }
                 _ => {
-                    inst.enc = Enc::Sopk;
-                    name!(opcodes::SOPK, "SOPK", bits(w0, 27, 23));
+                    name!(Enc::Sopk, opcodes::SOPK, "SOPK", bits(w0, 27, 23));
                     want_lit = inst.name == "s_setreg_imm32_b32";
                 }
             }
         } else {
-            inst.enc = Enc::Sop2;
-            name!(opcodes::SOP2, "SOP2", bits(w0, 29, 23));
+            name!(Enc::Sop2, opcodes::SOP2, "SOP2", bits(w0, 29, 23));
             want_lit = bits(w0, 7, 0) == 255 || bits(w0, 15, 8) == 255;
         }
     } else {
@@ -229,58 +209,49 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
                     inst.op = op as u16;
                     inst.name = base_name(n);
                 } else {
-                    inst.enc = Enc::Vop3;
-                    name!(opcodes::VOP3, "VOP3", op);
+                    name!(Enc::Vop3, opcodes::VOP3, "VOP3", op);
                 }
                 vop3_extra(&mut inst, words, &mut want_lit)?;
             }
             0b110011 => match bits(w0, 25, 24) {
                 0b00 => {
-                    inst.enc = Enc::Vop3p;
-                    name!(opcodes::VOP3P, "VOP3P", bits(w0, 22, 16));
+                    name!(Enc::Vop3p, opcodes::VOP3P, "VOP3P", bits(w0, 22, 16));
                     vop3_extra(&mut inst, words, &mut want_lit)?;
                 }
                 _ => return Err(err(addr, format!("VINTERP/LDSDIR encoding is not supported (word {w0:#010x})"))),
             },
             0b110010 => {
-                inst.enc = Enc::Vopd;
                 let opx = bits(w0, 25, 22);
                 let opy = bits(w0, 21, 17);
-                name!(opcodes::VOPD, "VOPD X", opx);
+                name!(Enc::Vopd, opcodes::VOPD, "VOPD X", opx);
                 inst.opy = opy as u16;
                 inst.name_y = lookup(opcodes::VOPD, opy as u16).ok_or_else(|| unknown("VOPD Y", opy))?;
                 want_lit =
                     bits(w0, 8, 0) == 255 || bits(w1, 8, 0) == 255 || matches!(opx, 1 | 2) || matches!(opy, 1 | 2);
             }
             0b110110 => {
-                inst.enc = Enc::Ds;
-                name!(opcodes::DS, "DS", bits(w0, 25, 18));
+                name!(Enc::Ds, opcodes::DS, "DS", bits(w0, 25, 18));
             }
             0b110111 => {
                 let op = bits(w0, 24, 18);
                 match bits(w0, 17, 16) {
                     0 => {
-                        inst.enc = Enc::Flat;
-                        name!(opcodes::FLAT, "FLAT", op);
+                        name!(Enc::Flat, opcodes::FLAT, "FLAT", op);
                     }
                     1 => {
-                        inst.enc = Enc::Scratch;
-                        name!(opcodes::SCRATCH, "SCRATCH", op);
+                        name!(Enc::Scratch, opcodes::SCRATCH, "SCRATCH", op);
                     }
                     2 => {
-                        inst.enc = Enc::Global;
-                        name!(opcodes::GLOBAL, "GLOBAL", op);
+                        name!(Enc::Global, opcodes::GLOBAL, "GLOBAL", op);
                     }
                     s => return Err(err(addr, format!("FLAT segment {s} is reserved (word {w0:#010x})"))),
                 }
             }
             0b111101 => {
-                inst.enc = Enc::Smem;
-                name!(opcodes::SMEM, "SMEM", bits(w0, 25, 18));
+                name!(Enc::Smem, opcodes::SMEM, "SMEM", bits(w0, 25, 18));
             }
             0b111000 => {
-                inst.enc = Enc::Mubuf;
-                name!(opcodes::MUBUF, "MUBUF", bits(w0, 25, 18));
+                name!(Enc::Mubuf, opcodes::MUBUF, "MUBUF", bits(w0, 25, 18));
             }
             e => {
                 return Err(err(

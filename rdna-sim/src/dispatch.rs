@@ -6,7 +6,6 @@ use crate::codeobj::Kernel;
 use crate::exec::{Counts, EXEC, Env, Mode, Status, Step, Wave};
 use crate::mem::Memory;
 use crate::race::{Race, Rng, Schedule, Tracker};
-use std::fmt;
 
 /// The largest workgroup memory of a gfx11 workgroup.
 pub const MAX_LDS: u32 = 64 * 1024;
@@ -51,20 +50,11 @@ impl Default for Launch<'_> {
     }
 }
 
-/// A failed launch: what, where and in which lane.
-#[derive(Clone, Debug)]
-pub struct LaunchError {
-    pub kernel: String,
-    pub msg: String,
-}
-
-impl fmt::Display for LaunchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "kernel {}: {}", self.kernel, self.msg)
-    }
-}
-
-impl std::error::Error for LaunchError {}
+located_error!(
+    /// A failed launch: what, where and in which lane.
+    LaunchError { kernel: String },
+    "kernel {}: {}"
+);
 
 /// Builds the kernarg segment: the explicit arguments, then the hidden ones the metadata declares.
 fn kernarg_segment(k: &Kernel, l: &Launch) -> Result<Vec<u8>, String> {

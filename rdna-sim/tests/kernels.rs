@@ -2,67 +2,36 @@
 //! the CPU emulator (the same kernel source compiled for the host) and with
 //! independently computed values.
 mod common;
-use common::{Arg, f32_bytes, load, noise, pack};
+use common::{Arg, XIELU_PARAMS, download, enc, f32_bytes, load, mamba_case, noise, pack, upload, xielu_args};
 use rdna_sim::codeobj::CodeObject;
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::Mode;
 use rdna_sim::mem::Memory;
 
+/// A launch's grid, workgroup size and dynamic workgroup memory.
+type Geometry = ([u32; 3], u32, u32);
+
 /// Runs `name` on the interpreter; returns the buffers afterwards and the counts.
-#[allow(clippy::too_many_arguments)] // one launch's geometry, arguments, buffers and mode
 fn run_sim(
     co: &CodeObject,
     name: &str,
-    grid: u32,
-    block: u32,
-    lds: u32,
+    (grid, block, lds): Geometry,
     args: &[Arg],
     bufs: &[Vec<u8>],
     mode: Mode,
 ) -> Result<(Vec<Vec<u8>>, rdna_sim::exec::Counts), String> {
     let k = co.kernel(name).unwrap_or_else(|| panic!("no kernel {name}"));
     let mut mem = Memory::new();
-    let addrs: Vec<u64> = bufs
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let a = mem.alloc(b.len(), &format!("buffer {i}"));
-            mem.write(a, b).unwrap();
-            a
-        })
-        .collect();
+    let addrs = upload(&mut mem, bufs, &[]);
     let kernarg = pack(k, args, &|i| addrs[i]);
-    let l = Launch {
-        grid: [grid, 1, 1],
-        block: [block, 1, 1],
-        dynamic_lds: lds,
-        kernarg: &kernarg,
-        mode,
-        ..Launch::default()
-    };
+    let l = Launch { grid, block: [block, 1, 1], dynamic_lds: lds, kernarg: &kernarg, mode, ..Launch::default() };
     let counts = dispatch::launch(&mut mem, k, &l).map_err(|e| e.to_string())?;
-    let out = bufs
-        .iter()
-        .zip(&addrs)
-        .map(|(b, &a)| {
-            let mut v = vec![0u8; b.len()];
-            mem.read(a, &mut v).unwrap();
-            v
-        })
-        .collect();
-    Ok((out, counts))
+    Ok((download(&mem, bufs, &addrs), counts))
 }
 
 /// Runs `name` on the CPU emulator of the device crate.
-fn run_emulator(
-    co: &CodeObject,
-    name: &str,
-    grid: u32,
-    block: u32,
-    lds: u32,
-    args: &[Arg],
-    bufs: &[Vec<u8>],
-) -> Vec<Vec<u8>> {
+fn run_emulator(co: &CodeObject, name: &str, g: Geometry, args: &[Arg], bufs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let (grid, block, lds) = g;
     let k = co.kernel(name).unwrap();
     // 16-byte aligned host copies.
     let mut host: Vec<Vec<u128>> = bufs.iter().map(|b| vec![0u128; b.len().div_ceil(16)]).collect();
@@ -83,11 +52,7 @@ fn run_emulator(
     struct P(*const u8);
     unsafe impl Sync for P {}
     let p = P(words.as_ptr() as *const u8);
-    let cfg = kernels_device::emulator::LaunchConfig {
-        grid: [grid, 1, 1],
-        workgroup_size: block,
-        workgroup_mem_bytes: lds as usize,
-    };
+    let cfg = kernels_device::emulator::LaunchConfig { grid, workgroup_size: block, workgroup_mem_bytes: lds as usize };
     unsafe {
         kernels_device::emulator::launch(&cfg, &|| {
             entry({
@@ -113,6 +78,14 @@ fn mode() -> Mode {
     Mode { ieee: true, perturb: PERTURB.get(), strict_wait: true }
 }
 
+/// Runs `case` on both shipped gfx11 objects (skipped, printed, when the root crate was not built).
+fn on_both(case: fn(&CodeObject, &str) -> Vec<(String, rdna_sim::exec::Counts)>) {
+    for arch in ["gfx1151", "gfx11-generic"] {
+        let Some(co) = load(arch) else { return };
+        case(&co, arch);
+    }
+}
+
 fn words(b: &[u8]) -> Vec<u32> {
     b.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
 }
@@ -121,7 +94,7 @@ fn words(b: &[u8]) -> Vec<u32> {
 fn empty_runs_on_both_objects() {
     for arch in ["gfx1151", "gfx11-generic"] {
         let Some(co) = load(arch) else { return };
-        let (_, counts) = run_sim(&co, "empty", 3, 64, 0, &[], &[], mode()).unwrap();
+        let (_, counts) = run_sim(&co, "empty", ([3, 1, 1], 64, 0), &[], &[], mode()).unwrap();
         // One s_endpgm per wave: 3 workgroups of 2 waves.
         assert_eq!(counts.other + counts.salu + counts.valu, 0, "{counts:?}");
     }
@@ -136,11 +109,13 @@ fn probe_matches_the_cpu_emulator_and_its_definition() {
         let n = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
         let bufs = vec![vec![0u8; 4 * n]];
         let args = [Arg::Buf(0)];
-        let (sim, counts) = run_sim(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, mode())
-            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let (sim, counts) =
+            run_sim(&co, "probe", ([groups, 1, 1], WORKGROUP_SIZE, WORKGROUP_MEM_BYTES), &args, &bufs, mode())
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} probe: {}", counts.summary());
         let got = words(&sim[0]);
-        let want = words(&run_emulator(&co, "probe", groups, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs)[0]);
+        let want =
+            words(&run_emulator(&co, "probe", ([groups, 1, 1], WORKGROUP_SIZE, WORKGROUP_MEM_BYTES), &args, &bufs)[0]);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(
                 g,
@@ -184,12 +159,12 @@ fn xielu_f32_matches_the_emulator_bit_for_bit() {
         xs.extend((0..45).map(|i| (i as f32 - 22.0) * 0.37));
         let n = xs.len();
         let bufs = vec![xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), vec![0u8; 4 * n]];
-        let (ap, an, b, e) = (0.8731f32, 0.6042f32, 0.5f32, -1e-6f32);
-        let args = [Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(ap), Arg::F32(an), Arg::F32(b), Arg::F32(e)];
-        let (sim, counts) =
-            run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode()).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let (ap, an, b, e) = XIELU_PARAMS;
+        let args = xielu_args(n);
+        let (sim, counts) = run_sim(&co, "xielu_f32", ([1, 1, 1], 256, 0), &args, &bufs, mode())
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
         println!("{arch} xielu_f32 ({n} elements): {}", counts.summary());
-        let emu = run_emulator(&co, "xielu_f32", 1, 256, 0, &args, &bufs);
+        let emu = run_emulator(&co, "xielu_f32", ([1, 1, 1], 256, 0), &args, &bufs);
         let (got, want) = (words(&sim[1]), words(&emu[1]));
         for i in 0..n {
             let r = xielu_ref(xs[i], ap, an, b, e);
@@ -214,15 +189,8 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
     ] {
         let rows = 3u32;
         let n = (rows * d) as usize;
-        let enc = |v: Vec<f32>| -> Vec<u8> {
-            if name.ends_with("_f32") {
-                f32_bytes(&v)
-            } else if name.ends_with("_bf16") {
-                v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect()
-            } else {
-                v.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect()
-            }
-        };
+        let ty = name.rsplit('_').next().unwrap();
+        let enc = |v: Vec<f32>| enc(ty, &v).0;
         let es = if name.ends_with("_f32") { 4 } else { 2 };
         let bufs = vec![
             enc({
@@ -240,21 +208,12 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
             vec![0u8; es * n],
             vec![0u8; es * n],
         ];
-        let args = [
-            Arg::Buf(0),
-            Arg::Buf(1),
-            Arg::Buf(2),
-            Arg::Buf(3),
-            Arg::Buf(4),
-            Arg::Buf(5),
-            Arg::Buf(6),
-            Arg::U32(rows),
-            Arg::U32(d),
-            Arg::F32(1e-5),
-        ];
-        let (sim, counts) = run_sim(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs, mode())
-            .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
-        let emu = run_emulator(co, name, rows, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, &args, &bufs);
+        let mut args: Vec<Arg> = (0..7).map(Arg::Buf).collect();
+        args.extend([Arg::U32(rows), Arg::U32(d), Arg::F32(1e-5)]);
+        let (sim, counts) =
+            run_sim(co, name, ([rows, 1, 1], WORKGROUP_SIZE, WORKGROUP_MEM_BYTES), &args, &bufs, mode())
+                .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
+        let emu = run_emulator(co, name, ([rows, 1, 1], WORKGROUP_SIZE, WORKGROUP_MEM_BYTES), &args, &bufs);
         assert_eq!(sim[5], emu[5], "{arch} {name}: x_new");
         assert_eq!(sim[6], emu[6], "{arch} {name}: h");
         out.push((name.to_string(), counts));
@@ -266,97 +225,16 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
 /// The contract is a tolerance: exp is the GPU's exp2 approximation on the
 /// device and crate::num::exp on the host.
 fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts)> {
-    use kernels_device::geometry::mamba1_scan::{WORKGROUP_SIZE, channels_per_workgroup};
+    use kernels_device::geometry::mamba1_scan::WORKGROUP_SIZE;
     let mut out = Vec::new();
     for (ty, n) in [("f32", 16u32), ("f32", 32), ("f16", 16), ("bf16", 32)] {
         let name = format!("mamba1_scan_{ty}");
-        let enc = |v: Vec<f32>| -> Vec<u8> {
-            match ty {
-                "f32" => f32_bytes(&v),
-                "bf16" => v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
-                _ => v.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect(),
-            }
-        };
-        let es = if ty == "f32" { 4 } else { 2 };
-        let (batch, len, dm) = (2u32, 11u32, 20u32);
-        let (btd, btn, dn) = ((batch * len * dm) as usize, (batch * len * n) as usize, (dm * n) as usize);
-        let dt: Vec<f32> = noise(btd, 7, 0.5).iter().map(|x| x.abs() + 0.01).collect();
-        let a: Vec<f32> = noise(dn, 9, 1.0).iter().map(|x| -x.abs() - 0.1).collect();
-        let bufs = vec![
-            enc(noise(btd, 6, 1.0)),
-            enc(dt),
-            enc(noise(btn, 8, 1.0)),
-            enc(noise(btn, 10, 1.0)),
-            f32_bytes(&a),
-            enc(noise(dm as usize, 11, 1.0)),
-            f32_bytes(&noise((batch * dm * n) as usize, 12, 1.0)),
-            vec![0u8; es * btd],
-            vec![0u8; 4 * (batch * dm * n) as usize],
-        ];
-        let args = [
-            Arg::Buf(0),
-            Arg::Buf(1),
-            Arg::Buf(2),
-            Arg::Buf(3),
-            Arg::Buf(4),
-            Arg::Buf(5),
-            Arg::Buf(6),
-            Arg::Buf(7),
-            Arg::Buf(8),
-            Arg::U32(batch),
-            Arg::U32(len),
-            Arg::U32(dm),
-            Arg::U32(n),
-        ];
-        let k = co.kernel(&name).unwrap();
-        let mut mem = Memory::new();
-        let addrs: Vec<u64> = bufs
-            .iter()
-            .map(|b| {
-                let a = mem.alloc(b.len(), "buf");
-                mem.write(a, b).unwrap();
-                a
-            })
-            .collect();
-        let kernarg = pack(k, &args, &|i| addrs[i]);
-        let grid = [dm.div_ceil(channels_per_workgroup(n)), batch, 1];
-        let l = Launch { grid, block: [WORKGROUP_SIZE, 1, 1], kernarg: &kernarg, mode: mode(), ..Launch::default() };
-        let counts = dispatch::launch(&mut mem, k, &l).unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
-        let read = |i: usize| {
-            let mut v = vec![0u8; bufs[i].len()];
-            mem.read(addrs[i], &mut v).unwrap();
-            v
-        };
+        let (args, bufs, grid) = mamba_case(ty, (2, 11, 20, n));
+        let bufs: Vec<Vec<u8>> = bufs.into_iter().map(|b| b.0).collect();
+        let (sim, counts) = run_sim(co, &name, (grid, WORKGROUP_SIZE, 0), &args, &bufs, mode())
+            .unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
         // The emulator launch with the same 2-D grid.
-        let mut host: Vec<Vec<u128>> = bufs.iter().map(|b| vec![0u128; b.len().div_ceil(16)]).collect();
-        for (h, b) in host.iter_mut().zip(&bufs) {
-            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), h.as_mut_ptr() as *mut u8, b.len()) };
-        }
-        let ptrs: Vec<u64> = host.iter_mut().map(|h| h.as_mut_ptr() as u64).collect();
-        let packed = pack(k, &args, &|i| ptrs[i]);
-        let wordsv: Vec<u64> = packed
-            .chunks(8)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b[..c.len()].copy_from_slice(c);
-                u64::from_le_bytes(b)
-            })
-            .collect();
-        let entry = kernels_device::entry::emulated(&name).unwrap();
-        struct P(*const u8);
-        unsafe impl Sync for P {}
-        let p = P(wordsv.as_ptr() as *const u8);
-        let cfg =
-            kernels_device::emulator::LaunchConfig { grid, workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 };
-        unsafe {
-            kernels_device::emulator::launch(&cfg, &|| {
-                entry({
-                    let p = &p;
-                    p.0
-                })
-            })
-        }
-        .unwrap();
+        let emu = run_emulator(co, &name, (grid, WORKGROUP_SIZE, 0), &args, &bufs);
         let dec = |b: &[u8], wide: bool| -> Vec<f64> {
             if wide || ty == "f32" {
                 words(b).iter().map(|w| f32::from_bits(*w) as f64).collect()
@@ -374,8 +252,8 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
             }
         };
         for (i, what) in [(7usize, "y"), (8, "state_out")] {
-            let got = dec(&read(i), i == 8);
-            let want = dec(unsafe { std::slice::from_raw_parts(host[i].as_ptr() as *const u8, bufs[i].len()) }, i == 8);
+            let got = dec(&sim[i], i == 8);
+            let want = dec(&emu[i], i == 8);
             let mut worst = 0f64;
             for (&g, &w) in got.iter().zip(&want) {
                 worst = worst.max((g - w).abs() / w.abs().max(1e-3));
@@ -396,18 +274,12 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
 
 #[test]
 fn add3_layer_norm_matches_the_emulator() {
-    for arch in ["gfx1151", "gfx11-generic"] {
-        let Some(co) = load(arch) else { return };
-        case_add3(&co, arch);
-    }
+    on_both(case_add3);
 }
 
 #[test]
 fn mamba1_scan_matches_the_emulator() {
-    for arch in ["gfx1151", "gfx11-generic"] {
-        let Some(co) = load(arch) else { return };
-        case_mamba(&co, arch);
-    }
+    on_both(case_mamba);
 }
 
 /// xielu f16 and bf16 on a few elements against the emulator, bit for bit.
@@ -437,18 +309,10 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
             .collect();
         let n = xs.len();
         let bufs = vec![bits, vec![0u8; 2 * n]];
-        let args = [
-            Arg::Buf(0),
-            Arg::Buf(1),
-            Arg::U64(n as u64),
-            Arg::F32(0.8731),
-            Arg::F32(0.6042),
-            Arg::F32(0.5),
-            Arg::F32(-1e-6),
-        ];
-        let (sim, counts) =
-            run_sim(co, name, 2, 256, 0, &args, &bufs, mode()).unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
-        let emu = run_emulator(co, name, 2, 256, 0, &args, &bufs);
+        let args = xielu_args(n);
+        let (sim, counts) = run_sim(co, name, ([2, 1, 1], 256, 0), &args, &bufs, mode())
+            .unwrap_or_else(|e| panic!("{arch} {name}: {e}"));
+        let emu = run_emulator(co, name, ([2, 1, 1], 256, 0), &args, &bufs);
         // NaN results compare as NaN: the sign and payload of a NaN made from
         // non-NaN inputs differ between the host (x86: negative) and the simulator.
         let is_nan = |h: u16| if name == "xielu_f16" { h & 0x7fff > 0x7c00 } else { h & 0x7fff > 0x7f80 };
@@ -470,20 +334,13 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
         let xs = noise(n, 23, 40.0);
         let bits: Vec<u8> = xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect();
         let bufs = vec![bits, vec![0u8; 2 * n]];
-        let args = [
-            Arg::Buf(0),
-            Arg::Buf(1),
-            Arg::U64(n as u64),
-            Arg::F32(0.8731),
-            Arg::F32(0.6042),
-            Arg::F32(0.5),
-            Arg::F32(-1e-6),
-        ];
+        let args = xielu_args(n);
         let mode = mode();
         let (sim, counts) =
-            run_sim(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs, mode)
+            run_sim(co, "xielu_bf16", ([1, 1, 1], TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES), &args, &bufs, mode)
                 .unwrap_or_else(|e| panic!("{arch} xielu_bf16 (table): {e}"));
-        let emu = run_emulator(co, "xielu_bf16", 1, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES, &args, &bufs);
+        let emu =
+            run_emulator(co, "xielu_bf16", ([1, 1, 1], TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES), &args, &bufs);
         assert_eq!(sim[1], emu[1], "{arch} xielu_bf16 (table)");
         println!("{arch} xielu_bf16 table path ({n} elements): {}", counts.summary());
         out.push(("xielu_bf16".to_string(), counts));
@@ -493,10 +350,7 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
 
 #[test]
 fn xielu_f16_bf16_match_the_emulator() {
-    for arch in ["gfx1151", "gfx11-generic"] {
-        let Some(co) = load(arch) else { return };
-        case_xielu16(&co, arch);
-    }
+    on_both(case_xielu16);
 }
 
 /// Which of the shipped objects' distinct mnemonics the kernel cases execute.
@@ -512,22 +366,14 @@ fn coverage_of_the_shipped_mnemonics() {
             let groups = 3;
             let bufs = vec![vec![0u8; 4 * 64 * 17 * groups as usize]];
             let args: Vec<Arg> = if name == "probe" { vec![Arg::Buf(0)] } else { vec![] };
-            let (_, c) = run_sim(&co, name, groups, 64, 256, &args, &bufs, mode()).unwrap();
+            let (_, c) = run_sim(&co, name, ([groups, 1, 1], 64, 256), &args, &bufs, mode()).unwrap();
             cases.push((name.to_string(), c));
         }
         {
             let xs = noise(700, 3, 30.0);
             let bufs = vec![f32_bytes(&xs), vec![0u8; 4 * xs.len()]];
-            let args = [
-                Arg::Buf(0),
-                Arg::Buf(1),
-                Arg::U64(xs.len() as u64),
-                Arg::F32(0.8731),
-                Arg::F32(0.6042),
-                Arg::F32(0.5),
-                Arg::F32(-1e-6),
-            ];
-            let (_, c) = run_sim(&co, "xielu_f32", 1, 256, 0, &args, &bufs, mode()).unwrap();
+            let args = xielu_args(xs.len());
+            let (_, c) = run_sim(&co, "xielu_f32", ([1, 1, 1], 256, 0), &args, &bufs, mode()).unwrap();
             cases.push(("xielu_f32".into(), c));
         }
         cases.extend(case_xielu16(&co, arch));
@@ -570,19 +416,16 @@ fn case_read_stream(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec:
     let (grid, block) = (2u32, 64u32);
     let bufs = vec![src, vec![0u8; 4 * (grid * block) as usize]];
     let args = [Arg::Buf(0), Arg::U64(quads), Arg::Buf(1)];
-    let (sim, counts) = run_sim(co, "read_stream", grid, block, 0, &args, &bufs, mode())
+    let (sim, counts) = run_sim(co, "read_stream", ([grid, 1, 1], block, 0), &args, &bufs, mode())
         .unwrap_or_else(|e| panic!("{arch} read_stream: {e}"));
-    let emu = run_emulator(co, "read_stream", grid, block, 0, &args, &bufs);
+    let emu = run_emulator(co, "read_stream", ([grid, 1, 1], block, 0), &args, &bufs);
     assert_eq!(sim[1], emu[1], "{arch} read_stream");
     vec![("read_stream".into(), counts)]
 }
 
 #[test]
 fn read_stream_matches_the_emulator() {
-    for arch in ["gfx1151", "gfx11-generic"] {
-        let Some(co) = load(arch) else { return };
-        case_read_stream(&co, arch);
-    }
+    on_both(case_read_stream);
 }
 
 /// The bit-exact kernels give the same bits when every approximate instruction

@@ -6,7 +6,7 @@
 //! - Every shipped kernel of both gfx11 objects, every dtype, at the edge
 //!   shapes: no race under any schedule, and the same bytes under all of them.
 mod common;
-use common::{Arg, f32_bytes, load, noise, pack};
+use common::{Arg, download, enc, load, mamba_case, noise, pack, upload, xielu_args};
 use rdna_sim::codeobj::{self, CodeObject};
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::Mode;
@@ -56,17 +56,7 @@ impl Case {
 fn run(co: &CodeObject, case: &Case, schedule: Schedule) -> Result<(Vec<Vec<u8>>, Vec<Race>), String> {
     let k = co.kernel(&case.kernel).ok_or_else(|| format!("no kernel {}", case.kernel))?;
     let mut mem = Memory::new();
-    let addrs: Vec<u64> = case
-        .bufs
-        .iter()
-        .zip(&case.shift)
-        .enumerate()
-        .map(|(i, (b, &s))| {
-            let a = mem.alloc(b.len() + s as usize, &format!("buffer {i}")) + s;
-            mem.write(a, b).unwrap();
-            a
-        })
-        .collect();
+    let addrs = upload(&mut mem, &case.bufs, &case.shift);
     let kernarg = pack(k, &case.args, &|i| addrs[i]);
     let same: Vec<(u64, usize)> = case.same_value.iter().map(|&(b, o, n)| (addrs[b] + o, n)).collect();
     let l = Launch {
@@ -81,17 +71,7 @@ fn run(co: &CodeObject, case: &Case, schedule: Schedule) -> Result<(Vec<Vec<u8>>
         ..Launch::default()
     };
     let (_, races) = dispatch::launch_checked(&mut mem, k, &l).map_err(|e| e.to_string())?;
-    let out = case
-        .bufs
-        .iter()
-        .zip(&addrs)
-        .map(|(b, &a)| {
-            let mut v = vec![0u8; b.len()];
-            mem.read(a, &mut v).unwrap();
-            v
-        })
-        .collect();
-    Ok((out, races))
+    Ok((download(&mem, &case.bufs, &addrs), races))
 }
 
 fn describe(co: &CodeObject, kernel: &str, races: &[Race]) -> String {
@@ -133,15 +113,6 @@ fn clean_on_both(case: &Case) {
     }
 }
 
-/// Encodes f32 values as the dtype `ty` ("f32", "f16", "bf16"); returns the bytes and the element size.
-fn enc(ty: &str, v: &[f32]) -> (Vec<u8>, usize) {
-    match ty {
-        "f32" => (f32_bytes(v), 4),
-        "bf16" => (v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(), 2),
-        _ => (v.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect(), 2),
-    }
-}
-
 fn zeros(n: usize, es: usize) -> (Vec<u8>, usize) {
     (vec![0u8; n * es], es)
 }
@@ -174,26 +145,9 @@ fn add3(name: &str, d: u32) -> Case {
 
 /// mamba1_scan of dtype `ty` with state size `n` (both mappings; N = 1 the smallest).
 fn mamba(ty: &str, n: u32) -> Case {
-    use kernels_device::geometry::mamba1_scan::{WORKGROUP_SIZE, channels_per_workgroup};
+    use kernels_device::geometry::mamba1_scan::WORKGROUP_SIZE;
     // len = 9: one unrolled block of 8 steps and one step after it.
-    let (batch, len, dm) = (2u32, 9u32, 20u32);
-    let (btd, btn, dn) = ((batch * len * dm) as usize, (batch * len * n) as usize, (dm * n) as usize);
-    let dt: Vec<f32> = noise(btd, 7, 0.5).iter().map(|x| x.abs() + 0.01).collect();
-    let a: Vec<f32> = noise(dn, 9, 1.0).iter().map(|x| -x.abs() - 0.1).collect();
-    let bufs = vec![
-        enc(ty, &noise(btd, 6, 1.0)),
-        enc(ty, &dt),
-        enc(ty, &noise(btn, 8, 1.0)),
-        enc(ty, &noise(btn, 10, 1.0)),
-        enc("f32", &a),
-        enc(ty, &noise(dm as usize, 11, 1.0)),
-        enc("f32", &noise((batch * dm * n) as usize, 12, 1.0)),
-        zeros(btd, enc(ty, &[0.0]).1),
-        zeros((batch * dm * n) as usize, 4),
-    ];
-    let mut args: Vec<Arg> = (0..9).map(Arg::Buf).collect();
-    args.extend([Arg::U32(batch), Arg::U32(len), Arg::U32(dm), Arg::U32(n)]);
-    let grid = [dm.div_ceil(channels_per_workgroup(n)), batch, 1];
+    let (args, bufs, grid) = mamba_case(ty, (2, 9, 20, n));
     Case::new(&format!("mamba1_scan_{ty}"), grid, WORKGROUP_SIZE, 0, args, bufs)
 }
 
@@ -212,15 +166,7 @@ fn xielu(ty: &str, table: bool) -> Case {
     let x = enc(ty, &xs);
     let es = x.1;
     let bufs = vec![x, zeros(n, es)];
-    let args = vec![
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::U64(n as u64),
-        Arg::F32(0.8731),
-        Arg::F32(0.6042),
-        Arg::F32(0.5),
-        Arg::F32(-1e-6),
-    ];
+    let args = xielu_args(n);
     Case::new(&format!("xielu_{ty}"), [2, 1, 1], block, lds, args, bufs)
 }
 

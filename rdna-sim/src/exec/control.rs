@@ -3,9 +3,12 @@
 
 use super::*;
 
+/// Each instruction's index in the kernel, by address (the branch targets).
+type Index = std::collections::HashMap<u64, usize>;
+
 impl Wave {
     /// Executes `insts[self.pc]`.
-    pub fn step(&mut self, insts: &[Inst], index: &std::collections::HashMap<u64, usize>, env: &mut Env) -> R<Step> {
+    pub fn step(&mut self, insts: &[Inst], index: &Index, env: &mut Env) -> R<Step> {
         let inst = insts.get(self.pc).ok_or_else(|| Fault::new("program counter ran off the end of the kernel"))?;
         let next = self.pc + 1;
         self.pc = next;
@@ -72,12 +75,7 @@ impl Wave {
         }
     }
 
-    pub(super) fn exec_inst(
-        &mut self,
-        inst: &Inst,
-        index: &std::collections::HashMap<u64, usize>,
-        env: &mut Env,
-    ) -> R<Step> {
+    pub(super) fn exec_inst(&mut self, inst: &Inst, index: &Index, env: &mut Env) -> R<Step> {
         let name = inst.name;
         match inst.enc {
             Enc::Sopp => return self.sopp(inst, index, env),
@@ -117,12 +115,7 @@ impl Wave {
         Ok(Step::Next)
     }
 
-    pub(super) fn sopp(
-        &mut self,
-        inst: &Inst,
-        index: &std::collections::HashMap<u64, usize>,
-        env: &mut Env,
-    ) -> R<Step> {
+    pub(super) fn sopp(&mut self, inst: &Inst, index: &Index, env: &mut Env) -> R<Step> {
         let simm = inst.w0 & 0xffff;
         let target = || -> R<usize> {
             let t = (inst.addr as i64 + 4 + 4 * (simm as u16 as i16 as i64)) as u64;

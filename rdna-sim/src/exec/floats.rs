@@ -16,29 +16,77 @@ pub(super) fn is_nan16(x: u16) -> bool {
     x & 0x7fff > 0x7c00
 }
 
+/// What the ISA's NaN rules need of f32 and f16, so that one min/max and one
+/// NaN-result rule serve both widths.
+pub(super) trait IsaFloat: Copy {
+    /// The quiet bit of a NaN.
+    const QUIET: u32;
+    /// The default NaN's bits.
+    const DEFAULT_NAN: u32;
+    fn bits(self) -> u32;
+    fn with_bits(b: u32) -> Self;
+    fn is_nan_bits(b: u32) -> bool;
+    fn is_snan_bits(b: u32) -> bool;
+    fn widen(self) -> f32;
+}
+
+impl IsaFloat for f32 {
+    const QUIET: u32 = 0x0040_0000;
+    const DEFAULT_NAN: u32 = 0x7fc0_0000;
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+    fn with_bits(b: u32) -> f32 {
+        f32::from_bits(b)
+    }
+    fn is_nan_bits(b: u32) -> bool {
+        is_nan32(b)
+    }
+    fn is_snan_bits(b: u32) -> bool {
+        is_snan32(b)
+    }
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl IsaFloat for f16 {
+    const QUIET: u32 = 0x0200;
+    const DEFAULT_NAN: u32 = 0x7e00;
+    fn bits(self) -> u32 {
+        self.to_bits() as u32
+    }
+    fn with_bits(b: u32) -> f16 {
+        f16::from_bits(b as u16)
+    }
+    fn is_nan_bits(b: u32) -> bool {
+        is_nan16(b as u16)
+    }
+    fn is_snan_bits(b: u32) -> bool {
+        is_snan16(b as u16)
+    }
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
 /// A NaN result: the first NaN input, quieted; the default NaN when no input was NaN.
-pub(super) fn nan32(r: f32, inputs: &[f32]) -> f32 {
-    if !r.is_nan() {
+fn nan<T: IsaFloat>(r: T, inputs: &[T]) -> T {
+    if !T::is_nan_bits(r.bits()) {
         return r;
     }
-    for x in inputs {
-        if x.is_nan() {
-            return f32::from_bits(x.to_bits() | 0x0040_0000);
-        }
+    match inputs.iter().find(|x| T::is_nan_bits(x.bits())) {
+        Some(x) => T::with_bits(x.bits() | T::QUIET),
+        None => T::with_bits(T::DEFAULT_NAN),
     }
-    f32::from_bits(0x7fc0_0000)
+}
+
+pub(super) fn nan32(r: f32, inputs: &[f32]) -> f32 {
+    nan(r, inputs)
 }
 
 pub(super) fn nan16(r: f16, inputs: &[f16]) -> f16 {
-    if !r.is_nan() {
-        return r;
-    }
-    for x in inputs {
-        if x.is_nan() {
-            return f16::from_bits(x.to_bits() | 0x0200);
-        }
-    }
-    f16::from_bits(0x7e00)
+    nan(r, inputs)
 }
 
 /// f16 arithmetic through f32: the f32 result of +, -, * on f16 inputs rounds
@@ -47,54 +95,38 @@ pub(super) fn h_op(a: f16, b: f16, op: fn(f32, f32) -> f32) -> f16 {
     nan16(f16::from_f32(op(a.to_f32(), b.to_f32())), &[a, b])
 }
 
-/// v_min_f32 / v_max_f32 per the ISA pseudocode (IEEE mode and not), -0 < +0.
-pub(super) fn fminmax32(a: f32, b: f32, ieee: bool, max: bool) -> f32 {
-    let (ab, bb) = (a.to_bits(), b.to_bits());
+/// v_min / v_max per the ISA pseudocode (IEEE mode and not), -0 < +0.
+fn fminmax<T: IsaFloat>(a: T, b: T, ieee: bool, max: bool) -> T {
+    let (ab, bb) = (a.bits(), b.bits());
     if ieee {
-        if is_snan32(ab) {
-            return f32::from_bits(ab | 0x0040_0000);
+        if T::is_snan_bits(ab) {
+            return T::with_bits(ab | T::QUIET);
         }
-        if is_snan32(bb) {
-            return f32::from_bits(bb | 0x0040_0000);
+        if T::is_snan_bits(bb) {
+            return T::with_bits(bb | T::QUIET);
         }
     }
-    if is_nan32(bb) {
+    if T::is_nan_bits(bb) {
         return a;
     }
-    if is_nan32(ab) {
+    if T::is_nan_bits(ab) {
         return b;
     }
-    let pick_a = if max {
-        a > b || (a == 0.0 && b == 0.0 && !a.is_sign_negative() && b.is_sign_negative())
-    } else {
-        a < b || (a == 0.0 && b == 0.0 && a.is_sign_negative() && !b.is_sign_negative())
-    };
-    if pick_a { a } else { b }
-}
-
-pub(super) fn fminmax16(a: f16, b: f16, ieee: bool, max: bool) -> f16 {
-    let (ab, bb) = (a.to_bits(), b.to_bits());
-    if ieee {
-        if is_snan16(ab) {
-            return f16::from_bits(ab | 0x0200);
-        }
-        if is_snan16(bb) {
-            return f16::from_bits(bb | 0x0200);
-        }
-    }
-    if is_nan16(bb) {
-        return a;
-    }
-    if is_nan16(ab) {
-        return b;
-    }
-    let (x, y) = (a.to_f32(), b.to_f32());
+    let (x, y) = (a.widen(), b.widen());
     let pick_a = if max {
         x > y || (x == 0.0 && y == 0.0 && !x.is_sign_negative() && y.is_sign_negative())
     } else {
         x < y || (x == 0.0 && y == 0.0 && x.is_sign_negative() && !y.is_sign_negative())
     };
     if pick_a { a } else { b }
+}
+
+pub(super) fn fminmax32(a: f32, b: f32, ieee: bool, max: bool) -> f32 {
+    fminmax(a, b, ieee, max)
+}
+
+pub(super) fn fminmax16(a: f16, b: f16, ieee: bool, max: bool) -> f16 {
+    fminmax(a, b, ieee, max)
 }
 
 pub(super) fn fmed3_32(a: f32, b: f32, c: f32, ieee: bool) -> f32 {

@@ -408,13 +408,7 @@ pub(super) fn parse_cmp(name: &str) -> Option<(bool, Cond, &str)> {
 #[allow(clippy::double_comparisons, clippy::neg_cmp_op_on_partial_ord)]
 pub(super) fn fcmp(c: Cond, a: f64, b: f64) -> Option<bool> {
     Some(match c {
-        Cond::F => false,
-        Cond::Lt => a < b,
-        Cond::Eq => a == b,
-        Cond::Le => a <= b,
-        Cond::Gt => a > b,
         Cond::Lg => a < b || a > b,
-        Cond::Ge => a >= b,
         Cond::O => !a.is_nan() && !b.is_nan(),
         Cond::U => a.is_nan() || b.is_nan(),
         Cond::Nge => !(a >= b),
@@ -423,19 +417,23 @@ pub(super) fn fcmp(c: Cond, a: f64, b: f64) -> Option<bool> {
         Cond::Nle => !(a <= b),
         Cond::Neq => a != b,
         Cond::Nlt => !(a < b),
-        Cond::T => true,
         Cond::Ne | Cond::Class => return None,
+        _ => return ordered(c, a, b),
     })
 }
 
 pub(super) fn icmp<T: Ord>(c: Cond, a: T, b: T) -> Option<bool> {
+    if matches!(c, Cond::Ne) { Some(a != b) } else { ordered(c, a, b) }
+}
+
+/// The conditions the float and the integer compares share.
+fn ordered<T: PartialOrd>(c: Cond, a: T, b: T) -> Option<bool> {
     Some(match c {
         Cond::F => false,
         Cond::Lt => a < b,
         Cond::Eq => a == b,
         Cond::Le => a <= b,
         Cond::Gt => a > b,
-        Cond::Ne => a != b,
         Cond::Ge => a >= b,
         Cond::T => true,
         _ => return None,

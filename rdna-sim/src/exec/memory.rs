@@ -94,16 +94,9 @@ impl Wave {
             };
             match name {
                 "ds_load_b32" | "ds_load_b64" | "ds_load_b96" | "ds_load_b128" => {
-                    let n = match name {
-                        "ds_load_b32" => 1,
-                        "ds_load_b64" => 2,
-                        "ds_load_b96" => 3,
-                        _ => 4,
-                    };
+                    let n = dwords(name);
                     let v = load(env.lds, n)?;
-                    if let Some(t) = env.race.as_deref_mut() {
-                        t.lds(lane, a, 4 * n, false);
-                    }
+                    note_lds(env, lane, a, 4 * n, false);
                     for (i, x) in v.into_iter().enumerate() {
                         self.v[vdst + i][lane] = x;
                     }
@@ -111,9 +104,7 @@ impl Wave {
                 "ds_load_u8" | "ds_load_i8" | "ds_load_u16" | "ds_load_i16" => {
                     let n = if name.ends_with('8') { 1 } else { 2 };
                     let a = chk(n)?;
-                    if let Some(t) = env.race.as_deref_mut() {
-                        t.lds(lane, a, n, false);
-                    }
+                    note_lds(env, lane, a, n, false);
                     let mut x = 0u32;
                     for i in 0..n {
                         x |= (env.lds[a + i] as u32) << (8 * i);
@@ -126,16 +117,9 @@ impl Wave {
                     self.v[vdst][lane] = x;
                 }
                 "ds_store_b32" | "ds_store_b64" | "ds_store_b96" | "ds_store_b128" => {
-                    let n = match name {
-                        "ds_store_b32" => 1,
-                        "ds_store_b64" => 2,
-                        "ds_store_b96" => 3,
-                        _ => 4,
-                    };
+                    let n = dwords(name);
                     let a = chk(4 * n)?;
-                    if let Some(t) = env.race.as_deref_mut() {
-                        t.lds(lane, a, 4 * n, true);
-                    }
+                    note_lds(env, lane, a, 4 * n, true);
                     for i in 0..n {
                         env.lds[a + 4 * i..a + 4 * i + 4].copy_from_slice(&self.v[d0 + i][lane].to_le_bytes());
                     }
@@ -143,9 +127,7 @@ impl Wave {
                 "ds_store_b8" | "ds_store_b16" | "ds_store_b16_d16_hi" | "ds_store_b8_d16_hi" => {
                     let n = if name.starts_with("ds_store_b8") { 1 } else { 2 };
                     let a = chk(n)?;
-                    if let Some(t) = env.race.as_deref_mut() {
-                        t.lds(lane, a, n, true);
-                    }
+                    note_lds(env, lane, a, n, true);
                     let x = self.v[d0][lane] >> if name.ends_with("_hi") { 16 } else { 0 };
                     for i in 0..n {
                         env.lds[a + i] = (x >> (8 * i)) as u8;
@@ -237,7 +219,7 @@ impl Wave {
                 return Err(Fault::lane(lane, "flat access to the scratch aperture: scratch is not implemented"));
             }
             let fail = |e: String| Fault::lane(lane, format!("{name}: {e}"));
-            if store {
+            let mut bytes = if store {
                 let mut bytes = Vec::with_capacity(n);
                 let hi = op.contains("d16_hi");
                 for i in 0..n.div_ceil(4) {
@@ -245,48 +227,28 @@ impl Wave {
                     bytes.extend_from_slice(&(if hi { x >> 16 } else { x }).to_le_bytes());
                 }
                 bytes.truncate(n);
-                match lds_addr {
-                    Some(a) => {
-                        if a + n > env.lds.len() {
-                            return Err(fail(format!(
-                                "flat LDS access at {a:#x} past the workgroup's {} bytes",
-                                env.lds.len()
-                            )));
-                        }
-                        if let Some(t) = env.race.as_deref_mut() {
-                            t.lds(lane, a, n, true);
-                        }
-                        env.lds[a..a + n].copy_from_slice(&bytes);
-                    }
-                    None => {
-                        if let Some(t) = env.race.as_deref_mut() {
-                            t.global(env.mem, Some(lane), addr, n, Some(&bytes));
-                        }
-                        env.mem.write(addr, &bytes).map_err(fail)?
-                    }
-                }
+                bytes
             } else {
-                let mut bytes = vec![0u8; n.max(4)];
+                vec![0u8; n.max(4)]
+            };
+            if let Some(a) = lds_addr
+                && a + n > env.lds.len()
+            {
+                return Err(fail(format!("flat LDS access at {a:#x} past the workgroup's {} bytes", env.lds.len())));
+            }
+            if let Some(t) = env.race.as_deref_mut() {
                 match lds_addr {
-                    Some(a) => {
-                        if a + n > env.lds.len() {
-                            return Err(fail(format!(
-                                "flat LDS access at {a:#x} past the workgroup's {} bytes",
-                                env.lds.len()
-                            )));
-                        }
-                        if let Some(t) = env.race.as_deref_mut() {
-                            t.lds(lane, a, n, false);
-                        }
-                        bytes[..n].copy_from_slice(&env.lds[a..a + n]);
-                    }
-                    None => {
-                        if let Some(t) = env.race.as_deref_mut() {
-                            t.global(env.mem, Some(lane), addr, n, None);
-                        }
-                        env.mem.read(addr, &mut bytes[..n]).map_err(fail)?
-                    }
+                    Some(a) => t.lds(lane, a, n, store),
+                    None => t.global(env.mem, Some(lane), addr, n, store.then_some(&bytes[..])),
                 }
+            }
+            match (lds_addr, store) {
+                (Some(a), true) => env.lds[a..a + n].copy_from_slice(&bytes),
+                (None, true) => env.mem.write(addr, &bytes).map_err(fail)?,
+                (Some(a), false) => bytes[..n].copy_from_slice(&env.lds[a..a + n]),
+                (None, false) => env.mem.read(addr, &mut bytes[..n]).map_err(fail)?,
+            }
+            if !store {
                 let w = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
                 let x = w(0);
                 match op {
@@ -314,5 +276,17 @@ impl Wave {
             }
         }
         Ok(())
+    }
+}
+
+/// The dwords a `ds_load_b<bits>` or `ds_store_b<bits>` moves (b32 to b128).
+fn dwords(name: &str) -> usize {
+    name.rsplit_once('b').and_then(|(_, bits)| bits.parse::<usize>().ok()).map_or(4, |bits| bits / 32)
+}
+
+/// Records an LDS access of `n` bytes at `a` with the race checker, if it runs.
+fn note_lds(env: &mut Env, lane: usize, a: usize, n: usize, store: bool) {
+    if let Some(t) = env.race.as_deref_mut() {
+        t.lds(lane, a, n, store);
     }
 }

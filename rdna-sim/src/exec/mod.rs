@@ -72,81 +72,65 @@ pub struct InFlight {
     vals: Vec<[u32; 32]>,
 }
 
-/// Executed wave-instructions by class (issue 13, section 6).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub valu: u64,
-    pub salu: u64,
-    /// Transcendental VALU instructions (also counted in `valu`).
-    pub trans: u64,
-    pub smem: u64,
-    /// GLOBAL and FLAT instructions (a FLAT one counts here wherever its lanes go).
-    pub vmem_loads: u64,
-    /// Bytes read from device memory by the active lanes.
-    pub vmem_load_bytes: u64,
-    pub vmem_stores: u64,
-    pub vmem_store_bytes: u64,
-    /// Bytes of FLAT accesses that reached workgroup memory through its aperture.
-    pub flat_lds_bytes: u64,
-    /// DS instructions.
-    pub lds: u64,
-    pub branches: u64,
-    pub waits: u64,
-    pub barriers: u64,
-    pub other: u64,
-    /// Wave-instructions executed per instruction of the kernel (by index):
-    /// the coverage of a launch.
-    pub hits: Vec<u64>,
+/// Declares [`Counts`] from one list of its class counters (in the order of
+/// [`Counts::classes`]), with `add` and `classes`.
+macro_rules! counts {
+    ($($(#[$doc:meta])* $field:ident),* $(,)?) => {
+        /// Executed wave-instructions by class (issue 13, section 6).
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct Counts {
+            $($(#[$doc])* pub $field: u64,)*
+            /// Wave-instructions executed per instruction of the kernel (by index):
+            /// the coverage of a launch.
+            pub hits: Vec<u64>,
+        }
+
+        impl Counts {
+            /// The class counts with their names, in a fixed order (without the hits).
+            pub fn classes(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($field), self.$field)),*]
+            }
+
+            pub fn add(&mut self, o: &Counts) {
+                $(self.$field += o.$field;)*
+                if self.hits.len() < o.hits.len() {
+                    self.hits.resize(o.hits.len(), 0);
+                }
+                for (a, b) in self.hits.iter_mut().zip(&o.hits) {
+                    *a += b;
+                }
+            }
+        }
+    };
 }
 
-impl Counts {
-    /// The class counts with their names, in a fixed order (without the hits).
-    pub fn classes(&self) -> [(&'static str, u64); 14] {
-        [
-            ("valu", self.valu),
-            ("trans", self.trans),
-            ("salu", self.salu),
-            ("smem", self.smem),
-            ("vmem_loads", self.vmem_loads),
-            ("vmem_load_bytes", self.vmem_load_bytes),
-            ("vmem_stores", self.vmem_stores),
-            ("vmem_store_bytes", self.vmem_store_bytes),
-            ("flat_lds_bytes", self.flat_lds_bytes),
-            ("lds", self.lds),
-            ("branches", self.branches),
-            ("waits", self.waits),
-            ("barriers", self.barriers),
-            ("other", self.other),
-        ]
-    }
+counts!(
+    valu,
+    /// Transcendental VALU instructions (also counted in `valu`).
+    trans,
+    salu,
+    smem,
+    /// GLOBAL and FLAT instructions (a FLAT one counts here wherever its lanes go).
+    vmem_loads,
+    /// Bytes read from device memory by the active lanes.
+    vmem_load_bytes,
+    vmem_stores,
+    vmem_store_bytes,
+    /// Bytes of FLAT accesses that reached workgroup memory through its aperture.
+    flat_lds_bytes,
+    /// DS instructions.
+    lds,
+    branches,
+    waits,
+    barriers,
+    other,
+);
 
+impl Counts {
     /// The class counts on one line (without the per-instruction hits).
     pub fn summary(&self) -> String {
         let parts: Vec<String> = self.classes().iter().map(|(name, v)| format!("{name} {v}")).collect();
         parts.join(", ")
-    }
-
-    pub fn add(&mut self, o: &Counts) {
-        self.valu += o.valu;
-        self.salu += o.salu;
-        self.trans += o.trans;
-        self.smem += o.smem;
-        self.vmem_loads += o.vmem_loads;
-        self.vmem_load_bytes += o.vmem_load_bytes;
-        self.vmem_stores += o.vmem_stores;
-        self.vmem_store_bytes += o.vmem_store_bytes;
-        self.flat_lds_bytes += o.flat_lds_bytes;
-        self.lds += o.lds;
-        self.branches += o.branches;
-        self.waits += o.waits;
-        self.barriers += o.barriers;
-        self.other += o.other;
-        if self.hits.len() < o.hits.len() {
-            self.hits.resize(o.hits.len(), 0);
-        }
-        for (a, b) in self.hits.iter_mut().zip(&o.hits) {
-            *a += b;
-        }
     }
 }
 
@@ -292,33 +276,11 @@ impl Wave {
             M0 => self.s[M0 as usize] as u64,
             126 | 127 => pair(code as usize),
             128..=208 | 240..=248 => lo32(k, inline_const(code, k).unwrap()),
-            235 => {
-                if k == K::B64 {
-                    (mem::SHARED_APERTURE_HI as u64) << 32
-                } else {
-                    mem::SHARED_APERTURE_HI as u64
-                }
-            }
-            236 => {
-                if k == K::B64 {
-                    (mem::SHARED_APERTURE_HI as u64) << 32 | 0xffff_ffff
-                } else {
-                    mem::SHARED_APERTURE_HI as u64
-                }
-            }
-            237 => {
-                if k == K::B64 {
-                    (mem::PRIVATE_APERTURE_HI as u64) << 32
-                } else {
-                    mem::PRIVATE_APERTURE_HI as u64
-                }
-            }
-            238 => {
-                if k == K::B64 {
-                    (mem::PRIVATE_APERTURE_HI as u64) << 32 | 0xffff_ffff
-                } else {
-                    mem::PRIVATE_APERTURE_HI as u64
-                }
+            // The shared (235, 236) and private (237, 238) apertures' base and limit.
+            235..=238 => {
+                let hi = if code < 237 { mem::SHARED_APERTURE_HI } else { mem::PRIVATE_APERTURE_HI } as u64;
+                let limit = if code.is_multiple_of(2) { 0xffff_ffff } else { 0 };
+                if k == K::B64 { hi << 32 | limit } else { hi }
             }
             251 => (self.s[VCC as usize] == 0) as u64,
             252 => (self.s[EXEC as usize] == 0) as u64,

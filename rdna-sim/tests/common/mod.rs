@@ -55,6 +55,15 @@ pub fn load(arch: &str) -> Option<rdna_sim::codeobj::CodeObject> {
     Some(rdna_sim::codeobj::load(&std::fs::read(path).unwrap()).unwrap())
 }
 
+/// The xielu parameters of every case: alpha_p, alpha_n, beta, eps.
+pub const XIELU_PARAMS: (f32, f32, f32, f32) = (0.8731, 0.6042, 0.5, -1e-6);
+
+/// xielu's arguments (input buffer 0, output buffer 1) for `n` elements.
+pub fn xielu_args(n: usize) -> Vec<Arg> {
+    let (ap, an, b, e) = XIELU_PARAMS;
+    vec![Arg::Buf(0), Arg::Buf(1), Arg::U64(n as u64), Arg::F32(ap), Arg::F32(an), Arg::F32(b), Arg::F32(e)]
+}
+
 /// Packs arguments at the metadata's offsets, pointers given by `ptr`.
 pub fn pack(k: &rdna_sim::codeobj::Kernel, args: &[Arg], ptr: &dyn Fn(usize) -> u64) -> Vec<u8> {
     let explicit: Vec<_> = k.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).collect();
@@ -88,6 +97,68 @@ pub fn noise(n: usize, seed: u32, scale: f32) -> Vec<f32> {
 
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Encodes f32 values as the dtype `ty` ("f32", "f16", "bf16"; bf16 truncates); returns the bytes and the element size.
+pub fn enc(ty: &str, v: &[f32]) -> (Vec<u8>, usize) {
+    match ty {
+        "f32" => (f32_bytes(v), 4),
+        "bf16" => (v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(), 2),
+        _ => (v.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect(), 2),
+    }
+}
+
+/// A launch's buffers, each with its element size.
+pub type SizedBuffers = Vec<(Vec<u8>, usize)>;
+
+/// mamba1_scan's launch of dtype `ty` at (batch, len, dm, n): its arguments, its
+/// buffers (outputs zeroed) with their element sizes, and its grid.
+pub fn mamba_case(ty: &str, (batch, len, dm, n): (u32, u32, u32, u32)) -> (Vec<Arg>, SizedBuffers, [u32; 3]) {
+    use kernels_device::geometry::mamba1_scan::channels_per_workgroup;
+    let (btd, btn, dn) = ((batch * len * dm) as usize, (batch * len * n) as usize, (dm * n) as usize);
+    let dt: Vec<f32> = noise(btd, 7, 0.5).iter().map(|x| x.abs() + 0.01).collect();
+    let a: Vec<f32> = noise(dn, 9, 1.0).iter().map(|x| -x.abs() - 0.1).collect();
+    let bdn = (batch * dm * n) as usize;
+    let bufs = vec![
+        enc(ty, &noise(btd, 6, 1.0)),
+        enc(ty, &dt),
+        enc(ty, &noise(btn, 8, 1.0)),
+        enc(ty, &noise(btn, 10, 1.0)),
+        enc("f32", &a),
+        enc(ty, &noise(dm as usize, 11, 1.0)),
+        enc("f32", &noise(bdn, 12, 1.0)),
+        (vec![0u8; btd * enc(ty, &[0.0]).1], enc(ty, &[0.0]).1),
+        (vec![0u8; bdn * 4], 4),
+    ];
+    let mut args: Vec<Arg> = (0..9).map(Arg::Buf).collect();
+    args.extend([Arg::U32(batch), Arg::U32(len), Arg::U32(dm), Arg::U32(n)]);
+    (args, bufs, [dm.div_ceil(channels_per_workgroup(n)), batch, 1])
+}
+
+/// Copies `bufs` into fresh allocations of `mem`, buffer `i` starting `shift[i]`
+/// bytes past its allocation's start (no shift where `shift` is short); returns the addresses.
+pub fn upload(mem: &mut rdna_sim::mem::Memory, bufs: &[Vec<u8>], shift: &[u64]) -> Vec<u64> {
+    bufs.iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let s = shift.get(i).copied().unwrap_or(0);
+            let a = mem.alloc(b.len() + s as usize, &format!("buffer {i}")) + s;
+            mem.write(a, b).unwrap();
+            a
+        })
+        .collect()
+}
+
+/// Reads back the buffers that [`upload`] placed at `addrs`.
+pub fn download(mem: &rdna_sim::mem::Memory, bufs: &[Vec<u8>], addrs: &[u64]) -> Vec<Vec<u8>> {
+    bufs.iter()
+        .zip(addrs)
+        .map(|(b, &a)| {
+            let mut v = vec![0u8; b.len()];
+            mem.read(a, &mut v).unwrap();
+            v
+        })
+        .collect()
 }
 
 /// The test-only gfx1151 object of planted races (`kernels-device` with its
