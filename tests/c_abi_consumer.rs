@@ -2,31 +2,11 @@
 //! checked-in header and this crate's shared library, and runs it on the CPU
 //! backend: availability, launches and error paths through the real C ABI.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod shared_library;
 
-/// Builds the crate's shared library (`cargo test` builds only the rlib) in
-/// the profile of this test, and returns the directory that holds it.
-fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // The test executable lives in <target>/<profile>/deps/.
-    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target_dir = dir.parent().unwrap();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args(["build", "--lib", "--manifest-path"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    #[cfg(feature = "cuda")]
-    cargo.args(["--features", "cuda"]);
-    let out = cargo.output().expect("run cargo build --lib");
-    assert!(out.status.success(), "cargo build --lib failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    dir
-}
+use shared_library::{install, library_dir};
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn cpp_consumer_calls_the_abi_end_to_end() {
@@ -39,11 +19,7 @@ fn cpp_consumer_calls_the_abi_end_to_end() {
     let soname = soname_of(&built);
     assert_eq!(soname, "libmlxcel_amdgpu.so.1", "the SONAME carries MLXCEL_AMDGPU_ABI_VERSION");
     let lib_dir = std::env::temp_dir().join(format!("mlxcel_amdgpu_lib_{}", std::process::id()));
-    std::fs::create_dir_all(&lib_dir).unwrap();
-    std::fs::copy(&built, lib_dir.join(&soname)).unwrap();
-    let link = lib_dir.join("libmlxcel_amdgpu.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&soname, &link).unwrap();
+    install(&built, &soname, &lib_dir);
     let exe = std::env::temp_dir().join(format!("mlxcel_amdgpu_consumer_{}", std::process::id()));
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = Command::new(&cxx)

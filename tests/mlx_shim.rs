@@ -10,33 +10,14 @@
 //! `lib/libmlx.so`, e.g. `<site-packages>/mlx`), else at `target/ci-mlx/mlx`
 //! (the README's install line), else through the `mlx` package of `python3`. Without it the test fails: `.ci/run` installs it.
 
+mod shared_library;
+
+use shared_library::{install, library_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The pinned MLX the shim is written and tested against.
 const MLX_VERSION: &str = "0.32";
-
-/// Builds the crate's shared library in the profile of this test and returns
-/// the directory that holds it.
-fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target_dir = dir.parent().unwrap();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args(["build", "--lib", "--manifest-path"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    #[cfg(feature = "cuda")]
-    cargo.args(["--features", "cuda"]);
-    let out = cargo.output().expect("run cargo build --lib");
-    assert!(out.status.success(), "cargo build --lib failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    dir
-}
 
 /// Where MLX's headers and libmlx.so are, or why not.
 fn mlx_root() -> Result<PathBuf, String> {
@@ -97,12 +78,8 @@ fn mlx_shim_runs_every_kernel_inside_mlx_on_the_cpu_stream() {
     let lib_dir = library_dir();
     let work = lib_dir.join("mlx-shim");
     let installed = work.join("lib");
-    std::fs::create_dir_all(&installed).unwrap();
     let soname = format!("libmlxcel_amdgpu.so.{}", mlxcel_amdgpu::ffi::MLXCEL_AMDGPU_ABI_VERSION);
-    std::fs::copy(lib_dir.join("libmlxcel_amdgpu.so"), installed.join(&soname)).unwrap();
-    let link = installed.join("libmlxcel_amdgpu.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&soname, &link).unwrap();
+    let link = install(&lib_dir.join("libmlxcel_amdgpu.so"), &soname, &installed);
 
     let build = work.join("build");
     let cmake = std::env::var("CMAKE").unwrap_or_else(|_| "cmake".into());
