@@ -40,6 +40,19 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A case that could not run to a result: `ERROR: <e>`, failed.
+    fn error(kernel: &'static str, dtype: Option<Dtype>, e: &Error) -> Outcome {
+        Outcome {
+            kernel,
+            dtype,
+            shape: String::new(),
+            result: format!("ERROR: {e}"),
+            passed: false,
+            millis: None,
+            bytes: 0,
+        }
+    }
+
     fn skipped(kernel: &'static str, dtype: Dtype, shape: String, why: String) -> Outcome {
         Outcome {
             kernel,
@@ -474,40 +487,15 @@ pub fn run_cases(device: &Device) -> Vec<Outcome> {
         ("moe routed 8b", |d, t| with_element!(t, T => moe8_case::<T>(d))),
     ];
     // A bad count fails every case before anything is launched.
-    if let Err(e) = timed_launches(device) {
-        let failed = |kernel, dtype| Outcome {
-            kernel,
-            dtype,
-            shape: String::new(),
-            result: format!("ERROR: {e}"),
-            passed: false,
-            millis: None,
-            bytes: 0,
-        };
-        let mut out = vec![failed("probe", None)];
-        out.extend(cases.iter().flat_map(|&(name, _)| Dtype::ALL.map(|t| failed(name, Some(t)))));
-        return out;
-    }
-    let mut out = vec![probe_case(device).unwrap_or_else(|e| Outcome {
-        kernel: "probe",
-        dtype: None,
-        shape: String::new(),
-        result: format!("ERROR: {e}"),
-        passed: false,
-        millis: None,
-        bytes: 0,
-    })];
+    let bad_count = timed_launches(device).err();
+    let run = |kernel, dtype, case: &dyn Fn() -> Result<Outcome>| match &bad_count {
+        Some(e) => Outcome::error(kernel, dtype, e),
+        None => case().unwrap_or_else(|e| Outcome::error(kernel, dtype, &e)),
+    };
+    let mut out = vec![run("probe", None, &|| probe_case(device))];
     for (name, case) in cases {
         for dtype in Dtype::ALL {
-            out.push(case(device, dtype).unwrap_or_else(|e| Outcome {
-                kernel: name,
-                dtype: Some(dtype),
-                shape: String::new(),
-                result: format!("ERROR: {e}"),
-                passed: false,
-                millis: None,
-                bytes: 0,
-            }));
+            out.push(run(name, Some(dtype), &|| case(device, dtype)));
         }
     }
     out
