@@ -40,12 +40,14 @@ fi
 
 # One row per distinct launch (processor, kernel, grid, workgroup, dynamic
 # workgroup bytes); the counts of a repeated launch are the same, so the first
-# is kept. The columns are named by the file's header line.
+# is kept. The columns are named by the file's header line (each process
+# that appended writes one; the first is used).
 echo
 echo "Executed wave-instructions per launch on the simulated gfx1151 (rdna-sim; counts, not times):"
 echo
 awk -F'\t' '
 /^#/ {
+    if (header++) next
     line = "| kernel | grid | workgroup | dynamic_lds"; rule = "|---|---|---|---"
     for (i = 6; i <= NF; i++) { line = line " | " $i; rule = rule "|---" }
     print line " | launches |"; print rule "|---|"

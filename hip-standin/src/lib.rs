@@ -418,10 +418,18 @@ fn record_coverage(s: &mut State, arch: &str, k: &codeobj::Kernel, counts: &rdna
         }
     }
     if !lines.is_empty() {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = f.write_all(lines.as_bytes());
-        }
+        append("RDNA_SIM_COVERAGE", path, &lines);
+    }
+}
+
+/// Appends `text` to `path`, the file named by the variable `var`; a failure
+/// is reported on stderr (the launch itself has succeeded).
+fn append(var: &str, path: &str, text: &str) {
+    use std::io::Write;
+    let written =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("hip-standin: {var}={path}: {e}");
     }
 }
 
@@ -448,12 +456,7 @@ fn record_counts(arch: &str, k: &codeobj::Kernel, l: &Launch, c: &rdna_sim::exec
         text.push_str(&format!("\t{v}"));
     }
     text.push('\n');
-    use std::io::Write;
-    let written =
-        std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| f.write_all(text.as_bytes()));
-    if let Err(e) = written {
-        eprintln!("hip-standin: RDNA_SIM_COUNTS={path}: {e}");
-    }
+    append("RDNA_SIM_COUNTS", path, &text);
 }
 
 #[unsafe(no_mangle)]
