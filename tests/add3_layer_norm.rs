@@ -7,9 +7,10 @@ mod common;
 use std::ffi::c_void;
 
 use common::{Suite, download_bits, label, sentinel, upload};
+use mlxcel_amdgpu::half::f16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers, Add3LayerNormArgs, Add3Pointers};
 use mlxcel_amdgpu::kernels::{self};
-use mlxcel_amdgpu::kernels_device::geometry::add3_layer_norm::{SHORT_KERNEL, SHORT_MAX_D};
+use mlxcel_amdgpu::kernels_device::geometry::add3_layer_norm::{MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D};
 use mlxcel_amdgpu::reference::{self, Dtype, data, layer_norm, metrics};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Error, Stream, with_element};
 
@@ -486,6 +487,31 @@ macro_rules! in_place_cases {
     };
 }
 
+// ------------------------------------------------------- the sanitizers' edge shapes
+
+/// The row lengths of the reliability sweep (docs/reliability.md): the
+/// smallest, odd, one past a chunk, the short instance's last and one past it,
+/// the longest; with and without a bias, every backend and dtype.
+const EDGE_DS: [usize; 6] = [1, 5, 1025, SHORT_MAX_D as usize, SHORT_MAX_D as usize + 1, 6656];
+
+fn edge_row_lengths<T: Element>(dev: &Device) {
+    for (i, d) in EDGE_DS.into_iter().enumerate() {
+        for bias in [false, true] {
+            let inp = data::add3_inputs(T::DTYPE, 3, d, bias, 900 + i as u64);
+            check::<T>(dev, &inp, 3, d, "edge");
+        }
+    }
+}
+
+/// The largest grid a launch takes: `MAX_ROWS` rows (one workgroup each) of
+/// one element. On CUDA only: the CPU emulator and the simulated gfx1151 would
+/// run 16.7 M workgroups.
+fn edge_the_largest_grid<T: Element>(dev: &Device) {
+    let rows = MAX_ROWS as usize;
+    let inp = data::add3_inputs(T::DTYPE, rows, 1, true, 950);
+    check::<T>(dev, &inp, rows, 1, "largest grid");
+}
+
 fn main() {
     let mut suite = Suite::new();
     consumer_cases!(suite; 0, 1, 2, 3, 4, 5, 6, 7, 8, 9);
@@ -512,6 +538,8 @@ fn main() {
         "h_one_element_into_x_is_refused" => H_PAST_X;
         "h_equal_to_w_is_refused" => H_OVER_W;
     );
+    named_cases!(suite; per_backend_and_dtype: edge_row_lengths;);
+    suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::f16", edge_the_largest_grid::<f16>);
     suite.single("a_row_too_long_is_refused::bf16", a_row_too_long_is_refused);
     named_cases!(suite;
         cpu_per_dtype: d_zero_is_refused_and_the_message_says_why, a_nan_eps_is_refused_and_the_message_says_nan;

@@ -19,6 +19,7 @@ use common::timing::median_of_timed;
 use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape, ScanUpload};
+use mlxcel_amdgpu::kernels_device::geometry::mamba1_scan::MAX_BATCH;
 use mlxcel_amdgpu::kernels_device::num::exp;
 use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
 use mlxcel_amdgpu::reference::{self, metrics};
@@ -267,6 +268,28 @@ fn n_dm_and_l_off_the_multiples_of_8<T: Element>(dev: &Device) {
         let y_tol = if T::DTYPE == Dtype::F32 { F32_TOL } else { 8e-3 };
         assert!(ey < y_tol && es < F32_TOL, "{what}: vs f64: y {ey:e}, state {es:e}");
     }
+}
+
+/// The reliability sweep's shapes (docs/reliability.md): N = 1, 31, 32 (one
+/// lane, all but one, a full wave) at L = 1 and 2049 (one step; every unrolled
+/// pass plus a remainder of one), over Dm = 5 (two channels of the last wave
+/// past Dm for N <= 16).
+fn edge_n_and_l<T: Element>(dev: &Device) {
+    for n in [1, 31, 32] {
+        for len in [1, 2049] {
+            let s = ScanInputs::generate(T::DTYPE, 2, len, 5, n, true);
+            let got = run_kernel::<T>(dev, &s, StateIn::Separate);
+            assert_matches_model(T::DTYPE, &got, &s, &format!("{} B=2 L={len} Dm=5 N={n}", label::<T>(dev)));
+        }
+    }
+}
+
+/// The largest grid a launch takes: `MAX_BATCH` sequences (grid y) of one
+/// channel, one step, N = 1. On CUDA only: the emulators would run 65535 workgroups.
+fn edge_the_largest_grid<T: Element>(dev: &Device) {
+    let s = ScanInputs::generate(T::DTYPE, MAX_BATCH as usize, 1, 1, 1, true);
+    let got = run_kernel::<T>(dev, &s, StateIn::Separate);
+    assert_matches_model(T::DTYPE, &got, &s, &format!("{} B={MAX_BATCH} L=1 Dm=1 N=1", label::<T>(dev)));
 }
 
 fn state_carried_across_two_launches_equals_one_launch_bitwise<T: Element>(dev: &Device) {
@@ -610,7 +633,9 @@ fn main() {
         single: the_safe_wrapper_checks_every_buffer_size, the_cpu_backend_refuses_a_stream;
         per_backend_and_dtype: availability_matches_the_launch_lookup;
         per_backend: a_long_prefill_stays_within_1e_5;
+        per_backend_and_dtype: edge_n_and_l;
     );
+    suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::bf16", edge_the_largest_grid::<bf16>);
     suite
         .ignored(
             "timing_on_gpus",

@@ -203,6 +203,35 @@ fn every_dtype_and_group_size<T: Element>(dev: &Device) {
     }
 }
 
+/// The reliability sweep's shapes (docs/reliability.md): one expert; every
+/// expert selected, with the ids at both bounds (E - 1 first, 0 last).
+fn edge_expert_ids_at_the_bounds<T: Element>(dev: &Device) {
+    for (i, (e, ids)) in [(1, &[0][..]), (5, &[4, 3, 2, 1, 0][..])].into_iter().enumerate() {
+        let mut inp = moe_inputs(T::DTYPE, 64, 64, e, ids.len(), 4, 32, 500 + i as u64);
+        inp.idx = ids.to_vec();
+        check_all::<T>(dev, &inp, "edge");
+    }
+}
+
+/// The longest rows (`MAX_COLS`) of fc1 and of down, one expert each, in the
+/// consumers' dtype (bf16; each row's work is the same in every dtype).
+fn edge_the_longest_rows(dev: &Device) {
+    let max = MAX_COLS as usize;
+    for (i, (din, dff, bits)) in [(max, 32, 8), (32, max, 4)].into_iter().enumerate() {
+        let mut inp = moe_inputs(Dtype::Bf16, din, dff, 2, 1, bits, 32, 510 + i as u64);
+        inp.idx = vec![1 - i as u32];
+        check_all::<bf16>(dev, &inp, "edge");
+    }
+}
+
+/// The largest grid of the sweep: 64 experts all selected, rows of `MAX_COLS`
+/// outputs in fc1. On CUDA only (the emulators would take minutes).
+fn edge_the_largest_grid(dev: &Device) {
+    let mut inp = moe_inputs(Dtype::Bf16, 64, MAX_COLS as usize, 64, 64, 4, 64, 599);
+    inp.idx = (0..64).rev().collect();
+    check_all::<bf16>(dev, &inp, "largest grid");
+}
+
 /// Rows long enough for several batches of quads per lane (8 bits, Din 4608:
 /// 288 quads, lanes take 9 or 10 each in three batches), and every lane busy.
 fn long_rows_take_several_batches(dev: &Device) {
@@ -752,6 +781,9 @@ fn main() {
         .per_backend("reduced_shape_bf16_bits_8", reduced_shape_bf16_bits_8)
         .per_backend_and_dtype("every_dtype_and_group_size", typed!(every_dtype_and_group_size))
         .per_backend("long_rows_take_several_batches", long_rows_take_several_batches)
+        .per_backend_and_dtype("edge_expert_ids_at_the_bounds", typed!(edge_expert_ids_at_the_bounds))
+        .per_backend("edge_the_longest_rows", edge_the_longest_rows)
+        .on_backend(BackendKind::Cuda, "edge_the_largest_grid", edge_the_largest_grid)
         .per_backend("misaligned_pointers_take_the_slow_paths", misaligned_pointers_take_the_slow_paths)
         .single(
             "negative_control_a_fold_starting_at_8_fails_the_tolerance",

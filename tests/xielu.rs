@@ -7,11 +7,11 @@ mod common;
 use std::ffi::c_void;
 
 use common::{Suite, download_bits, label, sentinel, upload};
-use mlxcel_amdgpu::half::bf16;
+use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{
-    BF16_WORKGROUP_MEM_BYTES, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN,
-    TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
+    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS,
+    TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
 };
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::LaunchDims;
@@ -412,6 +412,27 @@ macro_rules! tails {
     };
 }
 
+/// The largest grid of the reliability sweep (docs/reliability.md):
+/// `MAX_WORKGROUPS` workgroups of one chunk per thread, then 5 elements past
+/// them, n = 2^31 + 5 (4 GiB a buffer). The input repeats the 4099 tail values,
+/// so each output is checked against the reference of its value. On CUDA only.
+fn edge_the_largest_grid<T: Element>(dev: &Device) {
+    let dtype = T::DTYPE;
+    let n = (MAX_WORKGROUPS as usize) * (WORKGROUP_SIZE as usize) * ELEMS_PER_THREAD + 5;
+    let pattern = tail_data(dtype);
+    let want = reference_bits(dtype, &pattern, P);
+    let stored: Vec<T> = pattern.iter().map(|&v| T::from_f32(v)).collect();
+    let x: Vec<T> = (0..n).map(|i| stored[i % stored.len()]).collect();
+    let x = dev.upload(&x).unwrap();
+    let mut out = sentinel::<T>(dev, n);
+    xielu::run(dev, &x, &mut out, n, P, Stream::DEFAULT).unwrap();
+    let got = download_bits(&out);
+    let what = format!("xielu {} n={n}", label::<T>(dev));
+    if let Some(i) = (0..n).find(|&i| got[i] != want[i % want.len()]) {
+        panic!("{what}: element {i} is {:#x}, the reference {:#x}", got[i], want[i % want.len()]);
+    }
+}
+
 /// Registers the table-path cases of one length and workgroup size.
 macro_rules! table_cases {
     ($suite:expr; $($n_index:literal: $size:expr, $size_name:literal);+ $(;)?) => {
@@ -465,6 +486,7 @@ fn main() {
         cpu_per_dtype: n_zero_is_a_no_op, a_null_x_is_refused;
     );
     suite.single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused);
+    suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::f16", edge_the_largest_grid::<f16>);
     named_cases!(suite; cpu_per_dtype: non_finite_scalars_are_refused;);
     suite.single("a_short_buffer_is_refused::f16", a_short_buffer_is_refused);
     named_cases!(suite; cpu_per_dtype: the_cpu_backend_refuses_a_non_null_stream;);
