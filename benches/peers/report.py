@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Joins one benchmark run's logs (scripts/bench-h200.sh) into a Markdown report and a CSV.
+
+    report.py <dir>    reads <dir>/ours.log, baselines.log, peers.log, mlx.log, launch_cost.log;
+                       writes <dir>/bench.md and <dir>/bench.csv
+
+ours.log is `bench-kernels --csv` (with its copy and empty-launch header line); the other logs
+hold `baseline ...`, `peer ...` and `launch_cost ...` lines and the MLX driver's timing table.
+A log that is missing or empty leaves its columns empty and is named in the report. The issue's
+targets (issue 15) are evaluated from the same run's numbers.
+"""
+import csv
+import os
+import re
+import sys
+
+D = sys.argv[1] if len(sys.argv) > 1 else "."
+
+
+def read(name):
+    path = os.path.join(D, name)
+    return open(path).read() if os.path.exists(path) else ""
+
+
+rows = []  # {source, kernel, dtype, shape, us}
+missing = [n for n in ("ours.log", "baselines.log", "peers.log", "mlx.log", "launch_cost.log") if not read(n).strip()]
+
+# ---- ours: bench-kernels --csv
+ours = read("ours.log")
+m = re.search(r"copy bandwidth .*?: ([\d.]+) GB/s; empty kernel launch: ([\d.]+) us", ours)
+copy_gbs, empty_us = (float(m.group(1)), float(m.group(2))) if m else (None, None)
+device = (re.search(r"^device: (.*)$", ours, re.M) or [None, "?"])[1]
+fraction = {}
+for line in ours.splitlines():
+    parts = line.split(",")
+    if len(parts) != 7 or parts[0] == "kernel":
+        continue
+    name, shape, us, _bytes, _gbs, frac, _x = parts
+    words = name.split()
+    kernel, dtype = "_".join(words[:-1]), words[-1]
+    rows.append(dict(source="ours", kernel=kernel, dtype=dtype, shape=shape, us=float(us)))
+    fraction[(kernel, dtype, shape)] = float(frac)
+
+# ---- the CUDA C++ and PyTorch eager baselines (benches/baselines/run.sh)
+for line in read("baselines.log").splitlines():
+    m = re.match(r"baseline (\S+) (\S+) (.*?) ?us=([\d.]+)", line)
+    if not m:
+        continue
+    peer, kernel, shape, us = m.group(1), m.group(2), m.group(3).strip(), float(m.group(4))
+    if kernel.startswith("moe_"):
+        bits = re.search(r"bits=(\d+)", shape).group(1)
+        shape = f"Nemotron bits={bits}"
+        if peer == "torch":  # whole forwards
+            kernel, peer = "moe_routed_forward", f"torch-{kernel}"
+        elif kernel.endswith("_l2flushed"):
+            kernel, peer = kernel[: -len("_l2flushed")], "cuda-cpp-l2cold"
+    rows.append(dict(source=peer, kernel=kernel, dtype="bf16", shape=shape, us=us))
+
+# ---- the peers users run (benches/peers/peers.py)
+for line in read("peers.log").splitlines():
+    m = re.match(r"peer (\S+) (\S+) (\S+) (.*) us=([\d.]+)", line)
+    if not m:
+        continue
+    peer, kernel, dtype, shape, us = m.groups()
+    if kernel in ("selective_scan_fwd", "selective_state_update"):
+        kernel = "mamba1_scan"
+    rows.append(dict(source=peer, kernel=kernel, dtype=dtype, shape=shape, us=float(us)))
+
+# ---- MLX (the driver's table: ours inside the MLX graph and MLX's own graph, both through eval)
+mlx_table = [l for l in read("mlx.log").splitlines() if l.startswith("|")]
+
+# ---- host cost of a launch
+launch = {}
+for line in read("launch_cost.log").splitlines():
+    m = re.match(r"launch_cost (\S+) host_us=([\d.]+) gpu_us_per_call=([\d.]+)", line)
+    if m:
+        launch.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
+
+with open(os.path.join(D, "bench.csv"), "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["source", "kernel", "dtype", "shape", "us"])
+    for r in rows:
+        w.writerow([r["source"], r["kernel"], r["dtype"], r["shape"], f"{r['us']:.3f}"])
+    for name, v in launch.items():
+        for host, gpu in v:
+            w.writerow(["launch_cost", name, "", "host_us", host])
+            w.writerow(["launch_cost", name, "", "gpu_us_per_call", gpu])
+
+
+def find(source, kernel, dtype, shape):
+    for r in rows:
+        if (r["source"], r["kernel"], r["dtype"], r["shape"]) == (source, kernel, dtype, shape):
+            return r["us"]
+    return None
+
+
+out = []
+p = out.append
+p(f"# Benchmark run: {device}\n")
+if copy_gbs:
+    p(f"Copy bandwidth (device to device, read + write) {copy_gbs:.1f} GB/s; empty launch {empty_us:.2f} us.\n")
+if missing:
+    p(f"Missing or empty logs: {', '.join(missing)}.\n")
+peers = sorted({r["source"] for r in rows if r["source"] != "ours"})
+p("## Ours and every peer at the same shape (us; in brackets: the peer's time over ours)\n")
+p("| kernel | dtype | shape | ours | of copy | " + " | ".join(peers) + " |")
+p("|---|---|---|---:|---:|" + "---:|" * len(peers))
+matched = set()
+for r in [r for r in rows if r["source"] == "ours"]:
+    key = (r["kernel"], r["dtype"], r["shape"])
+    cells = []
+    for peer in peers:
+        t = find(peer, *key)
+        if t is None:
+            cells.append("")
+        else:
+            matched.add((peer,) + key)
+            cells.append(f"{t:.2f} ({t / r['us']:.2f}x)")
+    frac = fraction.get(key)
+    p(f"| {r['kernel']} | {r['dtype']} | {r['shape']} | {r['us']:.2f} | {100 * frac:.1f}% | " + " | ".join(cells) + " |")
+others = [r for r in rows if r["source"] != "ours" and (r["source"], r["kernel"], r["dtype"], r["shape"]) not in matched]
+if others:
+    p("\nPeer rows without a row of ours at the same shape:\n")
+    p("| peer | kernel | dtype | shape | us |\n|---|---|---|---|---:|")
+    for r in others:
+        p(f"| {r['source']} | {r['kernel']} | {r['dtype']} | {r['shape']} | {r['us']:.2f} |")
+if mlx_table:
+    p("\n## Inside MLX's CUDA backend (the shim's driver; both sides through `eval`, so both include MLX's per-eval cost)\n")
+    out.extend(mlx_table)
+if launch:
+    p("\n## Host cost of one launch (benches/launch_cost.c; medians of 200 batches of 128 calls; two rounds)\n")
+    p("| call | host us per call | GPU us per call, back to back |\n|---|---:|---:|")
+    for name, v in launch.items():
+        p(f"| {name} | {' / '.join(f'{h:.2f}' for h, _ in v)} | {' / '.join(f'{g:.2f}' for _, g in v)} |")
+
+# ---- issue 15's targets, from this run
+p("\n## Issue 15's targets in this run\n")
+p("| target | measured | met |\n|---|---|---|")
+
+
+def target(what, measured, ok):
+    p(f"| {what} | {measured} | {'yes' if ok else '**no**'} |")
+
+
+for dm, L in ((5120, 512), (5120, 2048), (8192, 512)):
+    shape = f"B=1 Dm={dm} N=16 L={L}"
+    a, b = find("ours", "mamba1_scan", "bf16", shape), find("mamba-ssm", "mamba1_scan", "bf16", shape)
+    if a and b:
+        target(f"mamba1_scan bf16 {shape}: ours <= 0.8x mamba-ssm", f"{a:.1f} vs {b:.1f} us = {a / b:.2f}x", a / b <= 0.8)
+for bits in (4, 8):
+    shape = f"Nemotron bits={bits}"
+    a = find("ours", "moe_routed_forward", "bf16", shape)
+    y = find("ours", "read_stream_yardstick", "bf16", f"routed forward's bytes bits={bits} in 3 launches")
+    if a and y:
+        target(f"MoE routed {bits}-bit: >= 80% of read_stream over its bytes in 3 launches",
+               f"{a:.1f} us vs {y:.1f} us = {100 * y / a:.0f}%", y / a >= 0.8)
+for dtype, share in (("bf16", 0.90), ("f16", 0.85)):
+    f = fraction.get(("xielu", dtype, "n=67108864"))
+    if f is not None:
+        target(f"xielu {dtype} n=2^26: >= {100 * share:.0f}% of copy", f"{100 * f:.1f}%", f >= share)
+f = fraction.get(("add3_layer_norm", "bf16", "rows=8192 D=4096"))
+if f is not None:
+    target("add3_layer_norm bf16 8192 x 4096: >= 87% of copy", f"{100 * f:.1f}%", f >= 0.87)
+for kernel, shape in (("xielu", "n=67108864"), ("add3_layer_norm", "rows=8192 D=4096")):
+    a, b = find("ours", kernel, "bf16", shape), find("torch-compile", kernel, "bf16", shape)
+    if a and b:
+        target(f"{kernel} bf16 {shape}: ahead of torch.compile", f"{a:.1f} vs {b:.1f} us", a < b)
+bare = launch.get("bare_cuLaunchKernel_empty")
+abi = launch.get("c_abi_xielu_bf16_n21504")
+if bare and abi:
+    rb, ra = sorted(h for h, _ in bare)[0], sorted(h for h, _ in abi)[0]
+    target("C ABI host cost per launch within 1.2x a bare cuLaunchKernel (best round each)",
+           f"{ra:.2f} vs {rb:.2f} us = {ra / rb:.2f}x", ra / rb <= 1.2)
+
+open(os.path.join(D, "bench.md"), "w").write("\n".join(out) + "\n")
+print("\n".join(out))
