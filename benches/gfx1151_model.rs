@@ -1,0 +1,311 @@
+//! The gfx1151 prediction (issue 15, item 6): each kernel's time on a Radeon
+//! 8060S at the consumers' decode and prefill shapes, from what the shipped
+//! gfx1151 code object executes on the simulated device (rdna-sim behind the
+//! stand-in libamdhip64), its VGPR use, and the bytes it must move.
+//!
+//! ```sh
+//! bash scripts/predict-gfx1151.sh      # builds the stand-in, runs this, prints the table
+//! ```
+//!
+//! Per launch the stand-in appends the executed wave-instructions by class to
+//! `RDNA_SIM_COUNTS`. Decode shapes run as they are; prefill shapes are too long
+//! for an interpreter, so each runs at two shorter lengths of the dimension that
+//! grows (elements, rows, steps) in the same launch regime, and the counts are
+//! extended linearly to the consumer's length (every kernel here does the same
+//! work per element, row or step, plus a fixed part). The model, per launch:
+//! - issue: every wave-instruction takes one cycle of its SIMD (no dual issue,
+//!   no stalls), spread over `min(waves, SIMDs)` SIMDs at the clock below;
+//! - memory: the bytes the contract makes the kernel read and write, once each
+//!   (not the interpreter's per-lane byte counts, which count a value as often
+//!   as lanes request it), at the measured bandwidth below;
+//! - the prediction is the larger of the two, which names the bound. With fewer
+//!   waves than SIMDs neither is reached: the time is one wave's dependent
+//!   chain of loads plus the launch, which the model does not know ("latency").
+//!
+//! Neither launch overhead nor memory latency is modelled; no AMD hardware has
+//! checked any of it.
+
+use std::collections::HashMap;
+
+use mlxcel_amdgpu::code_object::CodeObject;
+use mlxcel_amdgpu::embedded;
+use mlxcel_amdgpu::half::bf16;
+use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
+use mlxcel_amdgpu::kernels::moe::{self, MoeShape, RoutedUpload};
+use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
+use mlxcel_amdgpu::kernels_device::geometry::xielu::TABLE_MIN_ELEMS_PER_WORKGROUP;
+use mlxcel_amdgpu::reference::mamba::ScanInputs;
+use mlxcel_amdgpu::reference::moe::moe_inputs;
+use mlxcel_amdgpu::reference::{Dtype, data};
+use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Stream, with_element};
+
+/// Radeon 8060S (gfx1151). CUs and clock: AMD's specification of the Radeon
+/// 8060S (40 CUs, up to 2.9 GHz). SIMDs: two SIMD32 per RDNA 3.5 CU. VGPRs:
+/// LLVM's gfx1151 target has `FeatureGFX11FullVGPRs`, 1536 wave32 VGPRs per SIMD
+/// in granules of 24, at most 16 waves per SIMD; the `llc -mcpu=gfx1151` of this
+/// project's toolchain reports occupancy 16 at 96 VGPRs, 12 at 97-120, 10 at
+/// 121-144, 8 at 192 (checked for this model, docs/performance.md).
+/// Bandwidth: 212 GB/s, the figure reported as measured on Strix Halo (256 GB/s
+/// theoretical: 256-bit LPDDR5X-8000).
+const CUS: f64 = 40.0;
+const SIMDS: f64 = CUS * 2.0;
+const CLOCK_HZ: f64 = 2.9e9;
+const BYTES_PER_S: f64 = 212e9;
+const VGPRS_PER_SIMD: u32 = 1536;
+const VGPR_GRANULE: u32 = 24;
+const MAX_WAVES_PER_SIMD: u32 = 16;
+
+/// Waves per SIMD that `vgprs` per lane allow.
+fn occupancy(vgprs: u32) -> u32 {
+    let rounded = vgprs.max(1).div_ceil(VGPR_GRANULE) * VGPR_GRANULE;
+    (VGPRS_PER_SIMD / rounded).min(MAX_WAVES_PER_SIMD)
+}
+
+/// One launch's line of the counts file: the kernel, its waves, its counts by class.
+#[derive(Clone, Debug)]
+struct Launch {
+    kernel: String,
+    waves: f64,
+    counts: HashMap<String, f64>,
+}
+
+impl Launch {
+    fn instructions(&self) -> f64 {
+        // Every class but the byte counts.
+        self.counts.iter().filter(|(k, _)| !k.ends_with("bytes")).map(|(_, v)| v).sum()
+    }
+
+    /// `self + (other - self) * t`, class by class: the linear extension.
+    fn extend(&self, other: &Launch, t: f64) -> Launch {
+        let lerp = |a: f64, b: f64| a + (b - a) * t;
+        let counts = self.counts.iter().map(|(k, &a)| (k.clone(), lerp(a, other.counts[k]))).collect();
+        Launch { kernel: self.kernel.clone(), waves: lerp(self.waves, other.waves), counts }
+    }
+}
+
+/// The counts file the stand-in appends to.
+struct Counts {
+    path: String,
+}
+
+impl Counts {
+    /// The lines written since `from` lines, parsed.
+    fn since(&self, from: usize) -> Vec<Launch> {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let header: Vec<&str> = lines.iter().find(|l| l.starts_with('#')).expect("a header line").split('\t').collect();
+        lines
+            .iter()
+            .filter(|l| !l.starts_with('#'))
+            .skip(from)
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                let dims = |s: &str| s.split(',').map(|v| v.parse::<f64>().unwrap()).product::<f64>();
+                let threads = dims(f[3]);
+                let counts =
+                    header[5..].iter().zip(&f[5..]).map(|(k, v)| (k.to_string(), v.parse().unwrap())).collect();
+                Launch { kernel: f[1].to_string(), waves: dims(f[2]) * (threads / 32.0).ceil(), counts }
+            })
+            .collect()
+    }
+
+    fn len(&self) -> usize {
+        std::fs::read_to_string(&self.path).unwrap_or_default().lines().filter(|l| !l.starts_with('#')).count()
+    }
+
+    /// The launches `run` makes.
+    fn launches(&self, dev: &Device, run: impl FnOnce()) -> Vec<Launch> {
+        let before = self.len();
+        run();
+        dev.synchronize().unwrap();
+        self.since(before)
+    }
+}
+
+/// A row of the prediction.
+struct Row {
+    kernel: String,
+    shape: String,
+    launch: Launch,
+    bytes: f64,
+}
+
+fn upload<T: Element>(dev: &Device, v: &[f32]) -> DeviceBuffer<T> {
+    dev.upload(&v.iter().map(|&e| T::from_f32(e)).collect::<Vec<T>>()).unwrap()
+}
+
+/// The launches of `run(size)` at the consumer's `size`, from `ladder` (one
+/// size: run as is; two: extended linearly), each launch with its row.
+fn measured(counts: &Counts, dev: &Device, ladder: &[usize], size: usize, mut run: impl FnMut(usize)) -> Vec<Launch> {
+    let mut at: Vec<Vec<Launch>> = ladder.iter().map(|&s| counts.launches(dev, || run(s))).collect();
+    if ladder.len() == 1 {
+        return at.remove(0);
+    }
+    let t = (size - ladder[0]) as f64 / (ladder[1] - ladder[0]) as f64;
+    at[0].iter().zip(&at[1]).map(|(a, b)| a.extend(b, t)).collect()
+}
+
+fn xielu_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+    let dtype = T::DTYPE;
+    // The prefill ladder stays in the launcher's regime for 2^26: the table grid
+    // (bf16, from TABLE_MIN_ELEMS_PER_WORKGROUP per workgroup up) or the chunk grid.
+    let table_from = (TABLE_MIN_ELEMS_PER_WORKGROUP * CUS as u64) as usize;
+    let long: &[usize] = if dtype == Dtype::Bf16 { &[table_from, table_from + (1 << 20)] } else { &[1 << 18, 1 << 19] };
+    for (n, ladder) in [(21504usize, &[21504usize][..]), (1 << 26, long)] {
+        let launches = measured(counts, dev, ladder, n, |m| {
+            let x = upload::<T>(dev, &data::lcg_uniform(1, m));
+            let mut out = dev.alloc::<T>(m).unwrap();
+            xielu::run(dev, &x, &mut out, m, XieluParams::APERTUS, Stream::DEFAULT).unwrap();
+        });
+        let bytes = (2 * n * dtype.size()) as f64;
+        rows.push(Row {
+            kernel: format!("xielu {dtype}"),
+            shape: format!("n={n}"),
+            launch: launches[0].clone(),
+            bytes,
+        });
+    }
+}
+
+fn add3_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+    let dtype = T::DTYPE;
+    let d = 4096;
+    for (r, ladder) in [(1usize, &[1usize][..]), (8192, &[8, 16])] {
+        let launches = measured(counts, dev, ladder, r, |m| {
+            let inp = data::add3_inputs(dtype, m, d, true, 9);
+            let (a, b, x, w) = (
+                upload::<T>(dev, &inp.a),
+                upload::<T>(dev, &inp.b),
+                upload::<T>(dev, &inp.x),
+                upload::<T>(dev, &inp.w),
+            );
+            let bias = upload::<T>(dev, inp.bias.as_ref().unwrap());
+            let (mut x_new, mut h) = (dev.alloc::<T>(m * d).unwrap(), dev.alloc::<T>(m * d).unwrap());
+            let bufs = Add3Buffers { a: &a, b: &b, x: &x, w: &w, bias: Some(&bias), x_new: &mut x_new, h: &mut h };
+            add3_layer_norm::run(dev, bufs, m as u32, d as u32, 1e-5, Stream::DEFAULT).unwrap();
+        });
+        let bytes = ((5 * r * d + 2 * d) * dtype.size()) as f64;
+        let shape = format!("rows={r} D={d}");
+        rows.push(Row { kernel: format!("add3_layer_norm {dtype}"), shape, launch: launches[0].clone(), bytes });
+    }
+}
+
+fn mamba_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+    let dtype = T::DTYPE;
+    let n = 16;
+    for (dm, len, ladder) in [
+        (5120usize, 1usize, &[1usize][..]),
+        (5120, 512, &[8, 16]),
+        (5120, 2048, &[8, 16]),
+        (8192, 1, &[1]),
+        (8192, 512, &[8, 16]),
+    ] {
+        let launches = measured(counts, dev, ladder, len, |l| {
+            let s = ScanInputs::generate(dtype, 1, l, dm, n, true);
+            let inp = ScanUpload::<T>::new(dev, &s).unwrap();
+            let state_in = upload::<f32>(dev, &s.state_in);
+            let mut y = dev.alloc::<T>(l * dm).unwrap();
+            let mut state_out = dev.alloc::<f32>(dm * n).unwrap();
+            let bufs = inp.buffers(Some(&state_in), &mut y, &mut state_out);
+            let shape = ScanShape { batch: 1, len: l as u32, dm: dm as u32, n: n as u32 };
+            mamba1_scan::run::<T>(dev, bufs, shape, Stream::DEFAULT).unwrap();
+        });
+        let bytes = ((3 * len * dm + 2 * len * n + dm) * dtype.size() + 3 * dm * n * 4) as f64;
+        let shape = format!("B=1 Dm={dm} N={n} L={len}");
+        rows.push(Row { kernel: format!("mamba1_scan {dtype}"), shape, launch: launches[0].clone(), bytes });
+    }
+}
+
+fn moe_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+    type T = bf16;
+    let dtype = Dtype::Bf16;
+    for bits in [4, 8] {
+        // Nemotron's shape with the six selected experts only: the work of a launch
+        // does not depend on E.
+        let shape = MoeShape { n_experts: 6, bits, ..MoeShape::NEMOTRON };
+        let (k, din, dff, gs) = (shape.k as usize, shape.din as usize, shape.dff as usize, shape.group_size as usize);
+        let inp = moe_inputs(dtype, din, dff, 6, k, bits, gs, 5);
+        let launches = counts.launches(dev, || {
+            let u = RoutedUpload::<T>::new(dev, &inp).unwrap();
+            let mut out = dev.alloc::<T>(din).unwrap();
+            let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(shape.k, shape.din, shape.dff)).unwrap();
+            let mut status = dev.upload(&[0u32]).unwrap();
+            let bufs = u.routed(&mut out, &mut scratch, Some(&mut status));
+            moe::run_routed_forward::<T>(dev, bufs, &shape, Stream::DEFAULT).unwrap();
+        });
+        // Per launch: the selected experts' weights, scales and biases, and the
+        // activations in and out (f32 between the launches).
+        let weights = |r: usize, c: usize| (k * r * (c * bits as usize / 8 + 2 * dtype.size() * (c / gs))) as f64;
+        let bytes = [
+            weights(dff, din) + (din * dtype.size() + k * dff * 4) as f64,
+            weights(din, dff) + (k * dff * 4 + k * din * 4) as f64,
+            (k * din * 4 + din * dtype.size()) as f64,
+        ];
+        assert_eq!(launches.len(), 3, "the routed forward is three launches");
+        for (l, b) in launches.into_iter().zip(bytes) {
+            let kernel = format!("{} {dtype}", l.kernel.trim_end_matches("_bf16"));
+            rows.push(Row { kernel, shape: format!("Nemotron bits={bits}"), launch: l, bytes: b });
+        }
+    }
+}
+
+fn main() {
+    let Ok(path) = std::env::var("RDNA_SIM_COUNTS") else {
+        eprintln!("set RDNA_SIM_COUNTS and run on the simulated gfx1151 (scripts/predict-gfx1151.sh)");
+        std::process::exit(2);
+    };
+    let dev = Device::default_device().expect("a device");
+    let info = dev.info().clone();
+    if info.backend != BackendKind::Hip || info.arch != "gfx1151" || !info.name.contains("rdna-sim") {
+        eprintln!("this needs the simulated gfx1151 (found {} {} {})", info.backend, info.name, info.arch);
+        std::process::exit(2);
+    }
+    let object = embedded::AMDGPU_CODE_OBJECTS.iter().find(|o| o.processor == "gfx1151").expect("a gfx1151 object");
+    let object = CodeObject::parse(object.bytes).expect("the embedded gfx1151 object parses");
+    let counts = Counts { path };
+    let mut rows = Vec::new();
+    for dtype in Dtype::ALL {
+        with_element!(dtype, T => xielu_rows::<T>(&counts, &dev, &mut rows));
+        with_element!(dtype, T => add3_rows::<T>(&counts, &dev, &mut rows));
+        with_element!(dtype, T => mamba_rows::<T>(&counts, &dev, &mut rows));
+    }
+    moe_rows(&counts, &dev, &mut rows);
+
+    println!(
+        "Predicted on gfx1151 (Radeon 8060S: {CUS} CUs, {SIMDS} SIMD32, {} GHz, {} GB/s), from {}:",
+        CLOCK_HZ / 1e9,
+        BYTES_PER_S / 1e9,
+        info.name
+    );
+    println!();
+    println!(
+        "| kernel | shape | code object kernel | VGPRs | waves/SIMD | waves in grid | wave-instructions | issue (us) | bytes | memory (us) | predicted (us) | bound |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in &rows {
+        let l = &r.launch;
+        let vgprs = object.kernel(&l.kernel).map_or(0, |k| k.vgpr_count);
+        let instr = l.instructions();
+        let issue = instr / (l.waves.min(SIMDS) * CLOCK_HZ) * 1e6;
+        let memory = r.bytes / BYTES_PER_S * 1e6;
+        let bound = if l.waves < SIMDS {
+            "latency (fewer waves than SIMDs)"
+        } else if memory >= issue {
+            "memory"
+        } else {
+            "issue"
+        };
+        println!(
+            "| {} | {} | {} | {vgprs} | {} | {:.0} | {:.3e} | {issue:.2} | {:.3e} | {memory:.2} | {:.2} | {bound} |",
+            r.kernel,
+            r.shape,
+            l.kernel,
+            occupancy(vgprs),
+            l.waves,
+            instr,
+            r.bytes,
+            issue.max(memory)
+        );
+    }
+}
