@@ -1,13 +1,16 @@
 // Host cost of one launch (issue 15, item 5), from one C program on an NVIDIA GPU: the C ABI's
 // xielu (bf16, n = 21504, one Apertus decode token) and add3_layer_norm (bf16, one row of 4096)
-// against a bare cuLaunchKernel of an empty kernel, all on the default stream.
+// against a bare cuLaunchKernel of an empty kernel, and of the same xielu kernel loaded from the
+// library's PTX with the arguments the C ABI passes (its output is checked equal to the C ABI's),
+// all on the default stream.
 //
 // Host cost is the wall time of a batch of calls that return before the GPU finishes them (128
 // calls, well below the driver's launch queue, so no call waits for the GPU), divided by the
 // calls, then the GPU is drained before the next batch. The median of 200 batches is printed;
 // and the rate at which the GPU finishes back-to-back calls (calls over the time to drain).
 //
-//   launch_cost <empty.ptx>     (scripts/bench-h200.sh builds and runs it)
+//   launch_cost <empty.ptx> <kernels.ptx> <xielu bf16 workgroup bytes>
+//   (scripts/bench-h200.sh builds and runs it)
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,6 +85,21 @@ struct Xielu {
     uint64_t n;
 };
 
+// The C ABI's launch of xielu_bf16, by hand: 256 threads per workgroup, 8 elements per thread.
+struct BareXielu {
+    CUfunction f;
+    struct Xielu *a;
+    unsigned smem;
+};
+
+static void bare_xielu(void *ctx) {
+    struct BareXielu *b = ctx;
+    float ap = 0.8731f, an = 0.6042f, be = 0.5f, ep = -1e-6f;
+    void *args[] = {&b->a->x, &b->a->out, &b->a->n, &ap, &an, &be, &ep};
+    unsigned groups = (unsigned)((b->a->n + 2047) / 2048);
+    check_cu(cuLaunchKernel(b->f, groups, 1, 1, 256, 1, 1, b->smem, NULL, args, NULL), "cuLaunchKernel xielu_bf16");
+}
+
 static void xielu_call(void *ctx) {
     struct Xielu *a = ctx;
     check_abi(mlxcel_amdgpu_xielu(MLXCEL_AMDGPU_BF16, (const void *)a->x, (void *)a->out, a->n, 0.8731f, 0.6042f, 0.5f,
@@ -110,8 +128,8 @@ static CUdeviceptr filled(size_t bytes, uint8_t v) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s <empty.ptx>\n", argv[0]);
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s <empty.ptx> <kernels.ptx> <xielu bf16 workgroup bytes>\n", argv[0]);
         return 2;
     }
     CUdevice dev;
@@ -132,6 +150,21 @@ int main(int argc, char **argv) {
     check_cu(cuModuleGetFunction(&bare.f, mod, "empty"), "cuModuleGetFunction");
 
     struct Xielu xa = {filled(21504 * 2, 0x3c), filled(21504 * 2, 0), 21504};
+    CUmodule kernels;
+    struct BareXielu bx = {NULL, &xa, (unsigned)atoi(argv[3])};
+    check_cu(cuModuleLoad(&kernels, argv[2]), "cuModuleLoad kernels");
+    check_cu(cuModuleGetFunction(&bx.f, kernels, "xielu_bf16"), "cuModuleGetFunction xielu_bf16");
+    // The by-hand launch computes what the C ABI's does.
+    static uint8_t by_abi[21504 * 2], by_hand[21504 * 2];
+    xielu_call(&xa);
+    check_cu(cuMemcpyDtoH(by_abi, xa.out, sizeof by_abi), "cuMemcpyDtoH");
+    check_cu(cuMemsetD8(xa.out, 0, sizeof by_abi), "cuMemsetD8");
+    bare_xielu(&bx);
+    check_cu(cuMemcpyDtoH(by_hand, xa.out, sizeof by_hand), "cuMemcpyDtoH");
+    if (memcmp(by_abi, by_hand, sizeof by_abi) != 0) {
+        fprintf(stderr, "the by-hand xielu_bf16 launch differs from the C ABI's\n");
+        return 1;
+    }
     const uint32_t d = 4096;
     struct Add3 aa = {filled(d * 2, 0x3c), filled(d * 2, 0x3d), filled(d * 2, 0x3e), filled(d * 2, 0x3f),
                       filled(d * 2, 0x3b), filled(d * 2, 0),    filled(d * 2, 0),    d};
@@ -139,6 +172,7 @@ int main(int argc, char **argv) {
     // Twice each, interleaved, so that drift between the first and the last shows.
     for (int round = 0; round < 2; round++) {
         measure("bare_cuLaunchKernel_empty", bare_launch, &bare);
+        measure("bare_cuLaunchKernel_xielu_bf16_n21504", bare_xielu, &bx);
         measure("c_abi_xielu_bf16_n21504", xielu_call, &xa);
         measure("c_abi_add3_layer_norm_bf16_rows1_d4096", add3_call, &aa);
     }

@@ -3,6 +3,7 @@
 # into .device-bench/ (git-ignored), and refreshes .device-mlx/ (scripts/mlx-h200-pack.sh):
 #
 #   .device-bench/bench-kernels     our benchmarks, release, --features cuda
+#   .device-bench/kernels_sm_80.ptx the PTX the library embeds
 #   .device-bench/mamba/            the parts of mamba-ssm's public sources the peers need
 #                                   (csrc/selective_scan, the Triton selective_state_update and
 #                                   its softplus), at the commit below, from a clone of
@@ -21,6 +22,8 @@ for l in sys.stdin:
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -n 1)
 cp "$exe" .device-bench/bench-kernels && strip .device-bench/bench-kernels
+# The PTX the library embeds, for benches/launch_cost.c's by-hand launch of the same kernel.
+cp "$(ls -t target/release/build/mlxcel-amdgpu-*/out/kernels_sm_80.ptx | head -n 1)" .device-bench/kernels_sm_80.ptx
 git_dir=${MAMBA_GIT_DIR:-}
 if [ -z "$git_dir" ]; then
     git_dir=$(mktemp -d)/mamba.git

@@ -32,7 +32,8 @@ printf 'extern "C" __global__ void empty() {}\n' > $T/empty.cu
 nvcc -ptx -arch=sm_90 -o $T/empty.ptx $T/empty.cu &&
     gcc -O2 -o $T/launch_cost benches/launch_cost.c -Iinclude -I"$CUDA_HOME/include" -L$W/lib -lmlxcel_amdgpu \
         -L"$CUDA_HOME/lib64/stubs" -lcuda &&
-    step launch_cost env LD_LIBRARY_PATH=$W/lib:${LD_LIBRARY_PATH:-} $T/launch_cost $T/empty.ptx || status=1
+    # 16384: BF16_WORKGROUP_MEM_BYTES of kernels-device/src/geometry.rs, the C ABI's bf16 launches.
+    step launch_cost env LD_LIBRARY_PATH=$W/lib:${LD_LIBRARY_PATH:-} $T/launch_cost $T/empty.ptx $B/kernels_sm_80.ptx 16384 || status=1
 
 step ours env MLXCEL_AMDGPU_BACKEND=cuda $B/bench-kernels --csv
 step peers env PYTHONUNBUFFERED=1 MAMBA_SSM_SRC=$PWD/$B/mamba MAMBA_SSM_BUILD=$T/mamba-build python3 benches/peers/peers.py

@@ -9,12 +9,14 @@
   LayerNorm returning both outputs, every dtype, decode and prefill shapes.
 
 Each peer is checked before it is timed (mamba-ssm and the state update against an f64 loop on
-a small shape; the compiled functions against eager). Every time is the median of CUDA-event
-timings of single calls after warm-up; the inputs stay the same between calls, as for our
+a small shape; the compiled functions against eager). Each is timed twice: one call at a time
+from Python (the median of CUDA-event timings of single calls after warm-up, so Python's launch
+cost is in it wherever it exceeds the GPU's time), and replayed from a CUDA graph of 10 calls
+(`<peer>-graph`: the GPU's time per call). The inputs stay the same between calls, as for our
 kernels in benches/kernels.rs (the MoE's L2-cold rotation is the exception there and is not a
 peer here). Output lines:
 
-    peer <peer> <kernel> <dtype> <shape> us=<t>
+    peer <peer>[-graph] <kernel> <dtype> <shape> us=<t>
 
 Environment: MAMBA_SSM_SRC (the sources' root, holding csrc/ and mamba_ssm/), MAMBA_SSM_BUILD
 (a scratch build directory outside the repo). Without MAMBA_SSM_SRC the mamba-ssm rows are
@@ -47,8 +49,27 @@ def median_us(fn, reps=50, warmup=5):
     return times[len(times) // 2]
 
 
-def emit(peer, kernel, dtype, shape, us):
-    print(f"peer {peer} {kernel} {dtype} {shape} us={us:.2f}", flush=True)
+def graph_us(fn, calls=10, reps=30):
+    """Microseconds per call of `fn` replayed from a CUDA graph of `calls` calls: the GPU's time
+    without Python's launch cost (what a captured decode loop pays)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return median_us(g.replay, reps=reps, warmup=2) / calls
+
+
+def emit(peer, kernel, dtype, shape, fn, reps=50):
+    """Two lines: one call at a time from Python (`peer`), and replayed from a CUDA graph
+    (`peer-graph`)."""
+    print(f"peer {peer} {kernel} {dtype} {shape} us={median_us(fn, reps=reps):.2f}", flush=True)
+    print(f"peer {peer}-graph {kernel} {dtype} {shape} us={graph_us(fn):.2f}", flush=True)
 
 
 def dname(dt):
@@ -87,8 +108,8 @@ def bench_torch():
             print(f"check torch.compile xielu {dname(dt)} n={n}: nRMS vs eager {err:.2e}", flush=True)
             if not err < 2e-2:
                 failures.append(f"torch.compile xielu {dname(dt)} n={n} nRMS {err:.2e}")
-            emit("torch-eager", "xielu", dname(dt), f"n={n}", median_us(lambda: xielu_graph(x)))
-            emit("torch-compile", "xielu", dname(dt), f"n={n}", median_us(lambda: xielu_c(x)))
+            emit("torch-eager", "xielu", dname(dt), f"n={n}", lambda: xielu_graph(x))
+            emit("torch-compile", "xielu", dname(dt), f"n={n}", lambda: xielu_c(x))
         for rows in (1, 8192):
             d = 4096
             a, b, x = (torch.randn(rows, d, generator=g, device=DEV).to(dt) for _ in range(3))
@@ -101,8 +122,8 @@ def bench_torch():
             if not err < 2e-2:
                 failures.append(f"torch.compile add3_layer_norm {dname(dt)} rows={rows} nRMS {err:.2e}")
             shape = f"rows={rows} D={d}"
-            emit("torch-eager", "add3_layer_norm", dname(dt), shape, median_us(lambda: add3_layer_norm_graph(a, b, x, w, bias)))
-            emit("torch-compile", "add3_layer_norm", dname(dt), shape, median_us(lambda: add3_c(a, b, x, w, bias)))
+            emit("torch-eager", "add3_layer_norm", dname(dt), shape, lambda: add3_layer_norm_graph(a, b, x, w, bias))
+            emit("torch-compile", "add3_layer_norm", dname(dt), shape, lambda: add3_c(a, b, x, w, bias))
 
 
 # ---- mamba-ssm -----------------------------------------------------------------------------
@@ -154,8 +175,8 @@ def bench_mamba_ssm():
         failures.append(f"mamba-ssm selective_scan_fwd nRMS {err:.2e}")
     for dm, L in ((5120, 512), (5120, 2048), (8192, 512)):
         u, delta, A, B, C, D = scan_inputs(g, dm, L, n)
-        us = median_us(lambda: ext.fwd(u, delta, A, B, C, D, None, None, False), reps=30)
-        emit("mamba-ssm", "selective_scan_fwd", "bf16", f"B=1 Dm={dm} N={n} L={L}", us)
+        fwd = lambda: ext.fwd(u, delta, A, B, C, D, None, None, False)  # noqa: E731
+        emit("mamba-ssm", "selective_scan_fwd", "bf16", f"B=1 Dm={dm} N={n} L={L}", fwd, reps=30)
 
     sys.path.insert(0, src)
     from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -183,8 +204,8 @@ def bench_mamba_ssm():
             if not (e_y < 1e-2 and e_s < 1e-4):
                 failures.append(f"selective_state_update y {e_y:.2e} state {e_s:.2e}")
             continue
-        us = median_us(lambda: selective_state_update(state, x, dt, A, B, C, D=D, dt_bias=dt_bias, dt_softplus=False))
-        emit("mamba-ssm-triton", "selective_state_update", "bf16", f"B={batch} Dm={dm} N={n} L=1", us)
+        step = lambda: selective_state_update(state, x, dt, A, B, C, D=D, dt_bias=dt_bias, dt_softplus=False)  # noqa: E731
+        emit("mamba-ssm-triton", "selective_state_update", "bf16", f"B={batch} Dm={dm} N={n} L=1", step)
 
 
 def main():

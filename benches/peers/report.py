@@ -144,8 +144,10 @@ def target(what, measured, ok):
 
 for dm, L in ((5120, 512), (5120, 2048), (8192, 512)):
     shape = f"B=1 Dm={dm} N=16 L={L}"
-    a, b = find("ours", "mamba1_scan", "bf16", shape), find("mamba-ssm", "mamba1_scan", "bf16", shape)
-    if a and b:
+    a = find("ours", "mamba1_scan", "bf16", shape)
+    peer = [t for t in (find("mamba-ssm", "mamba1_scan", "bf16", shape), find("mamba-ssm-graph", "mamba1_scan", "bf16", shape)) if t]
+    if a and peer:
+        b = min(peer)  # the peer's faster timing (from a CUDA graph)
         target(f"mamba1_scan bf16 {shape}: ours <= 0.8x mamba-ssm", f"{a:.1f} vs {b:.1f} us = {a / b:.2f}x", a / b <= 0.8)
 for bits in (4, 8):
     shape = f"Nemotron bits={bits}"
@@ -165,12 +167,14 @@ for kernel, shape in (("xielu", "n=67108864"), ("add3_layer_norm", "rows=8192 D=
     a, b = find("ours", kernel, "bf16", shape), find("torch-compile", kernel, "bf16", shape)
     if a and b:
         target(f"{kernel} bf16 {shape}: ahead of torch.compile", f"{a:.1f} vs {b:.1f} us", a < b)
-bare = launch.get("bare_cuLaunchKernel_empty")
 abi = launch.get("c_abi_xielu_bf16_n21504")
-if bare and abi:
-    rb, ra = sorted(h for h, _ in bare)[0], sorted(h for h, _ in abi)[0]
-    target("C ABI host cost per launch within 1.2x a bare cuLaunchKernel (best round each)",
-           f"{ra:.2f} vs {rb:.2f} us = {ra / rb:.2f}x", ra / rb <= 1.2)
+for bare_name, what in (("bare_cuLaunchKernel_empty", "an empty kernel"),
+                        ("bare_cuLaunchKernel_xielu_bf16_n21504", "the same xielu kernel")):
+    bare = launch.get(bare_name)
+    if bare and abi:
+        rb, ra = min(h for h, _ in bare), min(h for h, _ in abi)
+        target(f"C ABI xielu host cost per launch within 1.2x a bare cuLaunchKernel of {what} (best round each)",
+               f"{ra:.2f} vs {rb:.2f} us = {ra / rb:.2f}x", ra / rb <= 1.2)
 
 open(os.path.join(D, "bench.md"), "w").write("\n".join(out) + "\n")
 print("\n".join(out))
