@@ -439,30 +439,11 @@ pub extern "C" fn mlxcel_amdgpu_moe_available(dtype: u32) -> bool {
     predicate(|d| dtype_of(dtype).is_ok_and(|t| moe::available(d, t)))
 }
 
-/// Shape and quantization of one routed-expert layer (MLX affine format):
-/// `bits` 4 or 8, `group_size` 32, 64 or 128; `din` and `dff` multiples of it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct MlxcelAmdgpuMoeShape {
-    pub n_experts: u32,
-    pub k: u32,
-    pub din: u32,
-    pub dff: u32,
-    pub bits: u32,
-    pub group_size: u32,
-}
-
-impl From<MlxcelAmdgpuMoeShape> for MoeShape {
-    fn from(s: MlxcelAmdgpuMoeShape) -> MoeShape {
-        MoeShape { n_experts: s.n_experts, k: s.k, din: s.din, dff: s.dff, bits: s.bits, group_size: s.group_size }
-    }
-}
-
 /// Whether the MoE kernels for `dtype` can all run on the device with `shape`:
 /// the same checks the launches make of it.
 #[unsafe(no_mangle)]
-pub extern "C" fn mlxcel_amdgpu_moe_supports(dtype: u32, shape: MlxcelAmdgpuMoeShape) -> bool {
-    predicate(|dev| dtype_of(dtype).is_ok_and(|t| moe::supports(dev, t, &shape.into())))
+pub extern "C" fn mlxcel_amdgpu_moe_supports(dtype: u32, shape: MoeShape) -> bool {
+    predicate(|dev| dtype_of(dtype).is_ok_and(|t| moe::supports(dev, t, &shape)))
 }
 
 /// Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
@@ -487,7 +468,7 @@ fn quantized(w: *const u32, scales: *const c_void, biases: *const c_void) -> Qua
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
     dtype: u32,
-    shape: MlxcelAmdgpuMoeShape,
+    shape: MoeShape,
     x: *const c_void,
     idx: *const u32,
     w1: *const u32,
@@ -505,7 +486,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
             idx as u64,
             quantized(w1, s1, b1),
             act as u64,
-            &shape.into(),
+            &shape,
             status as u64,
             Stream(stream),
         ) })
@@ -520,7 +501,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
     dtype: u32,
-    shape: MlxcelAmdgpuMoeShape,
+    shape: MoeShape,
     idx: *const u32,
     w2: *const u32,
     s2: *const c_void,
@@ -540,7 +521,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
             act as u64,
             scores as u64,
             part as u64,
-            &shape.into(),
+            &shape,
             status as u64,
             Stream(stream),
         ) })
@@ -577,7 +558,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
     dtype: u32,
-    shape: MlxcelAmdgpuMoeShape,
+    shape: MoeShape,
     x: *const c_void,
     idx: *const u32,
     scores: *const f32,
@@ -606,6 +587,6 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
             status: status as u64,
         };
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { moe::routed_forward::<T>(&device, p, &shape.into(), Stream(stream)) })
+        with_element!(dtype_of(dtype)?, T => unsafe { moe::routed_forward::<T>(&device, p, &shape, Stream(stream)) })
     })
 }

@@ -1,7 +1,7 @@
 #ifndef MLXCEL_AMDGPU_H
 #define MLXCEL_AMDGPU_H
 
-/* Generated from host/ffi.rs by cbindgen; do not edit. Regenerate with: MLXCEL_AMDGPU_BLESS=1 cargo test --test c_header */
+/* Generated from host/ffi.rs and host/kernels/moe/shape.rs by cbindgen; do not edit. Regenerate with: MLXCEL_AMDGPU_BLESS=1 cargo test --test c_header */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,14 +62,21 @@ typedef enum MlxcelAmdgpuDtype {
   MLXCEL_AMDGPU_BF16 = 2,
 } MlxcelAmdgpuDtype;
 
-// Shape and quantization of one routed-expert layer (MLX affine format):
-// `bits` 4 or 8, `group_size` 32, 64 or 128; `din` and `dff` multiples of it.
+// The shape and quantization format of one routed-expert layer (MLX affine
+// format): `bits` 4 or 8, `group_size` 32, 64 or 128; `din` and `dff`
+// multiples of it.
 typedef struct MlxcelAmdgpuMoeShape {
+  // Experts in the stacks `w1`, `w2` (E).
   uint32_t n_experts;
+  // Expert slots of the token (K, the top-k).
   uint32_t k;
+  // Hidden size (Din).
   uint32_t din;
+  // Expert intermediate size (Dff).
   uint32_t dff;
+  // Bits per weight: 4 or 8.
   uint32_t bits;
+  // Columns per scale and bias: 32, 64 or 128.
   uint32_t group_size;
 } MlxcelAmdgpuMoeShape;
 

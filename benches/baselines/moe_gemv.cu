@@ -82,17 +82,24 @@ __device__ __forceinline__ float qrow_dot(const uint32_t* __restrict__ wrow,
     return warp_sum(acc);
 }
 
-// Row `r` of slot blockIdx.z's expert in a quantized [E, rows, cols] matrix, dotted with v (as
-// qrow_dot). An expert id >= E is clamped (the host checks the ids before launching).
-template <int BITS, class LoadV>
-__device__ __forceinline__ float expert_row_dot(const uint32_t* __restrict__ idx, const uint32_t* __restrict__ w,
-                                                const __nv_bfloat16* __restrict__ s,
-                                                const __nv_bfloat16* __restrict__ b, int r, int rows, int cols,
-                                                int E, int gs, int lane, LoadV load_v) {
-    const uint32_t e = min(idx[blockIdx.z], (uint32_t)(E - 1));
+// One warp per output row: row blockIdx.x * kRowsPerBlock + (warp in block) of slot
+// blockIdx.z's expert in a quantized [E, rows, cols] matrix, dotted with v (as qrow_dot);
+// lane 0 hands the dot to store(k, row, dot). The warps past the last row do nothing. An
+// expert id >= E is clamped (the host checks the ids before launching).
+template <int BITS, class LoadV, class Store>
+__device__ __forceinline__ void expert_rows(const uint32_t* __restrict__ idx, const uint32_t* __restrict__ w,
+                                            const __nv_bfloat16* __restrict__ s,
+                                            const __nv_bfloat16* __restrict__ b, int rows, int cols, int E,
+                                            int gs, LoadV load_v, Store store) {
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    const int k = blockIdx.z;
+    if (r >= rows) return;
+    const uint32_t e = min(idx[k], (uint32_t)(E - 1));
     const size_t row = (size_t)e * rows + r;
     const int wpr = cols * BITS / 32, gpr = cols / gs;
-    return qrow_dot<BITS>(w + row * wpr, s + row * gpr, b + row * gpr, cols, gs, lane, load_v);
+    const float dot = qrow_dot<BITS>(w + row * wpr, s + row * gpr, b + row * gpr, cols, gs, lane, load_v);
+    if (lane == 0) store(k, r, dot);
 }
 
 template <int BITS>
@@ -104,16 +111,12 @@ moe_fc1_relu2(const __nv_bfloat16* __restrict__ x,   // [Din]
               const __nv_bfloat16* __restrict__ b1,  // [E, Dff, Din/gs]
               float* __restrict__ act,               // [K, Dff]
               int Din, int Dff, int E, int gs) {
-    const int lane = threadIdx.x & 31;
-    const int f = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-    const int k = blockIdx.z;
-    if (f >= Dff) return;
-    float dot = expert_row_dot<BITS>(idx, w1, s1, b1, f, Dff, Din, E, gs, lane,
-                                     [&](int i) { return __bfloat162float(x[i]); });
-    if (lane == 0) {
-        const float r = fmaxf(dot, 0.0f);
-        act[(size_t)k * Dff + f] = r * r;
-    }
+    expert_rows<BITS>(
+        idx, w1, s1, b1, Dff, Din, E, gs, [&](int i) { return __bfloat162float(x[i]); },
+        [&](int k, int f, float dot) {
+            const float r = fmaxf(dot, 0.0f);
+            act[(size_t)k * Dff + f] = r * r;
+        });
 }
 
 template <int BITS>
@@ -126,13 +129,9 @@ moe_down(const uint32_t* __restrict__ idx,      // [K]
          const float* __restrict__ scores,      // [K]
          float* __restrict__ part,              // [K, Din]
          int Din, int Dff, int E, int gs) {
-    const int lane = threadIdx.x & 31;
-    const int h = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-    const int k = blockIdx.z;
-    if (h >= Din) return;
-    const float* a = act + (size_t)k * Dff;
-    float dot = expert_row_dot<BITS>(idx, w2, s2, b2, h, Din, Dff, E, gs, lane, [&](int i) { return a[i]; });
-    if (lane == 0) part[(size_t)k * Din + h] = scores[k] * dot;
+    const float* a = act + (size_t)blockIdx.z * Dff;
+    expert_rows<BITS>(idx, w2, s2, b2, Din, Dff, E, gs, [&](int i) { return a[i]; },
+                      [&](int k, int h, float dot) { part[(size_t)k * Din + h] = scores[k] * dot; });
 }
 
 // ---- deterministic device fill ------------------------------------------------------------

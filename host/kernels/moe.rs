@@ -40,6 +40,9 @@ use kernels_device::geometry::moe::{
 };
 
 pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args};
+pub use shape::MoeShape;
+
+mod shape;
 
 use super::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, overlapping, symbol};
 use crate::dtype::{Dtype, Element};
@@ -62,23 +65,6 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
 /// `device`: all three are available and [`MoeShape::validate`] accepts it.
 pub fn supports(device: &Device, dtype: Dtype, shape: &MoeShape) -> bool {
     available(device, dtype) && shape.validate().is_ok()
-}
-
-/// The shape and quantization format of one routed-expert layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MoeShape {
-    /// Experts in the stacks `w1`, `w2` (E).
-    pub n_experts: u32,
-    /// Expert slots of the token (K, the top-k).
-    pub k: u32,
-    /// Hidden size (Din).
-    pub din: u32,
-    /// Expert intermediate size (Dff).
-    pub dff: u32,
-    /// Bits per weight: 4 or 8.
-    pub bits: u32,
-    /// Columns per scale and bias: 32, 64 or 128.
-    pub group_size: u32,
 }
 
 impl MoeShape {

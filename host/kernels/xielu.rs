@@ -111,8 +111,7 @@ pub fn run<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    let capacity = [("x", x.bytes()), ("out", out.bytes())];
-    args(x.ptr(), out.ptr(), n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
+    run_on::<T>(device, (x.ptr(), x.bytes()), (out.ptr(), out.bytes()), n, params, stream)
 }
 
 /// [`run`] in place: `buf[i] = xielu(buf[i])` for `i < n`.
@@ -123,6 +122,20 @@ pub fn run_in_place<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    let capacity = [("x", buf.bytes()), ("out", buf.bytes())];
-    args(buf.ptr(), buf.ptr(), n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
+    let both = (buf.ptr(), buf.bytes());
+    run_on::<T>(device, both, both, n, params, stream)
+}
+
+/// [`run`] and [`run_in_place`]: `x` and `out` as (device address, bytes the
+/// buffer holds).
+fn run_on<T: Element>(
+    device: &Device,
+    x: (u64, usize),
+    out: (u64, usize),
+    n: usize,
+    params: XieluParams,
+    stream: Stream,
+) -> Result<()> {
+    let capacity = [("x", x.1), ("out", out.1)];
+    args(x.0, out.0, n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

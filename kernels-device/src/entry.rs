@@ -2,8 +2,8 @@
 //! every kernel's arguments.
 //!
 //! Each family is declared once, with its instances (one symbol per dtype, or
-//! per specialization) and its parameters in signature order. Every parameter
-//! says how it is passed and used:
+//! per specialization) and its parameters in signature order (two shorthands:
+//! see [`families!`]). Every parameter says how it is passed and used:
 //!
 //! - `read T [dims]`, `write T [dims]`: a pointer to `T` elements, read only or
 //!   written, through which the kernel touches `dims` elements (a product of
@@ -201,8 +201,76 @@ macro_rules! family_args {
     };
 }
 
+/// The declaration's grammar: `family Args { instances { ... } params { ... } }`
+/// per family. Two shorthands are read first (`@read`) and written out in full
+/// before anything is derived (`@expand`):
+/// - an instance line `a_f32, a_f16, a_bf16 => body;` is one instance per
+///   activation dtype, `a_f32: f32 => body;` and so on, in that order;
+/// - `params { ... } moe_shape_params(n_experts, k, din, dff, bits, group_size,
+///   status)`: the parameters every routed-expert GEMV (`moe_fc1_relu2`,
+///   `moe_down`) ends with, appended after the listed ones under these names
+///   (given here, so that the dimensions can name them): the layer's shape (the
+///   host's `MoeShape`), six `value u32`, and the status word, `write_nullable
+///   u32 [1]`.
 macro_rules! families {
-    ($(
+    // A family whose parameters end with the MoE shape: appended, then that
+    // family is read again.
+    (@read [$($done:tt)*]
+        $(#[$doc:meta])*
+        family $args:ident {
+            instances $inst:tt
+            params { $($p:tt)* }
+            moe_shape_params($e:ident, $k:ident, $din:ident, $dff:ident, $bits:ident, $gs:ident, $status:ident)
+        }
+        $($rest:tt)*
+    ) => {
+        families!(@read [$($done)*]
+            $(#[$doc])*
+            family $args {
+                instances $inst
+                params {
+                    $($p)*
+                    $e: value u32,
+                    $k: value u32,
+                    $din: value u32,
+                    $dff: value u32,
+                    $bits: value u32,
+                    $gs: value u32,
+                    $status: write_nullable u32 [1],
+                }
+            }
+            $($rest)*
+        );
+    };
+    // `a_f32, a_f16, a_bf16 => body;`: one instance per activation dtype, in
+    // that order.
+    (@read [$($done:tt)*]
+        $(#[$doc:meta])*
+        family $args:ident {
+            instances { $( $f32:ident, $f16:ident, $bf16:ident => $body:path; )+ }
+            params $params:tt
+        }
+        $($rest:tt)*
+    ) => {
+        families!(@read [$($done)*
+            $(#[$doc])*
+            family $args {
+                instances { $( $f32: f32 => $body; $f16: f16 => $body; $bf16: Bf16 => $body; )+ }
+                params $params
+            }
+        ] $($rest)*);
+    };
+    (@read [$($done:tt)*]
+        $(#[$doc:meta])*
+        family $args:ident { instances $inst:tt params $params:tt }
+        $($rest:tt)*
+    ) => {
+        families!(@read [$($done)* $(#[$doc])* family $args { instances $inst params $params }] $($rest)*);
+    };
+    (@read [$($done:tt)*]) => {
+        families!(@expand $($done)*);
+    };
+    (@expand $(
         $(#[$doc:meta])*
         family $args:ident {
             instances { $( $sym:ident : $t:ty => $body:path; )+ }
@@ -231,6 +299,9 @@ macro_rules! families {
             }
         }
     };
+    ($($families:tt)*) => {
+        families!(@read [] $($families)*);
+    };
 }
 
 families! {
@@ -254,11 +325,7 @@ families! {
 
     /// `xielu`: `out[i] = xielu(x[i])` for `i < n`.
     family XieluArgs {
-        instances {
-            xielu_f32: f32 => crate::xielu::xielu::<T>;
-            xielu_f16: f16 => crate::xielu::xielu::<T>;
-            xielu_bf16: Bf16 => crate::xielu::xielu::<T>;
-        }
+        instances { xielu_f32, xielu_f16, xielu_bf16 => crate::xielu::xielu::<T>; }
         params {
             x: read T [n],
             out: write T [n] = x,
@@ -276,12 +343,10 @@ families! {
     /// exactly one of the three row inputs; `w` and `bias` are read by every row.
     family Add3LayerNormArgs {
         instances {
-            add3_layer_norm_f32: f32 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
-            add3_layer_norm_f16: f16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
-            add3_layer_norm_bf16: Bf16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
-            add3_layer_norm_d4096_f32: f32 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
-            add3_layer_norm_d4096_f16: f16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
-            add3_layer_norm_d4096_bf16: Bf16 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
+            add3_layer_norm_f32, add3_layer_norm_f16, add3_layer_norm_bf16
+                => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
+            add3_layer_norm_d4096_f32, add3_layer_norm_d4096_f16, add3_layer_norm_d4096_bf16
+                => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
         }
         params {
             a: read T [rows, d],
@@ -299,11 +364,7 @@ families! {
 
     /// `moe_fc1_relu2`: `act[k, f] = relu(x . w1[idx[k], f])^2` for every slot k.
     family MoeFc1Relu2Args {
-        instances {
-            moe_fc1_relu2_f32: f32 => crate::moe::moe_fc1_relu2::<T>;
-            moe_fc1_relu2_f16: f16 => crate::moe::moe_fc1_relu2::<T>;
-            moe_fc1_relu2_bf16: Bf16 => crate::moe::moe_fc1_relu2::<T>;
-        }
+        instances { moe_fc1_relu2_f32, moe_fc1_relu2_f16, moe_fc1_relu2_bf16 => crate::moe::moe_fc1_relu2::<T>; }
         params {
             x: read T [din],
             idx: read u32 [k],
@@ -311,23 +372,12 @@ families! {
             s1: read T [n_experts, dff, din / group_size],
             b1: read T [n_experts, dff, din / group_size],
             act: write f32 [k, dff],
-            n_experts: value u32,
-            k: value u32,
-            din: value u32,
-            dff: value u32,
-            bits: value u32,
-            group_size: value u32,
-            status: write_nullable u32 [1],
-        }
+        } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
     }
 
     /// `moe_down`: `part[k, h] = scores[k] * (act[k] . w2[idx[k], h])` for every slot k.
     family MoeDownArgs {
-        instances {
-            moe_down_f32: f32 => crate::moe::moe_down::<T>;
-            moe_down_f16: f16 => crate::moe::moe_down::<T>;
-            moe_down_bf16: Bf16 => crate::moe::moe_down::<T>;
-        }
+        instances { moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T>; }
         params {
             idx: read u32 [k],
             w2: read u32 [n_experts, din, dff / values_per_word(bits)],
@@ -336,23 +386,12 @@ families! {
             act: read f32 [k, dff],
             scores: read f32 [k],
             part: write f32 [k, din],
-            n_experts: value u32,
-            k: value u32,
-            din: value u32,
-            dff: value u32,
-            bits: value u32,
-            group_size: value u32,
-            status: write_nullable u32 [1],
-        }
+        } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
     }
 
     /// `moe_combine`: `out[h] = T(sum_k part[k, h])`.
     family MoeCombineArgs {
-        instances {
-            moe_combine_f32: f32 => crate::moe::moe_combine::<T>;
-            moe_combine_f16: f16 => crate::moe::moe_combine::<T>;
-            moe_combine_bf16: Bf16 => crate::moe::moe_combine::<T>;
-        }
+        instances { moe_combine_f32, moe_combine_f16, moe_combine_bf16 => crate::moe::moe_combine::<T>; }
         params {
             part: read f32 [k, din],
             out: write T [din],
@@ -365,11 +404,7 @@ families! {
     /// the lane that owns it, before that lane writes it, so `state_out` may be
     /// exactly `state_in` (an in-place update).
     family Mamba1ScanArgs {
-        instances {
-            mamba1_scan_f32: f32 => crate::mamba1_scan::mamba1_scan::<T>;
-            mamba1_scan_f16: f16 => crate::mamba1_scan::mamba1_scan::<T>;
-            mamba1_scan_bf16: Bf16 => crate::mamba1_scan::mamba1_scan::<T>;
-        }
+        instances { mamba1_scan_f32, mamba1_scan_f16, mamba1_scan_bf16 => crate::mamba1_scan::mamba1_scan::<T>; }
         params {
             x: read T [batch, len, dm],
             dt: read T [batch, len, dm],

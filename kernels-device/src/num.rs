@@ -60,51 +60,38 @@ pub trait Elem: Copy + Send + Sync + 'static {
     }
 }
 
-impl Elem for f32 {
-    const NAME: &'static str = "f32";
-    const BYTES: usize = 4;
-    const MANTISSA_BITS: u32 = 23;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn to_bits_u32(self) -> u32 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn from_bits_u32(bits: u32) -> Self {
-        f32::from_bits(bits)
-    }
+/// [`Elem`] for a native IEEE float type `$t` whose bits are the integer
+/// `$bits`: the conversions are `as` casts. Narrowing rounds to nearest even,
+/// keeps subnormals and overflows to infinity (the native conversion does
+/// exactly this on amdgpu, nvptx and the host).
+macro_rules! native_elem {
+    ($t:ident, $bits:ty, $name:literal, $bytes:literal, $mantissa:literal) => {
+        impl Elem for $t {
+            const NAME: &'static str = $name;
+            const BYTES: usize = $bytes;
+            const MANTISSA_BITS: u32 = $mantissa;
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_bits_u32(self) -> u32 {
+                self.to_bits() as u32
+            }
+            #[inline(always)]
+            fn from_bits_u32(bits: u32) -> Self {
+                $t::from_bits(bits as $bits)
+            }
+        }
+    };
 }
 
-impl Elem for f16 {
-    const NAME: &'static str = "f16";
-    const BYTES: usize = 2;
-    const MANTISSA_BITS: u32 = 10;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self as f32
-    }
-    /// IEEE round to nearest even, subnormals kept, overflow to infinity (the
-    /// native conversion does exactly this on amdgpu, nvptx and the host).
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v as f16
-    }
-    #[inline(always)]
-    fn to_bits_u32(self) -> u32 {
-        self.to_bits() as u32
-    }
-    #[inline(always)]
-    fn from_bits_u32(bits: u32) -> Self {
-        f16::from_bits(bits as u16)
-    }
-}
+native_elem!(f32, u32, "f32", 4, 23);
+native_elem!(f16, u16, "f16", 2, 10);
 
 /// bfloat16, stored as its raw bits (Rust has no bf16 type).
 #[repr(transparent)]
@@ -268,6 +255,17 @@ pub mod consts {
     pub const EXP_UNDERFLOW_X: f32 = -104.0;
 }
 
+/// `horner!(t; c_n, ..., c_1, c_0)`: the polynomial `c_n t^n + ... + c_1 t + c_0`
+/// by Horner's rule, one `mul_add` a coefficient, highest first
+/// (`mul_add(t, c_n, c_{n-1})`, then `mul_add(t, p, c_{n-2})`, ...).
+macro_rules! horner {
+    ($t:expr; $high:expr $(, $c:expr)+) => {{
+        let p = $high;
+        $( let p = mul_add($t, p, $c); )+
+        p
+    }};
+}
+
 /// `e^t - 1` for `t = x - n ln 2` (the Cody-Waite reduction of [`expm1`], in
 /// its order), by the spec's degree-7 polynomial: the part of `expm1` both of
 /// its forms share.
@@ -275,11 +273,7 @@ pub mod consts {
 fn expm1_reduced(x: f32, n: f32) -> f32 {
     use consts::*;
     let t = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
-    let p = mul_add(t, EXPM1_P5, EXPM1_P4);
-    let p = mul_add(t, p, EXPM1_P3);
-    let p = mul_add(t, p, EXPM1_P2);
-    let p = mul_add(t, p, EXPM1_P1);
-    let p = mul_add(t, p, EXPM1_P0);
+    let p = horner!(t; EXPM1_P5, EXPM1_P4, EXPM1_P3, EXPM1_P2, EXPM1_P1, EXPM1_P0);
     mul_add(t, t * p, t)
 }
 
@@ -358,11 +352,7 @@ pub fn exp(x: f32) -> f32 {
     // Here x is NaN or in [-104, 88.72283]: n in [-150, 128] (0 for NaN).
     let n = round_ties_even(x * LOG2E);
     let r = mul_add(-n, LN2_LO, mul_add(-n, LN2_HI, x));
-    let q = mul_add(r, EXP_C7, EXP_C6);
-    let q = mul_add(r, q, EXP_C5);
-    let q = mul_add(r, q, EXP_C4);
-    let q = mul_add(r, q, EXP_C3);
-    let q = mul_add(r, q, EXP_C2);
+    let q = horner!(r; EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2);
     // p = e^r - 1
     let p = mul_add(r, r * q, r);
     let n = n as i32;

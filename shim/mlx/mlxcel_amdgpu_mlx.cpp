@@ -304,6 +304,43 @@ array make_scratch(size_t bytes) {
   return tmp;
 }
 
+// What eval_* does first on every backend (the CPU, CUDA and ROCm command
+// encoders take the same calls): gives the outputs their memory, registers the
+// inputs and outputs with the encoder, and makes the launch's scratch (none
+// for 0 bytes) a temporary of the encoder, freed when the work that uses it
+// is done.
+template <class Encoder>
+std::optional<array> prepare_launch(Encoder& encoder, const std::vector<array>& inputs, std::vector<array>& outputs,
+                             size_t scratch_bytes) {
+  for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+  for (const auto& in : inputs) encoder.set_input_array(in);
+  for (auto& o : outputs) encoder.set_output_array(o);
+  if (scratch_bytes == 0) return std::nullopt;
+  array tmp = make_scratch(scratch_bytes);
+  encoder.add_temporary(tmp);
+  return tmp;
+}
+
+// The addresses a GPU launch passes to the C ABI, in the getter's input and
+// output order.
+struct GpuBuffers {
+  std::vector<void*> in, out;
+  void* scratch = nullptr;
+};
+
+// prepare_launch on a GPU encoder, then every buffer's address through `ptr`
+// (the backend's device address of an array).
+template <class Encoder, class Ptr>
+GpuBuffers gpu_buffers(Encoder& encoder, const std::vector<array>& inputs, std::vector<array>& outputs,
+                       size_t scratch_bytes, Ptr ptr) {
+  GpuBuffers b;
+  std::optional<array> tmp = prepare_launch(encoder, inputs, outputs, scratch_bytes);
+  for (const auto& a : inputs) b.in.push_back(ptr(a));
+  for (const auto& a : outputs) b.out.push_back(ptr(a));
+  if (tmp) b.scratch = ptr(*tmp);
+  return b;
+}
+
 // The MLX primitive of every kernel: eval_* allocates the outputs and hands
 // the launch to the backend's command encoder, which orders it with MLX's
 // own work on that stream.
@@ -315,15 +352,8 @@ class AbiKernel : public mx::Primitive {
     const Kernel k = launch_.kernel;
     require_backend(k, "cpu");
     require_row_contiguous(k, inputs);
-    for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
     auto& encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& o : outputs) encoder.set_output_array(o);
-    std::optional<array> scratch;
-    if (launch_.scratch_bytes > 0) {
-      scratch = make_scratch(launch_.scratch_bytes);
-      encoder.add_temporary(*scratch);
-    }
+    std::optional<array> scratch = prepare_launch(encoder, inputs, outputs, launch_.scratch_bytes);
     // The task runs on the stream's thread after the inputs' tasks; only
     // there may their contents be read. The arrays travel with it so their
     // buffers outlive it.
@@ -341,24 +371,13 @@ class AbiKernel : public mx::Primitive {
 #if defined(MLXCEL_AMDGPU_SHIM_CUDA)
     require_backend(k, "cuda");
     auto& encoder = mx::cu::get_command_encoder(stream());
-    for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& o : outputs) encoder.set_output_array(o);
-    std::vector<void*> in, out;
-    for (const auto& a : inputs) in.push_back(device_ptr(a));
-    for (const auto& a : outputs) out.push_back(device_ptr(a));
-    void* scratch = nullptr;
-    if (launch_.scratch_bytes > 0) {
-      array tmp = make_scratch(launch_.scratch_bytes);
-      encoder.add_temporary(tmp);  // freed when the graph that uses it is done
-      scratch = device_ptr(tmp);
-    }
+    GpuBuffers b = gpu_buffers(encoder, inputs, outputs, launch_.scratch_bytes, device_ptr);
     // Our kernels are launched on the encoder's stream while it captures, so
     // they become one child graph node of MLX's CUDA graph, ordered by the
     // input and output registration above like MLX's own library calls.
     auto capture = encoder.capture_context();
     MlxcelAmdgpuStatus status =
-        call_abi(launch_, in, out, scratch, static_cast<void*>(static_cast<cudaStream_t>(encoder.stream())));
+        call_abi(launch_, b.in, b.out, b.scratch, static_cast<void*>(static_cast<cudaStream_t>(encoder.stream())));
     if (status != MLXCEL_AMDGPU_OK) capture.discard = true;
     check(k, status);
 #elif defined(MLXCEL_AMDGPU_SHIM_ROCM)
@@ -367,19 +386,11 @@ class AbiKernel : public mx::Primitive {
     // stream and orders the launch after the graph it has accumulated.
     require_backend(k, "hip");
     auto& encoder = mx::rocm::get_command_encoder(stream());
-    for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
-    for (const auto& in : inputs) encoder.set_input_array(in);
-    for (auto& o : outputs) encoder.set_output_array(o);
-    std::vector<void*> in, out;
-    for (const auto& a : inputs) in.push_back(const_cast<void*>(a.data<void>()));
-    for (auto& a : outputs) out.push_back(a.data<void>());
-    void* scratch = nullptr;
-    if (launch_.scratch_bytes > 0) {
-      array tmp = make_scratch(launch_.scratch_bytes);
-      encoder.add_temporary(tmp);
-      scratch = tmp.data<void>();
-    }
-    encoder.launch_kernel([&](hipStream_t s) { check(k, call_abi(launch_, in, out, scratch, static_cast<void*>(s))); });
+    // On the fork a HIP buffer's data() is its device address.
+    GpuBuffers b = gpu_buffers(encoder, inputs, outputs, launch_.scratch_bytes,
+                               [](const array& a) { return const_cast<void*>(a.data<void>()); });
+    encoder.launch_kernel(
+        [&](hipStream_t s) { check(k, call_abi(launch_, b.in, b.out, b.scratch, static_cast<void*>(s))); });
 #else
     (void)outputs;
     throw std::runtime_error(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) +
@@ -433,50 +444,73 @@ std::vector<array> make_outputs(const mx::Stream& s, const Launch& launch, std::
   return array::make_arrays(std::move(shapes), dtypes, std::make_shared<AbiKernel>(s, launch), inputs);
 }
 
-void common_checks(Kernel k, const std::vector<array>& inputs, size_t n_inputs, std::optional<float> init_value) {
-  if (inputs.size() != n_inputs)
-    refuse(k, "expects " + std::to_string(n_inputs) + " inputs, got " + std::to_string(inputs.size()));
-  // The kernels write every output element; an initial value would be a
-  // promise they do not keep.
-  if (init_value) refuse(k, "init_value is not supported (every output element is written)");
+// One call of a getter's function: the arguments of MLX's
+// CustomKernelFunction that a kernel reads, after the checks every kernel
+// makes (the input count, no init_value). The grid and threadgroup arguments
+// are MLX's for Metal kernels; ours are launched by the library.
+struct Call {
+  Kernel k;
+  const std::vector<array>& inputs;
+  const std::vector<Shape>& shapes;
+  const std::vector<mx::Dtype>& dtypes;
+  Template t;
+  bool verbose;
+  mx::StreamOrDevice sd;
+
+  // The primitive's outputs over `buffers` (see make_outputs).
+  std::vector<array> outputs(const Launch& l, const std::vector<array>& buffers) const {
+    return make_outputs(mx::to_stream(sd), l, shapes, dtypes, buffers, verbose);
+  }
+};
+
+using Body = std::vector<array> (*)(Call&);
+
+// The function of the getter of `K`: `N_INPUTS` inputs, then `BODY`, made once.
+template <Kernel K, size_t N_INPUTS, Body BODY>
+CustomKernelFunction& kernel_function() {
+  static CustomKernelFunction f = [](const std::vector<array>& inputs, const std::vector<Shape>& shapes,
+                                     const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
+                                     std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
+                                     bool verbose, mx::StreamOrDevice sd) {
+    if (inputs.size() != N_INPUTS)
+      refuse(K, "expects " + std::to_string(N_INPUTS) + " inputs, got " + std::to_string(inputs.size()));
+    // The kernels write every output element; an initial value would be a
+    // promise they do not keep.
+    if (init_value) refuse(K, "init_value is not supported (every output element is written)");
+    Call c{K, inputs, shapes, dtypes, Template(K, targs), verbose, sd};
+    return BODY(c);
+  };
+  return f;
 }
 
-mx::Dtype activation_dtype(Kernel k, Template& t) {
-  mx::Dtype d = t.dtype("T");
-  if (!abi_dtype(d)) refuse(k, "template argument 'T' must be float32, float16 or bfloat16, got " + str(d));
+mx::Dtype activation_dtype(Call& c) {
+  mx::Dtype d = c.t.dtype("T");
+  if (!abi_dtype(d)) refuse(c.k, "template argument 'T' must be float32, float16 or bfloat16, got " + str(d));
   return d;
 }
 
-std::vector<array> xielu(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
-                         const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>, std::tuple<int, int, int>,
-                         TemplateArgs targs, std::optional<float> init_value, bool verbose, mx::StreamOrDevice sd) {
-  const Kernel k = Kernel::Xielu;
-  common_checks(k, inputs, 5, init_value);
-  Template t(k, targs);
-  mx::Dtype T = activation_dtype(k, t);
-  const array& x = inputs[0];
+std::vector<array> xielu(Call& c) {
+  const Kernel k = c.k;
+  mx::Dtype T = activation_dtype(c);
+  const array& x = c.inputs[0];
   if (x.ndim() != 1) refuse(k, "input 'x' must be flat ([n]), got " + str(x.shape()));
   expect_input(k, x, "x", T, x.shape());
-  t.int_equal("n", int64_t(x.size()), false);
-  t.done();
-  expect_outputs(k, shapes, dtypes, {x.shape()}, {T});
+  c.t.int_equal("n", int64_t(x.size()), false);
+  c.t.done();
+  expect_outputs(k, c.shapes, c.dtypes, {x.shape()}, {T});
   Launch l{k};
   l.dtype = *abi_dtype(T);
   l.n = x.size();
   const char* names[4] = {"alpha_p", "alpha_n", "beta", "eps"};
-  for (int i = 0; i < 4; ++i) l.scalars[i] = scalar_input(k, inputs[1 + i], names[i]);
+  for (int i = 0; i < 4; ++i) l.scalars[i] = scalar_input(k, c.inputs[1 + i], names[i]);
   if (!mlxcel_amdgpu_xielu_available(l.dtype)) unavailable(k, T);
-  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, {x}, verbose);
+  return c.outputs(l, {x});
 }
 
-std::vector<array> add3_layer_norm(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
-                                   const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
-                                   std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
-                                   bool verbose, mx::StreamOrDevice sd) {
-  const Kernel k = Kernel::Add3LayerNorm;
-  common_checks(k, inputs, 6, init_value);
-  Template t(k, targs);
-  mx::Dtype T = activation_dtype(k, t);
+std::vector<array> add3_layer_norm(Call& c) {
+  const Kernel k = c.k;
+  const std::vector<array>& inputs = c.inputs;
+  mx::Dtype T = activation_dtype(c);
   const array& x = inputs[2];
   if (x.ndim() < 1 || x.shape().back() < 1) refuse(k, "input 'rx' must have a non-empty last axis, got " + str(x.shape()));
   const int64_t D = x.shape().back();
@@ -484,10 +518,10 @@ std::vector<array> add3_layer_norm(const std::vector<array>& inputs, const std::
   expect_input(k, inputs[1], "rb", T, x.shape());
   expect_input(k, x, "rx", T, x.shape());
   expect_input(k, inputs[3], "w", T, {int(D)});
-  t.int_equal("D", D, true);
-  t.int_equal("W_STRIDE", 1, true);
-  const int b_stride = t.int_value("B_STRIDE");
-  t.done();
+  c.t.int_equal("D", D, true);
+  c.t.int_equal("W_STRIDE", 1, true);
+  const int b_stride = c.t.int_value("B_STRIDE");
+  c.t.done();
   const array& bias = inputs[4];
   if (b_stride == 1) {
     expect_input(k, bias, "bias", T, {int(D)});
@@ -498,7 +532,7 @@ std::vector<array> add3_layer_norm(const std::vector<array>& inputs, const std::
   } else {
     refuse(k, "template argument 'B_STRIDE' must be 0 or 1, got " + std::to_string(b_stride));
   }
-  expect_outputs(k, shapes, dtypes, {x.shape(), x.shape()}, {T, T});
+  expect_outputs(k, c.shapes, c.dtypes, {x.shape(), x.shape()}, {T, T});
   Launch l{k};
   l.dtype = *abi_dtype(T);
   l.scalars[0] = scalar_input(k, inputs[5], "eps");
@@ -517,23 +551,19 @@ std::vector<array> add3_layer_norm(const std::vector<array>& inputs, const std::
   } else {
     // mlxcel passes zeros({1}) when the norm has no bias: that is the C ABI's
     // NULL bias (+0.0). Any other broadcast scalar is expanded to a row.
-    auto c = constant_of(bias);
-    if (!(c && *c == 0.0f)) {
+    auto v = constant_of(bias);
+    if (!(v && *v == 0.0f)) {
       l.has_bias = true;
-      buffers.push_back(mx::broadcast_to(mx::reshape(bias, {1}, sd), {int(D)}, sd));
+      buffers.push_back(mx::broadcast_to(mx::reshape(bias, {1}, c.sd), {int(D)}, c.sd));
     }
   }
-  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, buffers, verbose);
+  return c.outputs(l, buffers);
 }
 
-std::vector<array> mamba1_scan(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
-                               const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
-                               std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
-                               bool verbose, mx::StreamOrDevice sd) {
-  const Kernel k = Kernel::Mamba1Scan;
-  common_checks(k, inputs, 7, init_value);
-  Template t(k, targs);
-  mx::Dtype T = activation_dtype(k, t);
+std::vector<array> mamba1_scan(Call& c) {
+  const Kernel k = c.k;
+  const std::vector<array>& inputs = c.inputs;
+  mx::Dtype T = activation_dtype(c);
   const array& X = inputs[0];
   const array& Bm = inputs[2];
   if (X.ndim() != 3) refuse(k, "input 'X' must be [B, L, Dm], got " + str(X.shape()));
@@ -546,10 +576,10 @@ std::vector<array> mamba1_scan(const std::vector<array>& inputs, const std::vect
   expect_input(k, inputs[4], "A", mx::float32, {Dm, N});
   expect_input(k, inputs[5], "Dp", T, {Dm});
   expect_input(k, inputs[6], "state_in", mx::float32, {B, Dm, N});
-  t.int_equal("N", N, true);
-  t.int_equal("Dm", Dm, true);
-  t.done();
-  expect_outputs(k, shapes, dtypes, {{B, L, Dm}, {B, Dm, N}}, {T, mx::float32});
+  c.t.int_equal("N", N, true);
+  c.t.int_equal("Dm", Dm, true);
+  c.t.done();
+  expect_outputs(k, c.shapes, c.dtypes, {{B, L, Dm}, {B, Dm, N}}, {T, mx::float32});
   Launch l{k};
   l.dtype = *abi_dtype(T);
   l.batch = to_u32(k, "B", B);
@@ -561,7 +591,7 @@ std::vector<array> mamba1_scan(const std::vector<array>& inputs, const std::vect
     refuse(k, "shape not supported: B = " + std::to_string(B) + " (1.." + std::to_string(MLXCEL_AMDGPU_MAMBA1_MAX_BATCH) +
                   "), L = " + std::to_string(L) + " (at least 1), Dm = " + std::to_string(Dm) + ", N = " +
                   std::to_string(N) + " (1.." + std::to_string(MLXCEL_AMDGPU_MAMBA1_MAX_N) + ")");
-  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+  return c.outputs(l, inputs);
 }
 
 // The MoE template arguments (shared by the three MoE getters) and the
@@ -569,10 +599,20 @@ std::vector<array> mamba1_scan(const std::vector<array>& inputs, const std::vect
 struct MoeArgs {
   mx::Dtype T;
   MlxcelAmdgpuMoeShape shape;
+
+  // The launch of this shape and dtype.
+  Launch launch(Kernel k) const {
+    Launch l{k};
+    l.dtype = *abi_dtype(T);
+    l.moe = shape;
+    return l;
+  }
 };
 
-MoeArgs moe_args(Kernel k, Template& t, const array& indices, const array& any_w) {
-  mx::Dtype T = activation_dtype(k, t);
+MoeArgs moe_args(Call& c, const array& indices, const array& any_w) {
+  const Kernel k = c.k;
+  Template& t = c.t;
+  mx::Dtype T = activation_dtype(c);
   if (indices.ndim() != 1) refuse(k, "input 'indices' must be [K], got " + str(indices.shape()));
   if (any_w.ndim() != 3) refuse(k, "the weight stacks must be [E, rows, words], got " + str(any_w.shape()));
   const int K = indices.shape(0);
@@ -602,67 +642,50 @@ void expect_stack(Kernel k, const std::vector<array>& in, size_t at, const char*
   expect_input(k, in[at + 2], b, m.T, {E, rows, int(cols / m.shape.group_size)});
 }
 
-std::vector<array> moe_fc1_relu2(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
-                                 const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
-                                 std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
-                                 bool verbose, mx::StreamOrDevice sd) {
-  const Kernel k = Kernel::MoeFc1Relu2;
-  common_checks(k, inputs, 5, init_value);
-  Template t(k, targs);
-  MoeArgs m = moe_args(k, t, inputs[1], inputs[2]);
+// The inputs moe_fc1_relu2 and moe_routed_forward begin with: x [Din],
+// indices [K] and the fc1 stack; their shape and dtype.
+MoeArgs fc1_inputs(Call& c) {
+  MoeArgs m = moe_args(c, c.inputs[1], c.inputs[2]);
   const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
-  expect_input(k, inputs[0], "x", m.T, {din});
-  expect_input(k, inputs[1], "indices", mx::uint32, {K});
-  expect_stack(k, inputs, 2, "fc1_w", "fc1_s", "fc1_b", m, dff, din);
-  expect_outputs(k, shapes, dtypes, {{K, dff}}, {mx::float32});
-  Launch l{k};
-  l.dtype = *abi_dtype(m.T);
-  l.moe = m.shape;
-  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+  expect_input(c.k, c.inputs[0], "x", m.T, {din});
+  expect_input(c.k, c.inputs[1], "indices", mx::uint32, {K});
+  expect_stack(c.k, c.inputs, 2, "fc1_w", "fc1_s", "fc1_b", m, dff, din);
+  return m;
 }
 
-std::vector<array> moe_down(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
-                            const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>, std::tuple<int, int, int>,
-                            TemplateArgs targs, std::optional<float> init_value, bool verbose, mx::StreamOrDevice sd) {
-  const Kernel k = Kernel::MoeDown;
-  common_checks(k, inputs, 6, init_value);
-  Template t(k, targs);
-  MoeArgs m = moe_args(k, t, inputs[0], inputs[1]);
+std::vector<array> moe_fc1_relu2(Call& c) {
+  MoeArgs m = fc1_inputs(c);
+  expect_outputs(c.k, c.shapes, c.dtypes, {{int(m.shape.k), int(m.shape.dff)}}, {mx::float32});
+  return c.outputs(m.launch(c.k), c.inputs);
+}
+
+std::vector<array> moe_down(Call& c) {
+  const Kernel k = c.k;
+  const std::vector<array>& inputs = c.inputs;
+  MoeArgs m = moe_args(c, inputs[0], inputs[1]);
   const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
   expect_input(k, inputs[0], "indices", mx::uint32, {K});
   expect_stack(k, inputs, 1, "down_w", "down_s", "down_b", m, din, dff);
   expect_input(k, inputs[4], "act_g", mx::float32, {K, dff});
   expect_input(k, inputs[5], "scores", mx::float32, {K});
-  expect_outputs(k, shapes, dtypes, {{K, din}}, {mx::float32});
-  Launch l{k};
-  l.dtype = *abi_dtype(m.T);
-  l.moe = m.shape;
-  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+  expect_outputs(k, c.shapes, c.dtypes, {{K, din}}, {mx::float32});
+  return c.outputs(m.launch(k), inputs);
 }
 
-std::vector<array> moe_routed_forward(const std::vector<array>& inputs, const std::vector<Shape>& shapes,
-                                      const std::vector<mx::Dtype>& dtypes, std::tuple<int, int, int>,
-                                      std::tuple<int, int, int>, TemplateArgs targs, std::optional<float> init_value,
-                                      bool verbose, mx::StreamOrDevice sd) {
-  const Kernel k = Kernel::MoeRoutedForward;
-  common_checks(k, inputs, 9, init_value);
-  Template t(k, targs);
-  MoeArgs m = moe_args(k, t, inputs[1], inputs[2]);
+std::vector<array> moe_routed_forward(Call& c) {
+  const Kernel k = c.k;
+  const std::vector<array>& inputs = c.inputs;
+  MoeArgs m = fc1_inputs(c);
   const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
-  expect_input(k, inputs[0], "x", m.T, {din});
-  expect_input(k, inputs[1], "indices", mx::uint32, {K});
-  expect_stack(k, inputs, 2, "fc1_w", "fc1_s", "fc1_b", m, dff, din);
   expect_stack(k, inputs, 5, "down_w", "down_s", "down_b", m, din, dff);
   if (inputs[5].shape(0) != int(m.shape.n_experts))
     refuse(k, "input 'down_w' holds " + std::to_string(inputs[5].shape(0)) + " experts, 'fc1_w' " +
                   std::to_string(m.shape.n_experts));
   expect_input(k, inputs[8], "scores", mx::float32, {K});
-  expect_outputs(k, shapes, dtypes, {{din}}, {m.T});
-  Launch l{k};
-  l.dtype = *abi_dtype(m.T);
-  l.moe = m.shape;
+  expect_outputs(k, c.shapes, c.dtypes, {{din}}, {m.T});
+  Launch l = m.launch(k);
   l.scratch_bytes = mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff);
-  return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
+  return c.outputs(l, inputs);
 }
 
 bool predicate(mx::Dtype t, bool (*f)(uint32_t)) {
@@ -676,30 +699,17 @@ bool fits_u32(int64_t v) {
 
 }  // namespace
 
-CustomKernelFunction& xielu_kernel() {
-  static CustomKernelFunction f = xielu;
-  return f;
-}
-CustomKernelFunction& add3_layer_norm_kernel() {
-  static CustomKernelFunction f = add3_layer_norm;
-  return f;
-}
-CustomKernelFunction& mamba1_scan_kernel() {
-  static CustomKernelFunction f = mamba1_scan;
-  return f;
-}
-CustomKernelFunction& moe_fc1_relu2_kernel() {
-  static CustomKernelFunction f = moe_fc1_relu2;
-  return f;
-}
-CustomKernelFunction& moe_down_kernel() {
-  static CustomKernelFunction f = moe_down;
-  return f;
-}
-CustomKernelFunction& moe_routed_forward_kernel() {
-  static CustomKernelFunction f = moe_routed_forward;
-  return f;
-}
+// The getter `name`_kernel() of the header: kernel `kind`, `n_inputs` inputs, body `name`.
+#define MLXCEL_AMDGPU_GETTER(name, kind, n_inputs) \
+  CustomKernelFunction& name##_kernel() { return kernel_function<Kernel::kind, n_inputs, name>(); }
+
+MLXCEL_AMDGPU_GETTER(xielu, Xielu, 5)
+MLXCEL_AMDGPU_GETTER(add3_layer_norm, Add3LayerNorm, 6)
+MLXCEL_AMDGPU_GETTER(mamba1_scan, Mamba1Scan, 7)
+MLXCEL_AMDGPU_GETTER(moe_fc1_relu2, MoeFc1Relu2, 5)
+MLXCEL_AMDGPU_GETTER(moe_down, MoeDown, 6)
+MLXCEL_AMDGPU_GETTER(moe_routed_forward, MoeRoutedForward, 9)
+#undef MLXCEL_AMDGPU_GETTER
 
 bool xielu_available(Dtype t) {
   return predicate(t, mlxcel_amdgpu_xielu_available);
