@@ -3,10 +3,10 @@
 # same GPU: our kernels and the yardsticks (copy, read_stream, the empty launch:
 # benches/kernels.rs), the CUDA C++ reference mappings and PyTorch eager
 # (benches/baselines/run.sh), mamba-ssm's scan built here from its sources and its
-# Triton state update, torch.compile (benches/peers/peers.py), MLX's CUDA backend
+# Triton state update, torch.compile (benches/baselines/peers.py), MLX's CUDA backend
 # graphs beside ours inside MLX (scripts/mlx-h200.sh's driver), and the host cost
 # of a launch through the C ABI against a bare cuLaunchKernel (benches/launch_cost.c).
-# Writes $OUT/bench.md and $OUT/bench.csv (benches/peers/report.py) and the logs.
+# Writes $OUT/bench.md and $OUT/bench.csv (benches/baselines/report.py) and the logs.
 #
 # Pack here with scripts/bench-h200-pack.sh; run from the repo root on the GPU
 # machine with .device-bench and .device-mlx carried.
@@ -19,7 +19,7 @@ status=0
 step() { local name=$1; shift; echo "== $name: $*"; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; local rc=$?;
          tail -n 3 "$OUT/$name.log"; echo "rc=$rc, $((SECONDS - t0)) s"; [ $rc -eq 0 ] || status=1; }
 # The report is written however the run ends (a step that fails leaves its columns empty).
-trap 'python3 benches/peers/report.py "$OUT" > /dev/null && cat "$OUT/bench.md"' EXIT
+trap 'python3 benches/baselines/report.py "$OUT" > /dev/null && cat "$OUT/bench.md"' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/gpu.txt"
 
 # The MLX pack first: it holds the library (libmlxcel_amdgpu.so, --features cuda) the C program links.
@@ -36,6 +36,6 @@ nvcc -ptx -arch=sm_90 -o $T/empty.ptx $T/empty.cu &&
     step launch_cost env LD_LIBRARY_PATH=$W/lib:${LD_LIBRARY_PATH:-} $T/launch_cost $T/empty.ptx $B/kernels_sm_80.ptx 16384 || status=1
 
 step ours env MLXCEL_AMDGPU_BACKEND=cuda $B/bench-kernels --csv
-step peers env PYTHONUNBUFFERED=1 MAMBA_SSM_SRC=$PWD/$B/mamba MAMBA_SSM_BUILD=$T/mamba-build python3 benches/peers/peers.py
+step peers env PYTHONUNBUFFERED=1 MAMBA_SSM_SRC=$PWD/$B/mamba MAMBA_SSM_BUILD=$T/mamba-build python3 benches/baselines/peers.py
 step baselines bash benches/baselines/run.sh
 exit $status

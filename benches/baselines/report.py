@@ -56,7 +56,7 @@ for line in read("baselines.log").splitlines():
             kernel, peer = kernel[: -len("_l2flushed")], "cuda-cpp-l2cold"
     rows.append(dict(source=peer, kernel=kernel, dtype="bf16", shape=shape, us=us))
 
-# ---- the peers users run (benches/peers/peers.py)
+# ---- the peers users run (benches/baselines/peers.py)
 for line in read("peers.log").splitlines():
     m = re.match(r"peer (\S+) (\S+) (\S+) (.*) us=([\d.]+)", line)
     if not m:

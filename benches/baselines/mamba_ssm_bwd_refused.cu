@@ -11,7 +11,7 @@
 
 template <typename input_t, typename weight_t>
 void selective_scan_bwd_cuda(SSMParamsBwd &params, cudaStream_t stream) {
-    TORCH_CHECK(false, "this build of selective_scan_cuda has the forward pass only (benches/peers)");
+    TORCH_CHECK(false, "this build of selective_scan_cuda has the forward pass only (benches/baselines)");
 }
 
 template void selective_scan_bwd_cuda<float, float>(SSMParamsBwd &, cudaStream_t);

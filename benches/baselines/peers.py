@@ -28,25 +28,11 @@ import sys
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_baselines import median_us  # noqa: E402
+
 DEV = "cuda"
 failures = []
-
-
-def median_us(fn, reps=50, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def graph_us(fn, calls=10, reps=30):
@@ -159,7 +145,6 @@ def bench_mamba_ssm():
         print("skip mamba-ssm: MAMBA_SSM_SRC is not set", flush=True)
         failures.append("mamba-ssm not run (MAMBA_SSM_SRC unset)")
         return
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from build_mamba_ssm import build
 
     ext = build(src, os.environ.get("MAMBA_SSM_BUILD", "/tmp/mamba-ssm-build"))
