@@ -164,8 +164,10 @@ f = fraction.get(("add3_layer_norm", "bf16", "rows=8192 D=4096"))
 if f is not None:
     target("add3_layer_norm bf16 8192 x 4096: >= 87% of copy", f"{100 * f:.1f}%", f >= 0.87)
 for kernel, shape in (("xielu", "n=67108864"), ("add3_layer_norm", "rows=8192 D=4096")):
-    a, b = find("ours", kernel, "bf16", shape), find("torch-compile", kernel, "bf16", shape)
-    if a and b:
+    a = find("ours", kernel, "bf16", shape)
+    peer = [t for t in (find("torch-compile", kernel, "bf16", shape), find("torch-compile-graph", kernel, "bf16", shape)) if t]
+    if a and peer:
+        b = min(peer)  # the faster timing: from a CUDA graph, without Python's launch cost
         target(f"{kernel} bf16 {shape}: ahead of torch.compile", f"{a:.1f} vs {b:.1f} us", a < b)
 abi = launch.get("c_abi_xielu_bf16_n21504")
 for bare_name, what in (("bare_cuLaunchKernel_empty", "an empty kernel"),
