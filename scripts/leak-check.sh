@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Leak check of the CPU backend (issue 16): valgrind's memcheck over
 #  1. the concurrency case of tests/concurrency.rs on the CPU backend (8 threads,
-#     mixed kernels and dtypes; LAUNCHES launches, default 200: under valgrind a
+#     mixed kernels and dtypes; LAUNCHES launches, default 100: under valgrind a
 #     launch is about 50 times slower, and every code path of the case is taken
 #     by far fewer than the 10,000 of `cargo test`), and
 #  2. the C ABI consumer (tests/cpp/consumer.cpp, built here against the debug
@@ -9,10 +9,10 @@
 # Fails on any definite or indirect leak and on any memory error; memory still
 # reachable at exit (the process-wide device, the emulator's pooled lane stacks,
 # thread-local error slots) is not a leak. Needs valgrind and a C++ compiler.
-# About 2 minutes on 2 cores; not part of .ci/run (see docs/reliability.md).
+# About 40 s on 2 cores; .ci/run runs it after `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-launches="${LAUNCHES:-200}"
+launches="${LAUNCHES:-100}"
 
 vg=(valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect --error-exitcode=99)
