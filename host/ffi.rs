@@ -184,6 +184,9 @@ fn open_default() -> Result<Device> {
 
 /// The process-wide device, opened on first use (see the module documentation).
 fn device() -> Result<Device> {
+    // The tests' way to make a guarded function panic; absent from any other build.
+    #[cfg(test)]
+    tests::panic_if_armed();
     if let Some(d) = DEVICE.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         return d.clone();
     }
@@ -589,4 +592,64 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
         let device = device()?;
         with_element!(dtype_of(dtype)?, T => unsafe { moe::routed_forward::<T>(&device, p, &shape, Stream(stream)) })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    thread_local! {
+        /// Set by a test: the next [`device`] lookup on this thread panics.
+        static ARMED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn panic_if_armed() {
+        if ARMED.with(|a| a.replace(false)) {
+            panic!("planted by a test");
+        }
+    }
+
+    fn last_error() -> String {
+        unsafe { CStr::from_ptr(mlxcel_amdgpu_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    /// xielu over `x` on the selected device (the CPU one: host pointers).
+    fn xielu(x: &[f32], out: &mut [f32]) -> MlxcelAmdgpuStatus {
+        let n = x.len() as u64;
+        let null = std::ptr::null_mut();
+        // SAFETY: `x` and `out` hold `n` f32 values.
+        unsafe { mlxcel_amdgpu_xielu(0, x.as_ptr().cast(), out.as_mut_ptr().cast(), n, 0.8, 0.6, 0.5, -1e-6, null) }
+    }
+
+    /// One test: the device is process-wide.
+    #[test]
+    fn a_panic_never_crosses_the_c_abi_and_the_next_call_works() {
+        // A backend that is absent (CUDA without a driver or without the feature)
+        // is named through the selection path; a select of one present works.
+        // SAFETY: NUL-terminated names.
+        if unsafe { mlxcel_amdgpu_select_device(c"cuda".as_ptr(), 0) } != MLXCEL_AMDGPU_OK {
+            let why = last_error();
+            println!("select cuda: {why}");
+            assert!(why.contains("the cuda backend is not available"), "{why}");
+        }
+        assert_eq!(unsafe { mlxcel_amdgpu_select_device(c"cpu".as_ptr(), 0) }, MLXCEL_AMDGPU_OK);
+
+        let x = [0.5f32, -1.0, 2.0];
+        let mut out = [7.0f32; 3];
+        ARMED.with(|a| a.set(true));
+        assert_eq!(xielu(&x, &mut out), MLXCEL_AMDGPU_INTERNAL);
+        assert_eq!(last_error(), "internal error (panic): planted by a test");
+        assert_eq!(out, [7.0; 3], "the call that panicked wrote");
+        assert_eq!(xielu(&x, &mut out), MLXCEL_AMDGPU_OK, "{}", last_error());
+        let want = crate::reference::xielu::xielu(Dtype::F32, &x, 0.8, 0.6, 0.5, -1e-6);
+        assert_eq!(out.map(f32::to_bits), [0, 1, 2].map(|i| want[i].to_bits()));
+        assert_eq!(last_error(), "");
+
+        // A predicate that panics answers false; the next one answers.
+        ARMED.with(|a| a.set(true));
+        assert!(!mlxcel_amdgpu_xielu_available(0));
+        assert!(mlxcel_amdgpu_xielu_available(0));
+    }
 }

@@ -20,7 +20,7 @@ while read -r kind name exe; do
     case "$kind:$name" in
         bin:mlxcel-amdgpu) cp "$exe" .device/mlxcel-amdgpu ;;
         bench:*) cp "$exe" ".device/bench-$name" ;;
-        test:c_header|test:disassembly|test:wavefront_assertion|test:c_abi_consumer|test:num|test:cli|test:hip_rs|test:hip_rs_launchers) ;;  # need Rust, a C++ compiler, the CLI or the stand-in cdylib: CPU-only tests
+        test:c_header|test:disassembly|test:wavefront_assertion|test:c_abi_consumer|test:num|test:cli|test:hip_rs|test:hip_rs_launchers|test:hip_faults) ;;  # need Rust, a C++ compiler, the CLI or the stand-in cdylib: CPU-only tests
         test:*) cp "$exe" ".device/test-$name" ;;
     esac
 done

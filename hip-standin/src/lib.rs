@@ -160,10 +160,23 @@ pub unsafe extern "C" fn hipRuntimeGetVersion(version: *mut c_int) -> HipError {
     SUCCESS
 }
 
+/// Fault injection: whether `RDNA_SIM_FAIL` (a comma-separated list, read at
+/// every call so that a test can set and clear it) names `fault`: `no-device`
+/// (hipGetDeviceCount reports none), `module-load` (hipModuleLoadData fails with
+/// hipErrorInvalidImage), `malloc` (hipMalloc and hipMallocAsync fail with
+/// hipErrorOutOfMemory).
+fn injected(fault: &str) -> bool {
+    std::env::var("RDNA_SIM_FAIL").is_ok_and(|v| v.split(',').any(|f| f.trim() == fault))
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipGetDeviceCount(count: *mut c_int) -> HipError {
     if count.is_null() {
         return INVALID_VALUE;
+    }
+    if injected("no-device") {
+        unsafe { *count = 0 };
+        return NO_DEVICE;
     }
     unsafe { *count = DEVICES.len() as c_int };
     SUCCESS
@@ -255,6 +268,10 @@ fn runs_on(target: &str, arch: &str) -> bool {
 pub unsafe extern "C" fn hipModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> HipError {
     if module.is_null() || image.is_null() {
         return INVALID_VALUE;
+    }
+    if injected("module-load") {
+        eprintln!("hip-standin: hipModuleLoadData: failed on purpose (RDNA_SIM_FAIL=module-load)");
+        return INVALID_IMAGE;
     }
     let Some(size) = (unsafe { elf_size(image as *const u8) }) else { return INVALID_IMAGE };
     let bytes = unsafe { std::slice::from_raw_parts(image as *const u8, size) };
@@ -469,7 +486,7 @@ unsafe fn alloc(ptr: *mut *mut c_void, size: usize, how: &str) -> HipError {
     if ptr.is_null() {
         return INVALID_VALUE;
     }
-    if size > 16 << 30 {
+    if size > 16 << 30 || injected("malloc") {
         return OUT_OF_MEMORY;
     }
     let a = st!().mem.alloc(size, &format!("{how}({size})"));

@@ -239,6 +239,11 @@ impl HipBackend {
     /// HIP device `ordinal` with the code object for its architecture loaded
     /// (when one fits; see the module documentation).
     pub(crate) fn new(ordinal: usize) -> Result<HipBackend> {
+        HipBackend::with_objects(ordinal, AMDGPU_CODE_OBJECTS)
+    }
+
+    /// [`HipBackend::new`] choosing among `objects` (the tests give it bad ones).
+    fn with_objects(ordinal: usize, objects: &[EmbeddedCodeObject]) -> Result<HipBackend> {
         load_runtime()?;
         let unavailable = |reason: String| Error::BackendUnavailable { backend: "hip", reason };
 
@@ -282,7 +287,7 @@ impl HipBackend {
 
         // A code object the runtime refuses leaves the device open without kernels,
         // with the reason (the predicates then answer false and say why).
-        let (kernels, loaded) = match choose_code_object(&arch, wavefront_size, AMDGPU_CODE_OBJECTS) {
+        let (kernels, loaded) = match choose_code_object(&arch, wavefront_size, objects) {
             Ok(object) => match load_module(object) {
                 Ok(loaded) => (Ok(object.processor.to_string()), Some(loaded)),
                 Err(e) => (Err(format!("the runtime did not load the {} code object: {e}", object.processor)), None),
@@ -350,6 +355,16 @@ fn choose_code_object<'a>(
     })?;
     let parsed = crate::code_object::CodeObject::parse(object.bytes)
         .map_err(|e| format!("the embedded {} code object (chosen for {arch}) is unreadable: {e}", object.processor))?;
+    // Its own target, not its label, says where it runs: a mislabelled object
+    // is refused here, not handed to the runtime for a device it does not fit.
+    if parsed.processor() != object.processor {
+        return Err(format!(
+            "the embedded {} code object (chosen for {arch}) is built for {:?}, not {}",
+            object.processor,
+            parsed.processor(),
+            object.processor
+        ));
+    }
     crate::audit::audit_against_kernels(&parsed, kernels_device::entry::KERNELS).map_err(|problems| {
         format!(
             "the embedded {} code object (chosen for {arch}) does not match the launchers: {}",
@@ -647,6 +662,82 @@ mod tests {
             why.contains("gfx1201") && why.contains("gfx1151, gfx11-generic") && why.contains("gfx12-generic"),
             "{why}"
         );
+    }
+
+    /// The embedded gfx1151 object, `damage` done to a copy of its bytes, still
+    /// labelled gfx1151 (leaked: embedded objects are static).
+    fn damaged(damage: impl FnOnce(&mut Vec<u8>)) -> EmbeddedCodeObject {
+        let real = AMDGPU_CODE_OBJECTS.iter().find(|o| o.processor == "gfx1151").expect("a gfx1151 object");
+        let mut bytes = real.bytes.to_vec();
+        damage(&mut bytes);
+        EmbeddedCodeObject { processor: "gfx1151", bytes: Box::leak(bytes.into_boxed_slice()) }
+    }
+
+    /// Bad code objects for a gfx1151 device, each with what its refusal says.
+    fn bad_objects() -> Vec<(&'static str, EmbeddedCodeObject, &'static str)> {
+        let other = AMDGPU_CODE_OBJECTS.iter().find(|o| o.processor != "gfx1151").expect("a second object");
+        let renamed = |b: &mut Vec<u8>| {
+            // Every `xielu_f32` (symbol, descriptor, metadata) becomes `xielu_f3Z`.
+            let at: Vec<usize> = b.windows(9).enumerate().filter(|(_, w)| w == b"xielu_f32").map(|(i, _)| i).collect();
+            assert!(!at.is_empty());
+            at.into_iter().for_each(|i| b[i + 8] = b'Z');
+        };
+        vec![
+            ("no ELF magic", damaged(|b| b[..4].copy_from_slice(b"\0BAD")), "is unreadable"),
+            ("section table past the end", damaged(|b| b[0x28..0x30].fill(0x7f)), "is unreadable"),
+            ("truncated to half", damaged(|b| b.truncate(b.len() / 2)), "is unreadable"),
+            ("truncated to 64 bytes", damaged(|b| b.truncate(64)), "is unreadable"),
+            ("empty", damaged(Vec::clear), "is unreadable"),
+            ("wrong architecture", EmbeddedCodeObject { processor: "gfx1151", bytes: other.bytes }, "is built for"),
+            ("a kernel symbol missing", damaged(renamed), "does not match the launchers"),
+        ]
+    }
+
+    #[test]
+    fn hip_bad_code_objects_are_refused_before_the_runtime_sees_them() {
+        assert!(choose_code_object("gfx1151", 32, AMDGPU_CODE_OBJECTS).is_ok());
+        for (what, object, says) in bad_objects() {
+            let why =
+                choose_code_object("gfx1151", 32, std::slice::from_ref(&object)).map(|o| o.processor).expect_err(what);
+            println!("{what}: {why}");
+            assert!(why.contains(says) && why.contains("gfx1151"), "{what}: {why}");
+        }
+    }
+
+    #[test]
+    fn hip_bad_code_objects_leave_the_device_open_and_the_process_usable() {
+        // Through the runtime: the stand-in's simulated gfx1151, or a real one.
+        let arch = match HipBackend::new(0) {
+            Ok(b) => b.info.arch.clone(),
+            Err(e) if std::env::var_os("MLXCEL_AMDGPU_EXPECT_HIP").is_some() => panic!("no HIP device: {e}"),
+            Err(e) => return println!("skipped: {e}"),
+        };
+        if arch != "gfx1151" {
+            return println!("skipped: device 0 is {arch}, these objects are for gfx1151");
+        }
+        for (what, object, says) in bad_objects() {
+            let b =
+                HipBackend::with_objects(0, std::slice::from_ref(&object)).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let why = b.info.kernels.clone().expect_err(what);
+            assert!(why.contains(says), "{what}: {why}");
+            assert!(b.kernels.is_none() && b.function("xielu_f32").is_err(), "{what}");
+        }
+        // A symbol the runtime cannot find (the audit bypassed): named, and the
+        // module is unloaded.
+        let (_, missing, _) = bad_objects().pop().unwrap();
+        let err = load_module(&missing).map(|_| ()).unwrap_err();
+        println!("hipModuleGetFunction: {err}");
+        assert!(matches!(err.root(), Error::Backend { call: "hipModuleGetFunction", .. }), "{err:?}");
+        assert!(err.to_string().starts_with("kernel xielu_f32: "), "{err}");
+        // A following valid launch works.
+        let dev = crate::Device::hip(0).unwrap();
+        let x = dev.upload(&[0.5f32, -1.0, 2.0]).unwrap();
+        let mut out = dev.alloc::<f32>(3).unwrap();
+        let p = crate::kernels::xielu::XieluParams::APERTUS;
+        crate::kernels::xielu::run(&dev, &x, &mut out, 3, p, Stream::DEFAULT).unwrap();
+        let want =
+            crate::reference::xielu::xielu(crate::Dtype::F32, &[0.5, -1.0, 2.0], p.alpha_p, p.alpha_n, p.beta, p.eps);
+        assert_eq!(out.download().unwrap(), want);
     }
 
     #[test]
