@@ -139,8 +139,13 @@ thread_local! {
 static DEVICE: RwLock<Option<Result<Device>>> = RwLock::new(None);
 
 fn set_last_error(message: &str) {
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    LAST_ERROR.with(|e| {
+        // A success after a success allocates nothing (the launch path's common case).
+        if message.is_empty() && e.borrow().as_bytes().is_empty() {
+            return;
+        }
+        *e.borrow_mut() = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    });
 }
 
 fn status_of(error: &Error) -> MlxcelAmdgpuStatus {

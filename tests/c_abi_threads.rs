@@ -44,6 +44,10 @@ fn concurrent_launches_are_correct_and_errors_stay_on_their_thread() {
                         assert_eq!(st, MlxcelAmdgpuStatus::MLXCEL_AMDGPU_INVALID_ARGUMENT);
                         let msg = unsafe { CStr::from_ptr(mlxcel_amdgpu_last_error()) }.to_string_lossy().into_owned();
                         assert!(msg.contains("dtype"), "thread {t}: {msg}");
+                        // The next success clears it.
+                        assert_eq!(xielu(0, &mut out, x.len() as u64), MlxcelAmdgpuStatus::MLXCEL_AMDGPU_OK);
+                        let msg = unsafe { CStr::from_ptr(mlxcel_amdgpu_last_error()) };
+                        assert!(msg.is_empty(), "thread {t}: a success left the last error {msg:?}");
                     } else {
                         let msg = unsafe { CStr::from_ptr(mlxcel_amdgpu_last_error()) };
                         assert!(msg.is_empty(), "thread {t}: another thread's message leaked: {msg:?}");
