@@ -661,7 +661,8 @@ std::vector<array> moe_routed_forward(const std::vector<array>& inputs, const st
   Launch l{k};
   l.dtype = *abi_dtype(m.T);
   l.moe = m.shape;
-  l.scratch_bytes = mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff);
+  if (mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff, &l.scratch_bytes) != MLXCEL_AMDGPU_OK)
+    refuse(k, std::string("no scratch size: ") + mlxcel_amdgpu_last_error());
   return make_outputs(mx::to_stream(sd), l, shapes, dtypes, inputs, verbose);
 }
 
