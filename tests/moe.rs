@@ -746,6 +746,20 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     line("routed (3)", t_all, fc1_bytes + down_bytes + combine_bytes);
 }
 
+/// `out` over a buffer of the first two launches (found by the c_abi fuzz
+/// target: `out` over `s2` was launched, and the combine overwrote the
+/// scales): refused naming `out` and the other buffer, at any offset.
+fn routed_forward_with_out_over_an_input_is_refused<T: Element>(_: &Device) {
+    let p = routed_pointers();
+    let es = size_of::<T>() as u64;
+    for (name, at) in [("x", p.x), ("s2", p.w2.scales + es), ("w1", p.w1.w), ("b2", p.w2.biases), ("idx", p.idx - es)] {
+        let m = refused(routed_refused::<T>(RoutedPointers { out: at, ..p }, S), "out");
+        assert!(m.contains(&format!("`{name}`")), "{}: out over {name}: {m}", T::DTYPE);
+    }
+    let m = refused(routed_refused::<T>(RoutedPointers { out: p.scores, ..p }, S), "out");
+    assert!(m.contains("`scores`"), "{m}");
+}
+
 /// The Rust size helpers answer an overflow with an error naming the buffer,
 /// never a wrapped count.
 fn sizes_past_usize_are_errors() {
@@ -782,6 +796,10 @@ fn main() {
         )
         .single("routed_forward_refuses_its_scratch_and_output", routed_forward_refuses_its_scratch_and_output)
         .single("sizes_past_usize_are_errors", sizes_past_usize_are_errors)
+        .cpu_per_dtype(
+            "routed_forward_with_out_over_an_input_is_refused",
+            typed!(routed_forward_with_out_over_an_input_is_refused),
+        )
         .cpu_per_dtype(
             "routed_forward_with_scratch_overlapping_out_is_refused",
             typed!(routed_forward_with_scratch_overlapping_out_is_refused),

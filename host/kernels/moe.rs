@@ -422,6 +422,19 @@ fn enqueue_routed(
             ));
         }
     }
+    // `out` is written by the last launch only, so the checks of that launch
+    // do not see the buffers of the first two: a weight or input under `out`
+    // would be overwritten (the contract refuses any overlap with an output).
+    let out_bytes = shape.din as u64 * dtype.size() as u64;
+    let out = (p.out, p.out.saturating_add(out_bytes));
+    for (kernel, extents) in &launches[..2] {
+        if let Some(name) = overlapping(kernel.spec, extents, out, &[]) {
+            return Err(Error::invalid(
+                "out",
+                format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1),
+            ));
+        }
+    }
     unsafe {
         device.launch(&kernels[0], fc1_dims(shape), &fc1.values(), stream)?;
         device.launch(&kernels[1], down_dims(shape), &down.values(), stream)?;
