@@ -229,7 +229,7 @@ fn moe_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
         let launches = counts.launches(dev, || {
             let u = RoutedUpload::<T>::new(dev, &inp).unwrap();
             let mut out = dev.alloc::<T>(din).unwrap();
-            let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(shape.k, shape.din, shape.dff)).unwrap();
+            let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(shape.k, shape.din, shape.dff).unwrap()).unwrap();
             let mut status = dev.upload(&[0u32]).unwrap();
             let bufs = u.routed(&mut out, &mut scratch, Some(&mut status));
             moe::run_routed_forward::<T>(dev, bufs, &shape, Stream::DEFAULT).unwrap();

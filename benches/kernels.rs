@@ -233,12 +233,12 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
         idx_sets[turn % idx_sets.len()].ptr()
     };
     let scores = dev.upload(&[0.3f32, 0.2, 0.15, 0.15, 0.1, 0.1]).unwrap();
-    let scratch = dev.alloc::<u8>(moe::scratch_bytes(shape.k, shape.din, shape.dff)).unwrap();
+    let scratch = dev.alloc::<u8>(moe::scratch_bytes(shape.k, shape.din, shape.dff).unwrap()).unwrap();
     let out = dev.alloc::<T>(shape.din as usize).unwrap();
     // The kernels only ever set the status word (an expert id out of range); the caller zeroes it.
     let status = dev.upload(&[0u32]).unwrap();
     let act = scratch.ptr();
-    let part = scratch.ptr() + moe::part_offset(shape.k, shape.dff) as u64;
+    let part = scratch.ptr() + moe::part_offset(shape.k, shape.dff).unwrap() as u64;
     let q1 = QuantizedPointers { w: w1.ptr(), scales: s1.ptr(), biases: b1.ptr() };
     let q2 = QuantizedPointers { w: w2.ptr(), scales: s2.ptr(), biases: b2.ptr() };
     // Bytes of the six selected experts' weights, scales and biases, per matrix.

@@ -50,8 +50,11 @@ use crate::with_element;
 
 /// The version of this C ABI, bumped on every incompatible change of this
 /// header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
-pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 1;
+pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 2;
 
+/// `xielu`: the most elements `n` of one launch (2^60; the kernel indexes in
+/// 64 bits, and byte offsets must stay within a signed 64-bit range).
+pub const MLXCEL_AMDGPU_XIELU_MAX_N: u64 = 1152921504606846976;
 /// `add3_layer_norm`: the longest row `d` (longer rows need the unfused pair).
 pub const MLXCEL_AMDGPU_ADD3_MAX_D: u32 = 6656;
 /// `add3_layer_norm`: the most rows of one launch.
@@ -76,7 +79,8 @@ pub const MLXCEL_AMDGPU_MAX_POINTER_ALIGNMENT: u32 = 4;
 
 // The header's limits are written as numbers for C; they must be the kernels'.
 const _: () = {
-    use kernels_device::geometry::{add3_layer_norm as add3, mamba1_scan as scan, moe as m};
+    use kernels_device::geometry::{add3_layer_norm as add3, mamba1_scan as scan, moe as m, xielu};
+    assert!(MLXCEL_AMDGPU_XIELU_MAX_N == xielu::MAX_N);
     assert!(MLXCEL_AMDGPU_ADD3_MAX_D == add3::MAX_D);
     assert!(MLXCEL_AMDGPU_ADD3_MAX_ROWS == add3::MAX_ROWS);
     assert!(MLXCEL_AMDGPU_MAMBA1_MAX_N == scan::MAX_N);
@@ -304,7 +308,8 @@ pub extern "C" fn mlxcel_amdgpu_xielu_available(dtype: u32) -> bool {
 }
 
 /// `out[i] = xielu(x[i])`, i < n (docs/contracts.md, "xielu"; `alpha_p` and
-/// `alpha_n` arrive already softplus-ed). Aliasing: `out` may be exactly `x`
+/// `alpha_n` arrive already softplus-ed), `n` at most
+/// `MLXCEL_AMDGPU_XIELU_MAX_N`. Aliasing: `out` may be exactly `x`
 /// (in place); any other overlap is refused.
 ///
 /// # Safety
@@ -454,11 +459,30 @@ pub extern "C" fn mlxcel_amdgpu_moe_supports(dtype: u32, shape: MoeShape) -> boo
     predicate(|dev| dtype_of(dtype).is_ok_and(|t| moe::supports(dev, t, &shape)))
 }
 
-/// Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
-/// `part`).
+/// Writes to `*bytes` the bytes of f32 scratch that
+/// [`mlxcel_amdgpu_moe_routed_forward`] needs for `k`, `din` and `dff` (`act`
+/// and `part`). A size that does not fit in 64 bits and in `size_t` is
+/// `MLXCEL_AMDGPU_INVALID_ARGUMENT` naming `k` (a NULL `bytes`: naming
+/// `bytes`), and `*bytes` is then left unchanged. The shape's limits are not
+/// checked here (the launch checks them): any size that can be written is.
+///
+/// # Safety
+/// `bytes` is NULL or points to a writable `size_t`.
 #[unsafe(no_mangle)]
-pub extern "C" fn mlxcel_amdgpu_moe_scratch_bytes(k: u32, din: u32, dff: u32) -> usize {
-    moe::scratch_bytes(k, din, dff)
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_scratch_bytes(
+    k: u32,
+    din: u32,
+    dff: u32,
+    bytes: *mut usize,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        if bytes.is_null() {
+            return Err(Error::invalid("bytes", "is a null pointer"));
+        }
+        let need = moe::scratch_bytes(k, din, dff)?;
+        unsafe { bytes.write(need) };
+        Ok(())
+    })
 }
 
 fn quantized(w: *const u32, scales: *const c_void, biases: *const c_void) -> QuantizedPointers {

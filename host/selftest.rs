@@ -261,7 +261,7 @@ fn moe_case<T: Element>(device: &Device, bits: u32) -> Result<Outcome> {
     let inp = reference::moe::moe_inputs(dtype, din as usize, dff as usize, e as usize, 6, bits, 64, 77);
     let inputs = RoutedUpload::<T>::new(device, &inp)?;
     let mut out = device.alloc::<T>(din as usize)?;
-    let mut scratch = device.alloc::<u8>(moe::scratch_bytes(6, din, dff))?;
+    let mut scratch = device.alloc::<u8>(moe::scratch_bytes(6, din, dff)?)?;
     let mut status = device.alloc::<u32>(1)?;
     status.fill_bytes(0)?;
     let mut launch = || {

@@ -9,7 +9,11 @@
 
 // The version of this C ABI, bumped on every incompatible change of this
 // header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
-#define MLXCEL_AMDGPU_ABI_VERSION 1
+#define MLXCEL_AMDGPU_ABI_VERSION 2
+
+// `xielu`: the most elements `n` of one launch (2^60; the kernel indexes in
+// 64 bits, and byte offsets must stay within a signed 64-bit range).
+#define MLXCEL_AMDGPU_XIELU_MAX_N 1152921504606846976
 
 // `add3_layer_norm`: the longest row `d` (longer rows need the unfused pair).
 #define MLXCEL_AMDGPU_ADD3_MAX_D 6656
@@ -122,7 +126,8 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_describe_device(char *buf, uintptr_t len);
 bool mlxcel_amdgpu_xielu_available(uint32_t dtype);
 
 // `out[i] = xielu(x[i])`, i < n (docs/contracts.md, "xielu"; `alpha_p` and
-// `alpha_n` arrive already softplus-ed). Aliasing: `out` may be exactly `x`
+// `alpha_n` arrive already softplus-ed), `n` at most
+// `MLXCEL_AMDGPU_XIELU_MAX_N`. Aliasing: `out` may be exactly `x`
 // (in place); any other overlap is refused.
 //
 // # Safety
@@ -213,9 +218,19 @@ bool mlxcel_amdgpu_moe_available(uint32_t dtype);
 // the same checks the launches make of it.
 bool mlxcel_amdgpu_moe_supports(uint32_t dtype, struct MlxcelAmdgpuMoeShape shape);
 
-// Bytes of f32 scratch [`mlxcel_amdgpu_moe_routed_forward`] needs (`act` and
-// `part`).
-uintptr_t mlxcel_amdgpu_moe_scratch_bytes(uint32_t k, uint32_t din, uint32_t dff);
+// Writes to `*bytes` the bytes of f32 scratch that
+// [`mlxcel_amdgpu_moe_routed_forward`] needs for `k`, `din` and `dff` (`act`
+// and `part`). A size that does not fit in 64 bits and in `size_t` is
+// `MLXCEL_AMDGPU_INVALID_ARGUMENT` naming `k` (a NULL `bytes`: naming
+// `bytes`), and `*bytes` is then left unchanged. The shape's limits are not
+// checked here (the launch checks them): any size that can be written is.
+//
+// # Safety
+// `bytes` is NULL or points to a writable `size_t`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_scratch_bytes(uint32_t k,
+                                                        uint32_t din,
+                                                        uint32_t dff,
+                                                        uintptr_t *bytes);
 
 // `act[k, f] = relu(x . dequant(w1[idx[k], f, :]))^2` (f32 `[k, dff]`).
 // `status` (one u32, zeroed by the caller, or NULL) receives `1 + k` for the

@@ -30,8 +30,10 @@ MLXCEL_AMDGPU_CONCURRENCY_LAUNCHES="$launches" "${vg[@]}" "$exe" --exact \
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp target/debug/libmlxcel_amdgpu.so "$tmp/libmlxcel_amdgpu.so.1"
-ln -s libmlxcel_amdgpu.so.1 "$tmp/libmlxcel_amdgpu.so"
+# Installed under its SONAME (build.rs sets it; it moves with the ABI version).
+soname=$(readelf -d target/debug/libmlxcel_amdgpu.so | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+cp target/debug/libmlxcel_amdgpu.so "$tmp/$soname"
+ln -s "$soname" "$tmp/libmlxcel_amdgpu.so"
 "${CXX:-c++}" -std=c++17 -O1 -ffp-contract=off -Wall -Werror -I include tests/cpp/consumer.cpp \
     -L "$tmp" -Wl,-rpath,"$tmp" -lmlxcel_amdgpu -o "$tmp/consumer"
 echo "== valgrind: the C ABI consumer"

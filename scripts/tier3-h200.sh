@@ -20,10 +20,11 @@ MLXCEL_AMDGPU_BACKEND=cuda run selftest $B/mlxcel-amdgpu selftest
 cat "$OUT/selftest.log"
 # SANITIZE names test binaries to run under each compute-sanitizer tool;
 # SANITIZE_FILTER, if set, runs only their tests whose names contain it (for
-# example `edge_`, the reliability sweep's edge shapes).
+# example `edge_`, the reliability sweep's edge shapes); SANITIZE_TIMEOUT, if
+# set, stops each of those runs after that many seconds (a failure).
 for tool in memcheck racecheck synccheck initcheck; do
     for test in ${SANITIZE:-}; do
-        run "sanitize-$tool-$test" compute-sanitizer --tool $tool --error-exitcode 99 $B/test-$test --test-threads=1 ${SANITIZE_FILTER:-}
+        run "sanitize-$tool-$test" ${SANITIZE_TIMEOUT:+timeout $SANITIZE_TIMEOUT} compute-sanitizer --tool $tool --error-exitcode 99 $B/test-$test --test-threads=1 ${SANITIZE_FILTER:-}
     done
 done
 [ -x $B/bench-kernels ] && MLXCEL_AMDGPU_BACKEND=cuda run bench $B/bench-kernels && cat "$OUT/bench.log"

@@ -104,7 +104,7 @@ fn run_routed<T: Element>(dev: &Device, inp: &MoeInputs) -> (Vec<f32>, u32) {
     let shape = shape_of(inp);
     let u = upload_inputs::<T>(dev, inp);
     let mut out = poisoned::<T>(dev, shape.din as usize);
-    let mut scratch = poisoned_bytes(dev, scratch_bytes(shape.k, shape.din, shape.dff));
+    let mut scratch = poisoned_bytes(dev, scratch_bytes(shape.k, shape.din, shape.dff).unwrap());
     let mut status = dev.upload(&[0u32]).unwrap();
     let bufs = u.routed(&mut out, &mut scratch, Some(&mut status));
     moe::run_routed_forward::<T>(dev, bufs, &shape, Stream::DEFAULT).unwrap();
@@ -525,7 +525,7 @@ fn routed_pointers() -> RoutedPointers {
         w2: QuantizedPointers { w: at(7), scales: at(8), biases: at(9) },
         out: at(10),
         scratch: at(11),
-        scratch_len: scratch_bytes(S.k, S.din, S.dff),
+        scratch_len: scratch_bytes(S.k, S.din, S.dff).unwrap(),
         status: 0,
     }
 }
@@ -540,7 +540,7 @@ fn routed_refused<T: Element>(p: RoutedPointers, s: MoeShape) -> Result<(), Erro
 
 fn routed_forward_refuses_its_scratch_and_output() {
     let p = routed_pointers();
-    let need = scratch_bytes(6, 512, 384);
+    let need = scratch_bytes(6, 512, 384).unwrap();
     let m = refused(routed_refused::<bf16>(RoutedPointers { scratch_len: need - 4, ..p }, S), "scratch");
     assert!(m.starts_with(&format!("holds {} bytes, needs {need}", need - 4)), "{m}");
     refused(routed_refused::<bf16>(RoutedPointers { scratch: 0, ..p }, S), "scratch");
@@ -553,8 +553,8 @@ fn routed_forward_refuses_its_scratch_and_output() {
 /// straddling its end) is refused, naming `out` and the scratch or the part of it.
 fn routed_forward_with_scratch_overlapping_out_is_refused<T: Element>(_: &Device) {
     let p = routed_pointers();
-    let need = scratch_bytes(S.k, S.din, S.dff) as u64;
-    let part = moe::part_offset(S.k, S.dff) as u64;
+    let need = scratch_bytes(S.k, S.din, S.dff).unwrap() as u64;
+    let part = moe::part_offset(S.k, S.dff).unwrap() as u64;
     let es = size_of::<T>() as u64;
     for (what, out) in [
         ("at the scratch's start", p.scratch),
@@ -579,7 +579,7 @@ fn routed_forward_with_scratch_overlapping_out_is_refused<T: Element>(_: &Device
 /// weights) or starting inside `part` (which down writes) is refused too.
 fn routed_forward_with_a_weight_in_the_scratch_is_refused<T: Element>(_: &Device) {
     let p = routed_pointers();
-    let part = p.scratch + moe::part_offset(S.k, S.dff) as u64;
+    let part = p.scratch + moe::part_offset(S.k, S.dff).unwrap() as u64;
     let into_act = |bytes: u64| p.scratch + 64 - bytes;
     let w2_bytes = (S.n_experts * S.din * (S.dff / moe_values_per_word(S.bits))) as u64 * 4;
     let cases = [
@@ -639,7 +639,7 @@ fn the_safe_wrappers_check_buffer_sizes() {
     let mut out_small = dev.alloc::<T>(255).unwrap();
     refused(moe::run_combine::<T>(&dev, &part, &mut out_small, shape.k, shape.din, Stream::DEFAULT), "out");
     let mut out = dev.alloc::<T>(256).unwrap();
-    let mut scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff) - 1).unwrap();
+    let mut scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff).unwrap() - 1).unwrap();
     let bufs = u.routed(&mut out, &mut scratch, None);
     refused(moe::run_routed_forward::<T>(&dev, bufs, &shape, Stream::DEFAULT), "scratch");
 }
@@ -698,12 +698,12 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     let biases = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<u16> {
         (0..n).map(|_| 0xBC80 | (next() as u16 & 0x7F)).collect()
     };
-    let w1 = dev.upload(&words(shape.w1_words(), &mut next)).unwrap();
-    let s1 = dev.upload(&scales(shape.w1_groups(), &mut next)).unwrap();
-    let b1 = dev.upload(&biases(shape.w1_groups(), &mut next)).unwrap();
-    let w2 = dev.upload(&words(shape.w2_words(), &mut next)).unwrap();
-    let s2 = dev.upload(&scales(shape.w2_groups(), &mut next)).unwrap();
-    let b2 = dev.upload(&biases(shape.w2_groups(), &mut next)).unwrap();
+    let w1 = dev.upload(&words(shape.w1_words().unwrap(), &mut next)).unwrap();
+    let s1 = dev.upload(&scales(shape.w1_groups().unwrap(), &mut next)).unwrap();
+    let b1 = dev.upload(&biases(shape.w1_groups().unwrap(), &mut next)).unwrap();
+    let w2 = dev.upload(&words(shape.w2_words().unwrap(), &mut next)).unwrap();
+    let s2 = dev.upload(&scales(shape.w2_groups().unwrap(), &mut next)).unwrap();
+    let b2 = dev.upload(&biases(shape.w2_groups().unwrap(), &mut next)).unwrap();
     let q1 = QuantizedPointers { w: w1.ptr(), scales: s1.ptr(), biases: b1.ptr() };
     let q2 = QuantizedPointers { w: w2.ptr(), scales: s2.ptr(), biases: b2.ptr() };
     let x = dev
@@ -714,9 +714,9 @@ fn bench_one(dev: &Device, shape: MoeShape) {
         .map(|j| dev.upload(&(0..k as u32).map(|i| (j * k) as u32 + i).collect::<Vec<_>>()).unwrap())
         .collect();
     let scores = dev.upload(&vec![1.0f32 / k as f32; k]).unwrap();
-    let scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff)).unwrap();
+    let scratch = dev.alloc::<u8>(scratch_bytes(shape.k, shape.din, shape.dff).unwrap()).unwrap();
     let act = scratch.ptr();
-    let part = scratch.ptr() + moe::part_offset(shape.k, shape.dff) as u64;
+    let part = scratch.ptr() + moe::part_offset(shape.k, shape.dff).unwrap() as u64;
     let out = dev.alloc::<u8>(shape.din as usize * 2).unwrap();
     let s = Stream::DEFAULT;
     let routed = |set: &DeviceBuffer<u32>| {
@@ -775,6 +775,33 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     line("routed (3)", t_all, fc1_bytes + down_bytes + combine_bytes);
 }
 
+/// `out` over a buffer of the first two launches (found by the c_abi fuzz
+/// target: `out` over `s2` was launched, and the combine overwrote the
+/// scales): refused naming `out` and the other buffer, at any offset.
+fn routed_forward_with_out_over_an_input_is_refused<T: Element>(_: &Device) {
+    let p = routed_pointers();
+    let es = size_of::<T>() as u64;
+    for (name, at) in [("x", p.x), ("s2", p.w2.scales + es), ("w1", p.w1.w), ("b2", p.w2.biases), ("idx", p.idx - es)] {
+        let m = refused(routed_refused::<T>(RoutedPointers { out: at, ..p }, S), "out");
+        assert!(m.contains(&format!("`{name}`")), "{}: out over {name}: {m}", T::DTYPE);
+    }
+    let m = refused(routed_refused::<T>(RoutedPointers { out: p.scores, ..p }, S), "out");
+    assert!(m.contains("`scores`"), "{m}");
+}
+
+/// The Rust size helpers answer an overflow with an error naming the buffer,
+/// never a wrapped count.
+fn sizes_past_usize_are_errors() {
+    let huge = MoeShape { n_experts: u32::MAX, k: u32::MAX, din: u32::MAX, dff: u32::MAX, bits: 8, group_size: 32 };
+    refused(huge.w1_words().map(drop), "w1");
+    refused(huge.w1_groups().map(drop), "s1");
+    refused(huge.w2_words().map(drop), "w2");
+    refused(huge.w2_groups().map(drop), "s2");
+    refused(scratch_bytes(u32::MAX, 1, u32::MAX).map(drop), "k");
+    refused(moe::part_offset(u32::MAX, u32::MAX).map(drop), "k");
+    assert_eq!(S.w1_words().unwrap(), 16 * 384 * (512 / 8));
+}
+
 fn main() {
     Suite::new()
         .per_backend("reduced_shape_bf16_bits_4", reduced_shape_bf16_bits_4)
@@ -800,6 +827,11 @@ fn main() {
             null_and_misaligned_pointers_are_refused_and_named,
         )
         .single("routed_forward_refuses_its_scratch_and_output", routed_forward_refuses_its_scratch_and_output)
+        .single("sizes_past_usize_are_errors", sizes_past_usize_are_errors)
+        .cpu_per_dtype(
+            "routed_forward_with_out_over_an_input_is_refused",
+            typed!(routed_forward_with_out_over_an_input_is_refused),
+        )
         .cpu_per_dtype(
             "routed_forward_with_scratch_overlapping_out_is_refused",
             typed!(routed_forward_with_scratch_overlapping_out_is_refused),

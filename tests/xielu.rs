@@ -10,7 +10,7 @@ use common::{Suite, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{
-    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS,
+    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_N, MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS,
     TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
 };
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
@@ -351,6 +351,21 @@ fn a_null_x_is_refused<T: Element>(dev: &Device) {
     assert_eq!(invalid(err, "x"), "is a null pointer");
 }
 
+/// `n = MAX_N` passes the limit: the launch goes on to the pointers (a null `x`
+/// is then what is refused, so nothing of 2^60 elements is touched).
+fn n_at_the_limit_passes_the_n_check<T: Element>(dev: &Device) {
+    let err = unsafe { xielu::launch::<T>(dev, 0, 0x1000, MAX_N, P, Stream::DEFAULT) }.unwrap_err();
+    assert_eq!(invalid(err, "x"), "is a null pointer");
+}
+
+/// `n = MAX_N + 1` is refused naming `n`, before any pointer is looked at.
+fn n_above_the_limit_is_refused<T: Element>(dev: &Device) {
+    for n in [MAX_N + 1, u64::MAX] {
+        let err = unsafe { xielu::launch::<T>(dev, 0x1000, 0x1000, n, P, Stream::DEFAULT) }.unwrap_err();
+        assert_eq!(invalid(err, "n"), format!("{n} is above the limit of {MAX_N} (2^60) elements"));
+    }
+}
+
 fn a_misaligned_x_is_refused() {
     let dev = Device::cpu();
     let err = unsafe { xielu::launch::<f32>(&dev, 0x1002, 0x2000, 4, P, Stream::DEFAULT) }.unwrap_err();
@@ -483,7 +498,8 @@ fn main() {
     named_cases!(suite;
         per_backend_and_dtype: nan_propagates_and_signed_zeros_follow_the_model,
             a_positive_eps_takes_the_models_path_bit_exactly;
-        cpu_per_dtype: n_zero_is_a_no_op, a_null_x_is_refused;
+        cpu_per_dtype: n_zero_is_a_no_op, a_null_x_is_refused, n_at_the_limit_passes_the_n_check,
+            n_above_the_limit_is_refused;
     );
     suite.single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused);
     suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::f16", edge_the_largest_grid::<f16>);

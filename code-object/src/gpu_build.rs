@@ -13,7 +13,9 @@
 //!
 //! Every target has its own cargo target directory under `<target>/gpu-kernels/`,
 //! shared by the debug and release builds of the host, so `core` is built once per
-//! GPU target and a rebuild with nothing changed does no work.
+//! GPU target and a rebuild with nothing changed does no work. [`GPU_TARGET_DIR_ENV`]
+//! names another directory (scripts/fuzz.sh points the fuzz workspace's build at
+//! the main one's, which a `--target` build would otherwise not find).
 
 use std::env;
 use std::fmt::Write as _;
@@ -35,6 +37,8 @@ pub const AMDGPU_KEEP_NAMES: &str = "-Zfewer-names=no";
 pub const DEFAULT_AMDGPU_TARGETS: &[&str] = &["gfx1151", "gfx11-generic", "gfx12-generic"];
 /// The variable that replaces the list: `MLXCEL_AMDGPU_TARGETS=gfx1100,gfx1151`.
 pub const TARGETS_ENV: &str = "MLXCEL_AMDGPU_TARGETS";
+/// The variable that replaces `<target>/gpu-kernels` (an absolute path).
+pub const GPU_TARGET_DIR_ENV: &str = "MLXCEL_AMDGPU_GPU_TARGET_DIR";
 /// The virtual architecture of the PTX.
 pub const PTX_ARCH: &str = "sm_80";
 
@@ -48,7 +52,10 @@ pub fn build_and_embed() -> Result<(), String> {
     };
     let out_dir = var("OUT_DIR")?;
     let toolchain = Toolchain::detect()?;
-    let gpu_dir = gpu_target_dir(&out_dir)?;
+    let gpu_dir = match env::var_os(GPU_TARGET_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => gpu_target_dir(&out_dir)?,
+    };
     let manifest = var("CARGO_MANIFEST_DIR")?.join("kernels-device/Cargo.toml");
 
     let targets = amdgpu_targets()?;

@@ -104,7 +104,7 @@ fn moe_routed_forward_through_hip_rs_equals_the_cpu_emulator() {
             let run_on = |dev: &Device| -> Vec<u32> {
                 let inputs = RoutedUpload::<T>::new(dev, &inp).unwrap();
                 let mut out = dev.alloc::<T>(din as usize).unwrap();
-                let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(k, din, dff)).unwrap();
+                let mut scratch = dev.alloc::<u8>(moe::scratch_bytes(k, din, dff).unwrap()).unwrap();
                 let mut status = dev.alloc::<u32>(1).unwrap();
                 status.fill_bytes(0).unwrap();
                 let bufs = inputs.routed(&mut out, &mut scratch, Some(&mut status));

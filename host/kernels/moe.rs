@@ -133,24 +133,38 @@ impl MoeShape {
         (self.n_experts as u64).checked_mul(rows as u64)?.checked_mul(cols as u64 * self.bits as u64 / 32)
     }
 
-    /// u32 words of `w1` `[E, Dff, Din*bits/32]`.
-    pub fn w1_words(&self) -> usize {
-        (self.n_experts as usize) * (self.dff as usize) * (self.din as usize * self.bits as usize / 32)
+    /// u32 words of `w1` `[E, Dff, Din*bits/32]`; an error naming `w1` when
+    /// the count does not fit in usize (never for a shape [`Self::validate`] accepts).
+    pub fn w1_words(&self) -> Result<usize> {
+        self.count("w1", [self.n_experts as u64, self.dff as u64, self.din as u64 * self.bits as u64 / 32])
     }
 
-    /// Elements of `s1` and of `b1` `[E, Dff, Din/gs]`.
-    pub fn w1_groups(&self) -> usize {
-        (self.n_experts as usize) * (self.dff as usize) * (self.din / self.group_size) as usize
+    /// Elements of `s1` and of `b1` `[E, Dff, Din/gs]` (an error as for [`Self::w1_words`]).
+    pub fn w1_groups(&self) -> Result<usize> {
+        self.count(
+            "s1",
+            [self.n_experts as u64, self.dff as u64, self.din.checked_div(self.group_size).unwrap_or(0) as u64],
+        )
     }
 
-    /// u32 words of `w2` `[E, Din, Dff*bits/32]`.
-    pub fn w2_words(&self) -> usize {
-        (self.n_experts as usize) * (self.din as usize) * (self.dff as usize * self.bits as usize / 32)
+    /// u32 words of `w2` `[E, Din, Dff*bits/32]` (an error as for [`Self::w1_words`]).
+    pub fn w2_words(&self) -> Result<usize> {
+        self.count("w2", [self.n_experts as u64, self.din as u64, self.dff as u64 * self.bits as u64 / 32])
     }
 
-    /// Elements of `s2` and of `b2` `[E, Din, Dff/gs]`.
-    pub fn w2_groups(&self) -> usize {
-        (self.n_experts as usize) * (self.din as usize) * (self.dff / self.group_size) as usize
+    /// Elements of `s2` and of `b2` `[E, Din, Dff/gs]` (an error as for [`Self::w1_words`]).
+    pub fn w2_groups(&self) -> Result<usize> {
+        self.count(
+            "s2",
+            [self.n_experts as u64, self.din as u64, self.dff.checked_div(self.group_size).unwrap_or(0) as u64],
+        )
+    }
+
+    /// The product of `dims`, or an error naming `name` when it overflows usize.
+    fn count(&self, name: &'static str, dims: [u64; 3]) -> Result<usize> {
+        dims.iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+            .ok_or_else(|| Error::invalid(name, format!("{dims:?} elements overflow usize")))
     }
 }
 
@@ -294,15 +308,37 @@ pub unsafe fn combine<T: Element>(
 }
 
 /// Bytes of the f32 scratch of [`routed_forward`]: `act [K, Dff]` at offset 0,
-/// then `part [K, Din]` at [`part_offset`]. Panics only if the size overflows
-/// usize (impossible for shapes that [`MoeShape::validate`] accepts).
-pub fn scratch_bytes(k: u32, din: u32, dff: u32) -> usize {
-    part_offset(k, dff) + k as usize * din as usize * 4
+/// then `part [K, Din]` at [`part_offset`]. A size that does not fit in 64
+/// bits and in this host's `usize` is an error naming `k`, never a wrapped
+/// number.
+pub fn scratch_bytes(k: u32, din: u32, dff: u32) -> Result<usize> {
+    let part = part_offset(k, dff)? as u64;
+    (k as u64)
+        .checked_mul(din as u64)
+        .and_then(|e| e.checked_mul(4))
+        .and_then(|b| b.checked_add(part))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| scratch_overflow(k, din, dff))
 }
 
-/// Byte offset of `part` in the scratch: the end of `act`, rounded up to 256 bytes.
-pub fn part_offset(k: u32, dff: u32) -> usize {
-    (k as usize * dff as usize * 4).next_multiple_of(256)
+/// Byte offset of `part` in the scratch: the end of `act`, rounded up to 256
+/// bytes; an error when it does not fit (as for [`scratch_bytes`]).
+pub fn part_offset(k: u32, dff: u32) -> Result<usize> {
+    // k * dff * 4 < 2^66 in u128 arithmetic; the rounding adds at most 255.
+    let bytes = (k as u128 * dff as u128 * 4).next_multiple_of(256);
+    u64::try_from(bytes)
+        .ok()
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::invalid("k", format!("act [k = {k}, dff = {dff}] of f32 overflows 64 bits")))
+}
+
+fn scratch_overflow(k: u32, din: u32, dff: u32) -> Error {
+    Error::invalid(
+        "k",
+        format!(
+            "the scratch of k = {k}, din = {din}, dff = {dff} (act [K, Dff] and part [K, Din] in f32) overflows 64 bits"
+        ),
+    )
 }
 
 /// Device pointers of one [`routed_forward`].
@@ -340,7 +376,7 @@ fn enqueue_routed(
     if p.scratch == 0 {
         return Err(Error::invalid("scratch", "is a null pointer"));
     }
-    let need = scratch_bytes(shape.k, shape.din, shape.dff);
+    let need = scratch_bytes(shape.k, shape.din, shape.dff)?;
     if p.scratch_len < need {
         return Err(Error::invalid(
             "scratch",
@@ -348,7 +384,7 @@ fn enqueue_routed(
         ));
     }
     let act = p.scratch;
-    let part = p.scratch.checked_add(part_offset(shape.k, shape.dff) as u64).ok_or_else(|| {
+    let part = p.scratch.checked_add(part_offset(shape.k, shape.dff)? as u64).ok_or_else(|| {
         Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
     })?;
     let fc1 = shape.fc1_args(p.x, p.idx, p.w1, act, p.status);
@@ -369,6 +405,19 @@ fn enqueue_routed(
             return Err(Error::invalid(
                 "scratch",
                 format!("overlaps `{name}`; the scratch must be a buffer of its own"),
+            ));
+        }
+    }
+    // `out` is written by the last launch only, so the checks of that launch
+    // do not see the buffers of the first two: a weight or input under `out`
+    // would be overwritten (the contract refuses any overlap with an output).
+    let out_bytes = shape.din as u64 * dtype.size() as u64;
+    let out = (p.out, p.out.saturating_add(out_bytes));
+    for (kernel, extents) in &launches[..2] {
+        if let Some(name) = overlapping(kernel.spec, extents, out, &[]) {
+            return Err(Error::invalid(
+                "out",
+                format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1),
             ));
         }
     }

@@ -1,8 +1,8 @@
 //! Launcher of `xielu` (docs/contracts.md).
 
 use kernels_device::geometry::xielu::{
-    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
-    TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
+    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_N, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP,
+    TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
 };
 
 pub use kernels_device::entry::XieluArgs;
@@ -60,7 +60,7 @@ pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     }
 }
 
-/// Checks the scalars, then launches (nothing for `n = 0`).
+/// Checks the scalars and `n <= MAX_N`, then launches (nothing for `n = 0`).
 impl CheckedArgs for XieluArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         let kernel = kernel_for(device, KERNEL, dtype)?;
@@ -69,6 +69,9 @@ impl CheckedArgs for XieluArgs {
             if !v.is_finite() {
                 return Err(Error::invalid(name, format!("{v} is not a finite number")));
             }
+        }
+        if self.n > MAX_N {
+            return Err(Error::invalid("n", format!("{} is above the limit of {MAX_N} (2^60) elements", self.n)));
         }
         if self.n == 0 {
             return Ok(());

@@ -160,30 +160,42 @@ pub unsafe fn launch(cfg: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(
     let first_error: Mutex<Option<(u64, EmulatorError)>> = Mutex::new(None);
 
     std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut stacks = take_stacks(cfg.workgroup_size as usize);
-                let mut mem: Vec<u128> = Vec::new();
-                loop {
-                    let linear = next.fetch_add(1, Ordering::Relaxed);
-                    if linear >= total || stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let gx = cfg.grid[0] as u64;
-                    let gy = cfg.grid[1] as u64;
-                    let id = [(linear % gx) as u32, ((linear / gx) % gy) as u32, (linear / (gx * gy)) as u32];
-                    mem.clear();
-                    mem.resize(cfg.workgroup_mem_bytes.div_ceil(16), u128::from_ne_bytes([WORKGROUP_MEM_FILL; 16]));
-                    if let Err(e) = run_workgroup(cfg, id, mem.as_mut_ptr() as *mut u8, kernel, &mut stacks) {
-                        let mut slot = first_error.lock().unwrap();
-                        if slot.as_ref().is_none_or(|(l, _)| linear < *l) {
-                            *slot = Some((linear, e));
+        // Joined below, not left to the scope: the scope returns once every
+        // worker's closure has returned, which may be before its thread has
+        // exited (thread-local destructors still running), and then a launch
+        // would return with memory of its threads not yet freed (LeakSanitizer
+        // reported it under the c_abi fuzz target). A join waits for the exit.
+        let workers: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut stacks = take_stacks(cfg.workgroup_size as usize);
+                    let mut mem: Vec<u128> = Vec::new();
+                    loop {
+                        let linear = next.fetch_add(1, Ordering::Relaxed);
+                        if linear >= total || stop.load(Ordering::Relaxed) {
+                            break;
                         }
-                        stop.store(true, Ordering::Relaxed);
+                        let gx = cfg.grid[0] as u64;
+                        let gy = cfg.grid[1] as u64;
+                        let id = [(linear % gx) as u32, ((linear / gx) % gy) as u32, (linear / (gx * gy)) as u32];
+                        mem.clear();
+                        mem.resize(cfg.workgroup_mem_bytes.div_ceil(16), u128::from_ne_bytes([WORKGROUP_MEM_FILL; 16]));
+                        if let Err(e) = run_workgroup(cfg, id, mem.as_mut_ptr() as *mut u8, kernel, &mut stacks) {
+                            let mut slot = first_error.lock().unwrap();
+                            if slot.as_ref().is_none_or(|(l, _)| linear < *l) {
+                                *slot = Some((linear, e));
+                            }
+                            stop.store(true, Ordering::Relaxed);
+                        }
                     }
-                }
-                return_stacks(stacks);
-            });
+                    return_stacks(stacks);
+                })
+            })
+            .collect();
+        for worker in workers {
+            if let Err(panic) = worker.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
     });
     match first_error.into_inner().unwrap() {

@@ -25,6 +25,21 @@ pub mod xielu {
     pub const ELEMS_PER_THREAD: usize = 8;
     /// The launcher caps the grid here; a grid-stride loop covers larger `n`.
     pub const MAX_WORKGROUPS: u32 = 1 << 20;
+    /// The largest `n` of one launch (2^60 elements). The kernel indexes in
+    /// 64 bits, so the grid sets no bound; the bound is the indexing's: an
+    /// element's byte offset (`index * size_of::<T>()`, at most 4 bytes an
+    /// element) must stay below `isize::MAX`, as pointer offsets must, and the
+    /// grid-stride loops form indices up to `n + TABLE_CHUNKS_IN_FLIGHT *
+    /// stride`, with `stride` below 2^45 elements for any grid (at most 2^32
+    /// workgroups of at most 1024 threads of 8 elements), which must not wrap
+    /// 64 bits. 2^60 meets both with room (4 * 2^60 = 2^62; 2^60 + 5 * 2^45 <
+    /// 2^61), and is beyond any memory (2^62 bytes of f32).
+    pub const MAX_N: u64 = 1 << 60;
+    const _: () = {
+        let max_stride = (u32::MAX as u64) * 1024 * ELEMS_PER_THREAD as u64;
+        assert!(MAX_N * 4 <= isize::MAX as u64, "byte offsets of n elements must not overflow isize");
+        assert!(MAX_N + (TABLE_CHUNKS_IN_FLIGHT as u64 + 1) * max_stride < 1 << 61, "indices must not wrap");
+    };
 
     /// bf16 at large `n`: each workgroup first writes xielu of every bf16 value
     /// whose magnitude lies in [2^TABLE_MIN_EXP, 2^(TABLE_MIN_EXP + TABLE_BINADES))

@@ -684,7 +684,8 @@ std::vector<array> moe_routed_forward(Call& c) {
   expect_input(k, inputs[8], "scores", mx::float32, {K});
   expect_outputs(k, c.shapes, c.dtypes, {{din}}, {m.T});
   Launch l = m.launch(k);
-  l.scratch_bytes = mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff);
+  if (mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff, &l.scratch_bytes) != MLXCEL_AMDGPU_OK)
+    refuse(k, std::string("no scratch size: ") + mlxcel_amdgpu_last_error());
   return c.outputs(l, inputs);
 }
 

@@ -205,7 +205,16 @@ int main() {
         for (uint32_t i = 0; i < Din; ++i) mxin[i] = std::sin(0.1f * i);
         std::vector<uint32_t> idx = {1, 0};
         uint32_t status = 0;
-        std::vector<unsigned char> scratch(mlxcel_amdgpu_moe_scratch_bytes(K, Din, Dff));
+        size_t scratch_bytes = 0;
+        st = mlxcel_amdgpu_moe_scratch_bytes(K, Din, Dff, &scratch_bytes);
+        CHECK(st == MLXCEL_AMDGPU_OK && scratch_bytes > 0, "moe scratch bytes: %s", mlxcel_amdgpu_last_error());
+        // A size past 64 bits is an error, never a wrapped number, and leaves the output alone.
+        size_t untouched = 7;
+        st = mlxcel_amdgpu_moe_scratch_bytes(1u << 31, 1, 1u << 31, &untouched);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT && untouched == 7, "moe scratch bytes of 2^31 x 2^31: status %d, %zu",
+              (int)st, untouched);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`k`") != nullptr, "moe scratch overflow: %s", mlxcel_amdgpu_last_error());
+        std::vector<unsigned char> scratch(scratch_bytes);
         CHECK(mlxcel_amdgpu_moe_available(MLXCEL_AMDGPU_F32), "moe unavailable");
         st = mlxcel_amdgpu_moe_routed_forward(MLXCEL_AMDGPU_F32, shape, mxin.data(), idx.data(), scores.data(), w1.data(), s1.data(),
                                               b1.data(), w2.data(), s2.data(), b2.data(), out.data(), scratch.data(),

@@ -563,7 +563,8 @@ static void test_moe() {
     auto* part = static_cast<float*>(d.alloc(part_bytes));
     abi_ok(mlxcel_amdgpu_moe_fc1_relu2(abi(T), s, x, id, w1, s1, b1, act, nullptr, nullptr), name + " fc1");
     abi_ok(mlxcel_amdgpu_moe_down(abi(T), s, id, w2, s2, b2, act, sc, part, nullptr, nullptr), name + " down");
-    size_t out_bytes = size_t(c.din) * mx::size_of(T), scratch = mlxcel_amdgpu_moe_scratch_bytes(c.K, c.din, c.dff);
+    size_t out_bytes = size_t(c.din) * mx::size_of(T), scratch = 0;
+    abi_ok(mlxcel_amdgpu_moe_scratch_bytes(c.K, c.din, c.dff, &scratch), name + " scratch bytes");
     void* out = d.alloc(out_bytes);
     abi_ok(mlxcel_amdgpu_moe_routed_forward(abi(T), s, x, id, sc, w1, s1, b1, w2, s2, b2, out, d.alloc(scratch),
                                             scratch, nullptr, nullptr),

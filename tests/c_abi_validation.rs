@@ -1,0 +1,321 @@
+//! The C ABI's own checks, through the Rust declarations of the C functions on
+//! the CPU backend, one test per case: those the launchers' tests and the C++
+//! consumer (tests/cpp/consumer.cpp) do not reach. docs/reliability.md,
+//! "Validation", lists every check and the test of each.
+//!
+//! The device is process-wide, and some cases select a device that fails: the
+//! cases take one lock, so that each sees the device it selected.
+
+use std::ffi::{CStr, c_char, c_void};
+use std::ptr::{null, null_mut};
+use std::sync::{Mutex, MutexGuard};
+
+use mlxcel_amdgpu::ffi::MlxcelAmdgpuStatus::{self, *};
+use mlxcel_amdgpu::ffi::*;
+use mlxcel_amdgpu::kernels::moe::MoeShape;
+
+static DEVICE: Mutex<()> = Mutex::new(());
+
+/// The lock, with the CPU backend selected.
+fn cpu() -> MutexGuard<'static, ()> {
+    let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(unsafe { mlxcel_amdgpu_select_backend(c"cpu".as_ptr()) }, MLXCEL_AMDGPU_OK, "{}", last_error());
+    guard
+}
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(mlxcel_amdgpu_last_error()) }.to_string_lossy().into_owned()
+}
+
+/// Asserts `INVALID_ARGUMENT` naming `argument`, and returns the message.
+fn refused(status: MlxcelAmdgpuStatus, argument: &str) -> String {
+    let message = last_error();
+    assert_eq!(status, MLXCEL_AMDGPU_INVALID_ARGUMENT, "{message}");
+    let prefix = format!("invalid argument `{argument}`: ");
+    assert!(message.starts_with(&prefix), "expected {prefix:?}..., got {message:?}");
+    message[prefix.len()..].to_string()
+}
+
+const NEMOTRON: MoeShape = MoeShape { n_experts: 128, k: 6, din: 2688, dff: 1856, bits: 4, group_size: 64 };
+const BAD_DTYPES: [u32; 3] = [3, 255, u32::MAX];
+/// An address no launch may reach: every case below is refused before one.
+const P: *mut c_void = 0x1000 as *mut c_void;
+
+// ------------------------------------------------------- moe_scratch_bytes
+
+#[test]
+fn moe_scratch_bytes_of_nemotron_is_the_documented_size() {
+    let _cpu = cpu();
+    let mut bytes = 0usize;
+    let st = unsafe { mlxcel_amdgpu_moe_scratch_bytes(NEMOTRON.k, NEMOTRON.din, NEMOTRON.dff, &mut bytes) };
+    assert_eq!(st, MLXCEL_AMDGPU_OK, "{}", last_error());
+    assert_eq!(bytes, 109_056);
+}
+
+#[test]
+fn moe_scratch_bytes_at_the_shape_limits_is_exact() {
+    let _cpu = cpu();
+    let (k, c) = (MLXCEL_AMDGPU_MOE_MAX_K, MLXCEL_AMDGPU_MOE_MAX_COLS);
+    let mut bytes = 0usize;
+    assert_eq!(unsafe { mlxcel_amdgpu_moe_scratch_bytes(k, c, c, &mut bytes) }, MLXCEL_AMDGPU_OK);
+    let act = (k as u128 * c as u128 * 4).next_multiple_of(256);
+    assert_eq!(bytes as u128, act + k as u128 * c as u128 * 4);
+}
+
+/// 2^31 * 2^31 * 4 bytes of `act` is 2^64: it used to wrap to 8 GiB.
+#[test]
+fn moe_scratch_bytes_past_64_bits_is_refused_and_writes_nothing() {
+    let _cpu = cpu();
+    let mut bytes = 7usize;
+    let m = refused(unsafe { mlxcel_amdgpu_moe_scratch_bytes(1 << 31, 1, 1 << 31, &mut bytes) }, "k");
+    assert!(m.contains("overflows 64 bits"), "{m}");
+    assert_eq!(bytes, 7, "a refused size was written");
+}
+
+/// `act` is empty (dff 0) and `part` alone reaches the limit: k * din * 4 =
+/// (2^32 - 1) * 2^32 fits in 64 bits, one more column does not.
+#[test]
+fn moe_scratch_bytes_whose_part_reaches_64_bits_is_exact_then_refused() {
+    let _cpu = cpu();
+    let mut bytes = 7usize;
+    assert_eq!(unsafe { mlxcel_amdgpu_moe_scratch_bytes(u32::MAX, 1 << 30, 0, &mut bytes) }, MLXCEL_AMDGPU_OK);
+    assert_eq!(bytes as u128, u32::MAX as u128 * (1 << 32));
+    let mut bytes = 7usize;
+    refused(unsafe { mlxcel_amdgpu_moe_scratch_bytes(u32::MAX, (1 << 30) + 1, 0, &mut bytes) }, "k");
+    assert_eq!(bytes, 7, "a refused size was written");
+}
+
+#[test]
+fn moe_scratch_bytes_into_null_is_refused() {
+    let _cpu = cpu();
+    assert_eq!(
+        refused(unsafe { mlxcel_amdgpu_moe_scratch_bytes(6, 64, 64, null_mut()) }, "bytes"),
+        "is a null pointer"
+    );
+}
+
+// ------------------------------------------------------------------ xielu
+
+#[test]
+fn xielu_n_at_the_limit_goes_on_to_the_pointers() {
+    let _cpu = cpu();
+    let st = unsafe { mlxcel_amdgpu_xielu(0, null(), P, MLXCEL_AMDGPU_XIELU_MAX_N, 1.0, 1.0, 0.5, -1e-6, null_mut()) };
+    assert_eq!(refused(st, "x"), "is a null pointer");
+}
+
+#[test]
+fn xielu_n_above_the_limit_is_refused() {
+    let _cpu = cpu();
+    let n = MLXCEL_AMDGPU_XIELU_MAX_N + 1;
+    let st = unsafe { mlxcel_amdgpu_xielu(0, P, P, n, 1.0, 1.0, 0.5, -1e-6, null_mut()) };
+    assert_eq!(refused(st, "n"), format!("{n} is above the limit of {MLXCEL_AMDGPU_XIELU_MAX_N} (2^60) elements"));
+}
+
+// ----------------------------------------------------------- dtype codes
+
+#[test]
+fn xielu_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    for code in BAD_DTYPES {
+        let st = unsafe { mlxcel_amdgpu_xielu(code, P, P, 4, 1.0, 1.0, 0.5, -1e-6, null_mut()) };
+        assert!(refused(st, "dtype").contains("is not an MlxcelAmdgpuDtype"));
+    }
+}
+
+#[test]
+fn add3_layer_norm_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    for code in BAD_DTYPES {
+        let st = unsafe { mlxcel_amdgpu_add3_layer_norm(code, P, P, P, P, null(), P, P, 1, 64, 1e-5, null_mut()) };
+        refused(st, "dtype");
+    }
+}
+
+#[test]
+fn mamba1_scan_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    let f = P as *mut f32;
+    for code in BAD_DTYPES {
+        let st = unsafe { mlxcel_amdgpu_mamba1_scan(code, P, P, P, P, f, P, f, P, f, 1, 1, 8, 16, null_mut()) };
+        refused(st, "dtype");
+    }
+}
+
+#[test]
+fn moe_fc1_relu2_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    let (u, f) = (P as *const u32, P as *mut f32);
+    for code in BAD_DTYPES {
+        let st = unsafe { mlxcel_amdgpu_moe_fc1_relu2(code, NEMOTRON, P, u, u, P, P, f, null_mut(), null_mut()) };
+        refused(st, "dtype");
+    }
+}
+
+#[test]
+fn moe_down_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    let (u, f) = (P as *const u32, P as *mut f32);
+    for code in BAD_DTYPES {
+        let st = unsafe { mlxcel_amdgpu_moe_down(code, NEMOTRON, u, u, P, P, f, f, f, null_mut(), null_mut()) };
+        refused(st, "dtype");
+    }
+}
+
+#[test]
+fn moe_combine_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    for code in BAD_DTYPES {
+        refused(unsafe { mlxcel_amdgpu_moe_combine(code, P as *const f32, P, 6, 64, null_mut()) }, "dtype");
+    }
+}
+
+#[test]
+fn moe_routed_forward_refuses_a_bad_dtype_code() {
+    let _cpu = cpu();
+    let (u, f) = (P as *const u32, P as *const f32);
+    for code in BAD_DTYPES {
+        let st = unsafe {
+            mlxcel_amdgpu_moe_routed_forward(
+                code,
+                NEMOTRON,
+                P,
+                u,
+                f,
+                u,
+                P,
+                P,
+                u,
+                P,
+                P,
+                P,
+                P,
+                1 << 20,
+                null_mut(),
+                null_mut(),
+            )
+        };
+        refused(st, "dtype");
+    }
+}
+
+#[test]
+fn every_predicate_answers_false_for_a_bad_dtype_code() {
+    let _cpu = cpu();
+    for code in BAD_DTYPES {
+        assert!(!mlxcel_amdgpu_xielu_available(code));
+        assert!(!mlxcel_amdgpu_add3_layer_norm_available(code));
+        assert!(!mlxcel_amdgpu_add3_layer_norm_supports(code, 1, 64));
+        assert!(!mlxcel_amdgpu_mamba1_scan_available(code));
+        assert!(!mlxcel_amdgpu_mamba1_scan_supports(code, 1, 1, 8, 16));
+        assert!(!mlxcel_amdgpu_moe_available(code));
+        assert!(!mlxcel_amdgpu_moe_supports(code, NEMOTRON));
+    }
+}
+
+// ------------------------------------------------- shapes through the ABI
+
+#[test]
+fn moe_supports_agrees_with_the_launch_on_a_bad_shape() {
+    let _cpu = cpu();
+    let bad = MoeShape { k: MLXCEL_AMDGPU_MOE_MAX_K + 1, ..NEMOTRON };
+    assert!(!mlxcel_amdgpu_moe_supports(0, bad));
+    let (u, f) = (P as *const u32, P as *mut f32);
+    refused(unsafe { mlxcel_amdgpu_moe_fc1_relu2(0, bad, P, u, u, P, P, f, null_mut(), null_mut()) }, "k");
+}
+
+#[test]
+fn mamba1_scan_supports_agrees_with_the_launch_on_a_batch_too_large() {
+    let _cpu = cpu();
+    let batch = MLXCEL_AMDGPU_MAMBA1_MAX_BATCH + 1;
+    assert!(!mlxcel_amdgpu_mamba1_scan_supports(0, batch, 1, 8, 16));
+    let f = P as *mut f32;
+    refused(unsafe { mlxcel_amdgpu_mamba1_scan(0, P, P, P, P, f, P, f, P, f, batch, 1, 8, 16, null_mut()) }, "batch");
+}
+
+#[test]
+fn add3_layer_norm_supports_agrees_with_the_launch_on_too_many_rows() {
+    let _cpu = cpu();
+    let rows = MLXCEL_AMDGPU_ADD3_MAX_ROWS + 1;
+    assert!(!mlxcel_amdgpu_add3_layer_norm_supports(0, rows, 64));
+    let st = unsafe { mlxcel_amdgpu_add3_layer_norm(0, P, P, P, P, null(), P, P, rows, 64, 1e-5, null_mut()) };
+    refused(st, "rows");
+}
+
+// ------------------------------------------------------- describe_device
+
+#[test]
+fn describe_device_refuses_a_null_or_empty_buffer() {
+    let _cpu = cpu();
+    refused(unsafe { mlxcel_amdgpu_describe_device(null_mut(), 64) }, "buf");
+    let mut one = [0x55 as c_char; 1];
+    refused(unsafe { mlxcel_amdgpu_describe_device(one.as_mut_ptr(), 0) }, "buf");
+    assert_eq!(one[0], 0x55, "a refused describe wrote into a buffer of 0 bytes");
+}
+
+#[test]
+fn describe_device_truncates_to_the_buffer_and_terminates() {
+    let _cpu = cpu();
+    let mut full = [0 as c_char; 512];
+    assert_eq!(unsafe { mlxcel_amdgpu_describe_device(full.as_mut_ptr(), full.len()) }, MLXCEL_AMDGPU_OK);
+    let full = unsafe { CStr::from_ptr(full.as_ptr()) }.to_bytes().to_vec();
+    assert!(full.starts_with(b"cpu"), "{}", String::from_utf8_lossy(&full));
+    for len in [1usize, 2, 4] {
+        let mut buf = [0x55 as c_char; 8];
+        assert_eq!(unsafe { mlxcel_amdgpu_describe_device(buf.as_mut_ptr(), len) }, MLXCEL_AMDGPU_OK);
+        let got = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_bytes();
+        assert_eq!(got, &full[..len - 1], "describe into {len} bytes");
+        assert!(buf[len..].iter().all(|&b| b == 0x55), "describe wrote past {len} bytes");
+    }
+}
+
+// ------------------------------------------------------------------ select
+
+#[test]
+fn select_device_refuses_a_null_name() {
+    let _cpu = cpu();
+    assert_eq!(refused(unsafe { mlxcel_amdgpu_select_device(null(), 0) }, "name"), "is a null pointer");
+    assert!(!mlxcel_amdgpu_xielu_available(0), "no device is selected after a failed select");
+}
+
+#[test]
+fn select_device_refuses_an_unknown_backend() {
+    let _cpu = cpu();
+    let m = refused(unsafe { mlxcel_amdgpu_select_device(c"CPU".as_ptr(), 0) }, "name");
+    assert_eq!(m, "\"CPU\" is not a backend; use hip, cuda or cpu");
+    let st = unsafe { mlxcel_amdgpu_xielu(0, null(), null_mut(), 0, 1.0, 1.0, 0.5, -1e-6, null_mut()) };
+    assert_eq!(st, MLXCEL_AMDGPU_UNAVAILABLE, "a launch after a failed select: {}", last_error());
+}
+
+// ------------------------------------------------------ moe_routed_forward
+
+/// A scratch whose `part` (at the end of `act`) would lie past 2^64 is
+/// refused naming `scratch`, before any launch.
+#[test]
+fn moe_routed_forward_refuses_a_scratch_that_wraps_the_address_space() {
+    let _cpu = cpu();
+    let mut need = 0usize;
+    assert_eq!(unsafe { mlxcel_amdgpu_moe_scratch_bytes(6, 2688, 1856, &mut need) }, MLXCEL_AMDGPU_OK);
+    let scratch = 0u64.wrapping_sub(256) as *mut c_void;
+    let (u, f) = (P as *const u32, P as *const f32);
+    let st = unsafe {
+        mlxcel_amdgpu_moe_routed_forward(
+            0,
+            NEMOTRON,
+            P,
+            u,
+            f,
+            u,
+            P,
+            P,
+            u,
+            P,
+            P,
+            P,
+            scratch,
+            need,
+            null_mut(),
+            null_mut(),
+        )
+    };
+    assert!(refused(st, "scratch").contains("wraps the address space"));
+}

@@ -1,0 +1,39 @@
+//! Replays the committed corpus of the `c_abi` fuzz target (fuzz/corpus/c_abi)
+//! and every input it ever failed on (fuzz/regressions/c_abi) through the
+//! target's own harness, fuzz/harness/c_abi.rs, so `cargo test` checks them
+//! without cargo-fuzz. docs/reliability.md, "Fuzzing", says how they were made.
+
+#[path = "../fuzz/harness/c_abi.rs"]
+mod harness;
+
+use std::path::Path;
+
+/// The files of `dir` (relative to the repository), sorted; at least `min`.
+fn inputs(dir: &str, min: usize) -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.file_name().is_some_and(|n| !n.to_string_lossy().starts_with('.')))
+        .collect();
+    files.sort();
+    assert!(files.len() >= min, "{}: {} inputs, expected at least {min}", dir.display(), files.len());
+    files.into_iter().map(|p| (p.display().to_string(), std::fs::read(&p).unwrap())).collect()
+}
+
+fn replay(dir: &str, min: usize) {
+    for (name, bytes) in inputs(dir, min) {
+        eprintln!("replaying {name}");
+        harness::run(&bytes);
+    }
+}
+
+#[test]
+fn the_c_abi_corpus_replays_clean() {
+    replay("fuzz/corpus/c_abi", 100);
+}
+
+#[test]
+fn every_c_abi_input_the_fuzzer_failed_on_passes() {
+    replay("fuzz/regressions/c_abi", 0);
+}
