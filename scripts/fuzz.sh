@@ -17,8 +17,8 @@
 #   bash scripts/fuzz.sh build                  only builds the targets
 #
 # A crash leaves its input in fuzz/artifacts/TARGET/; once fixed, copy it to
-# fuzz/regressions/TARGET/, where `cargo test` replays it (tests/fuzz_corpus.rs,
-# code-object/tests/fuzz_corpus.rs) through the same harness (fuzz/harness/).
+# fuzz/regressions/TARGET/, where `cargo test` replays it (tests/fuzz_corpus.rs)
+# through the same harness (fuzz/harness/).
 #
 # The targets are built here with cargo and the flags cargo-fuzz 0.13 passes
 # (sanitizer coverage, AddressSanitizer, debug assertions, `--cfg fuzzing`,

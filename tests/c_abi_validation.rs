@@ -113,89 +113,78 @@ fn xielu_n_above_the_limit_is_refused() {
 
 // ----------------------------------------------------------- dtype codes
 
+/// `call` with every bad dtype code is refused, naming `dtype`; returns the messages.
+fn refuses_every_bad_dtype(call: impl Fn(u32) -> MlxcelAmdgpuStatus) -> Vec<String> {
+    let _cpu = cpu();
+    BAD_DTYPES.into_iter().map(|code| refused(call(code), "dtype")).collect()
+}
+
 #[test]
 fn xielu_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
-    for code in BAD_DTYPES {
-        let st = unsafe { mlxcel_amdgpu_xielu(code, P, P, 4, 1.0, 1.0, 0.5, -1e-6, null_mut()) };
-        assert!(refused(st, "dtype").contains("is not an MlxcelAmdgpuDtype"));
-    }
+    let messages =
+        refuses_every_bad_dtype(|code| unsafe { mlxcel_amdgpu_xielu(code, P, P, 4, 1.0, 1.0, 0.5, -1e-6, null_mut()) });
+    assert!(messages.iter().all(|m| m.contains("is not an MlxcelAmdgpuDtype")), "{messages:?}");
 }
 
 #[test]
 fn add3_layer_norm_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
-    for code in BAD_DTYPES {
-        let st = unsafe { mlxcel_amdgpu_add3_layer_norm(code, P, P, P, P, null(), P, P, 1, 64, 1e-5, null_mut()) };
-        refused(st, "dtype");
-    }
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_add3_layer_norm(code, P, P, P, P, null(), P, P, 1, 64, 1e-5, null_mut())
+    });
 }
 
 #[test]
 fn mamba1_scan_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
     let f = P as *mut f32;
-    for code in BAD_DTYPES {
-        let st = unsafe { mlxcel_amdgpu_mamba1_scan(code, P, P, P, P, f, P, f, P, f, 1, 1, 8, 16, null_mut()) };
-        refused(st, "dtype");
-    }
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_mamba1_scan(code, P, P, P, P, f, P, f, P, f, 1, 1, 8, 16, null_mut())
+    });
 }
 
 #[test]
 fn moe_fc1_relu2_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
     let (u, f) = (P as *const u32, P as *mut f32);
-    for code in BAD_DTYPES {
-        let st = unsafe { mlxcel_amdgpu_moe_fc1_relu2(code, NEMOTRON, P, u, u, P, P, f, null_mut(), null_mut()) };
-        refused(st, "dtype");
-    }
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_moe_fc1_relu2(code, NEMOTRON, P, u, u, P, P, f, null_mut(), null_mut())
+    });
 }
 
 #[test]
 fn moe_down_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
     let (u, f) = (P as *const u32, P as *mut f32);
-    for code in BAD_DTYPES {
-        let st = unsafe { mlxcel_amdgpu_moe_down(code, NEMOTRON, u, u, P, P, f, f, f, null_mut(), null_mut()) };
-        refused(st, "dtype");
-    }
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_moe_down(code, NEMOTRON, u, u, P, P, f, f, f, null_mut(), null_mut())
+    });
 }
 
 #[test]
 fn moe_combine_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
-    for code in BAD_DTYPES {
-        refused(unsafe { mlxcel_amdgpu_moe_combine(code, P as *const f32, P, 6, 64, null_mut()) }, "dtype");
-    }
+    refuses_every_bad_dtype(|code| unsafe { mlxcel_amdgpu_moe_combine(code, P as *const f32, P, 6, 64, null_mut()) });
 }
 
 #[test]
 fn moe_routed_forward_refuses_a_bad_dtype_code() {
-    let _cpu = cpu();
     let (u, f) = (P as *const u32, P as *const f32);
-    for code in BAD_DTYPES {
-        let st = unsafe {
-            mlxcel_amdgpu_moe_routed_forward(
-                code,
-                NEMOTRON,
-                P,
-                u,
-                f,
-                u,
-                P,
-                P,
-                u,
-                P,
-                P,
-                P,
-                P,
-                1 << 20,
-                null_mut(),
-                null_mut(),
-            )
-        };
-        refused(st, "dtype");
-    }
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_moe_routed_forward(
+            code,
+            NEMOTRON,
+            P,
+            u,
+            f,
+            u,
+            P,
+            P,
+            u,
+            P,
+            P,
+            P,
+            P,
+            1 << 20,
+            null_mut(),
+            null_mut(),
+        )
+    });
 }
 
 #[test]

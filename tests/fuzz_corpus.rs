@@ -1,10 +1,12 @@
-//! Replays the committed corpus of the `c_abi` fuzz target (fuzz/corpus/c_abi)
-//! and every input it ever failed on (fuzz/regressions/c_abi) through the
-//! target's own harness, fuzz/harness/c_abi.rs, so `cargo test` checks them
+//! Replays the committed corpus of each fuzz target (fuzz/corpus/<target>) and
+//! every input it ever failed on (fuzz/regressions/<target>) through the
+//! target's own harness (fuzz/harness/<target>.rs), so `cargo test` checks them
 //! without cargo-fuzz. docs/reliability.md, "Fuzzing", says how they were made.
 
 #[path = "../fuzz/harness/c_abi.rs"]
-mod harness;
+mod c_abi_harness;
+#[path = "../fuzz/harness/code_object.rs"]
+mod code_object_harness;
 
 use std::path::Path;
 
@@ -21,19 +23,33 @@ fn inputs(dir: &str, min: usize) -> Vec<(String, Vec<u8>)> {
     files.into_iter().map(|p| (p.display().to_string(), std::fs::read(&p).unwrap())).collect()
 }
 
-fn replay(dir: &str, min: usize) {
+fn replay(dir: &str, min: usize, run: fn(&[u8])) {
     for (name, bytes) in inputs(dir, min) {
         eprintln!("replaying {name}");
-        harness::run(&bytes);
+        run(&bytes);
     }
 }
 
-#[test]
-fn the_c_abi_corpus_replays_clean() {
-    replay("fuzz/corpus/c_abi", 100);
+/// For each target (its name, the module of its harness): the corpus and the
+/// regressions, two tests, `<target>::corpus_replays_clean` and
+/// `<target>::every_input_the_fuzzer_failed_on_passes`.
+macro_rules! replay_tests {
+    ($($target:ident => $harness:ident;)+) => {$(
+        mod $target {
+            #[test]
+            fn corpus_replays_clean() {
+                super::replay(concat!("fuzz/corpus/", stringify!($target)), 100, super::$harness::run);
+            }
+
+            #[test]
+            fn every_input_the_fuzzer_failed_on_passes() {
+                super::replay(concat!("fuzz/regressions/", stringify!($target)), 0, super::$harness::run);
+            }
+        }
+    )+};
 }
 
-#[test]
-fn every_c_abi_input_the_fuzzer_failed_on_passes() {
-    replay("fuzz/regressions/c_abi", 0);
+replay_tests! {
+    c_abi => c_abi_harness;
+    code_object => code_object_harness;
 }

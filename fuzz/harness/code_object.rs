@@ -1,6 +1,6 @@
 //! The code-object fuzz harness, shared by the `code_object` fuzz target
 //! (fuzz/fuzz_targets/code_object.rs) and the corpus replay test
-//! (code-object/tests/fuzz_corpus.rs).
+//! (tests/fuzz_corpus.rs).
 //!
 //! The first byte picks the reader; the rest is its input:
 //! - even: the whole code-object reader ([`CodeObject::parse`]: the ELF reader

@@ -136,28 +136,32 @@ impl MoeShape {
     /// u32 words of `w1` `[E, Dff, Din*bits/32]`; an error naming `w1` when
     /// the count does not fit in usize (never for a shape [`Self::validate`] accepts).
     pub fn w1_words(&self) -> Result<usize> {
-        self.count("w1", [self.n_experts as u64, self.dff as u64, self.din as u64 * self.bits as u64 / 32])
+        self.stack_words("w1", self.dff, self.din)
     }
 
     /// Elements of `s1` and of `b1` `[E, Dff, Din/gs]` (an error as for [`Self::w1_words`]).
     pub fn w1_groups(&self) -> Result<usize> {
-        self.count(
-            "s1",
-            [self.n_experts as u64, self.dff as u64, self.din.checked_div(self.group_size).unwrap_or(0) as u64],
-        )
+        self.stack_groups("s1", self.dff, self.din)
     }
 
     /// u32 words of `w2` `[E, Din, Dff*bits/32]` (an error as for [`Self::w1_words`]).
     pub fn w2_words(&self) -> Result<usize> {
-        self.count("w2", [self.n_experts as u64, self.din as u64, self.dff as u64 * self.bits as u64 / 32])
+        self.stack_words("w2", self.din, self.dff)
     }
 
     /// Elements of `s2` and of `b2` `[E, Din, Dff/gs]` (an error as for [`Self::w1_words`]).
     pub fn w2_groups(&self) -> Result<usize> {
-        self.count(
-            "s2",
-            [self.n_experts as u64, self.din as u64, self.dff.checked_div(self.group_size).unwrap_or(0) as u64],
-        )
+        self.stack_groups("s2", self.din, self.dff)
+    }
+
+    /// u32 words of a stack `[E, rows, cols*bits/32]`, as a usize (an error naming `name`).
+    fn stack_words(&self, name: &'static str, rows: u32, cols: u32) -> Result<usize> {
+        self.count(name, [self.n_experts as u64, rows as u64, cols as u64 * self.bits as u64 / 32])
+    }
+
+    /// Scales (or biases) of a stack `[E, rows, cols/gs]`, as a usize (an error naming `name`).
+    fn stack_groups(&self, name: &'static str, rows: u32, cols: u32) -> Result<usize> {
+        self.count(name, [self.n_experts as u64, rows as u64, cols.checked_div(self.group_size).unwrap_or(0) as u64])
     }
 
     /// The product of `dims`, or an error naming `name` when it overflows usize.
