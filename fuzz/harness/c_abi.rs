@@ -137,10 +137,11 @@ impl Buffers {
     /// Allocates every buffer (all of the largest size, so that an overlap
     /// planted into another stays in bounds), fills it from `seed`, and plants
     /// `defect`. `work` is false when the call touches no memory at all;
-    /// the buffers `nulls` are NULL before the defect is planted.
-    fn new(params: &[Param], input: &mut Input, work: bool, nulls: &[usize]) -> Buffers {
+    /// the buffers `nulls` are NULL before the defect is planted; `heavy`: a
+    /// valid call would take the emulator too long (treated as over the cap).
+    fn new(params: &[Param], input: &mut Input, work: bool, nulls: &[usize], heavy: bool) -> Buffers {
         let largest = params.iter().map(Param::bytes).max().unwrap_or(0);
-        let over_cap = largest > CAP_BYTES;
+        let over_cap = largest > CAP_BYTES || heavy;
         let words = if over_cap { 8 } else { (largest as usize).div_ceil(8) + 8 };
         let mut seed = input.u32() as u64 | 1;
         let storage: Vec<Vec<u64>> = params
@@ -319,7 +320,7 @@ fn xielu(input: &mut Input) {
     let params = [p("x", size, n as u128), w("out", size, n as u128, &["x"])];
     let shape_ok = n <= MLXCEL_AMDGPU_XIELU_MAX_N;
     let work = shape_ok && n > 0;
-    let bufs = Buffers::new(&params, input, work, &[]);
+    let bufs = Buffers::new(&params, input, work, &[], false);
     let (stream, bad_stream) = stream_of(input);
     let scalars_ok = [ap, an, be, ep].iter().all(|v| v.is_finite());
     let exp = expected(dtype, shape_ok, scalars_ok, &bufs, bad_stream, work);
@@ -354,7 +355,7 @@ fn add3(input: &mut Input) {
     params.push(w("h", size, row, &["a", "b", "x"]));
     let shape_ok = (1..=MLXCEL_AMDGPU_ADD3_MAX_D).contains(&d) && rows <= MLXCEL_AMDGPU_ADD3_MAX_ROWS;
     let work = shape_ok && rows > 0;
-    let bufs = Buffers::new(&params, input, work, if with_bias { &[] } else { &[4] });
+    let bufs = Buffers::new(&params, input, work, if with_bias { &[] } else { &[4] }, false);
     let (stream, bad_stream) = stream_of(input);
     let scalars_ok = eps.is_finite() && eps >= 0.0;
     let exp = expected(dtype, shape_ok, scalars_ok, &bufs, bad_stream, work);
@@ -391,7 +392,12 @@ fn mamba(input: &mut Input) {
         && dm >= 1;
     // Every buffer's bytes must fit in an isize.
     let shape_ok = in_range && params.iter().all(|q| q.bytes() <= isize::MAX as u128);
-    let bufs = Buffers::new(&params, input, shape_ok, &[]);
+    // The emulator runs a workgroup per 8 channels and batch, each `len`
+    // steps: beyond a few thousand such steps a valid call takes seconds (a
+    // batch of 65535 took over 20 s), so it is given a NULL like a shape
+    // beyond the cap.
+    let heavy = b * m.div_ceil(8) * l > 4096;
+    let bufs = Buffers::new(&params, input, shape_ok, &[], heavy);
     let (stream, bad_stream) = stream_of(input);
     let exp = expected(dtype, shape_ok, true, &bufs, bad_stream, shape_ok);
     let supported = mlxcel_amdgpu_mamba1_scan_supports(dtype, batch, len, dm, n);
@@ -493,7 +499,7 @@ fn moe_gemv(input: &mut Input, down: bool) {
         params.push(w("act", 4, k * dff, &[]));
     }
     params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
-    let mut bufs = Buffers::new(&params, input, valid, &[]);
+    let mut bufs = Buffers::new(&params, input, valid, &[], false);
     let idx = params.iter().position(|q| q.name == "idx").unwrap();
     let want_status = fill_ids(&mut bufs, idx, s.k, s.n_experts, input);
     let ids_checked = bufs.storage_of(idx) == Some(idx);
@@ -537,7 +543,7 @@ fn moe_combine(input: &mut Input) {
     let din = input.dim(600, &[0, 1, 1 << 31, u32::MAX]);
     let params = [p("part", 4, k as u128 * din as u128), w("out", size, din as u128, &[])];
     let valid = (1..=MLXCEL_AMDGPU_MOE_MAX_K).contains(&k) && din >= 1;
-    let bufs = Buffers::new(&params, input, valid, &[]);
+    let bufs = Buffers::new(&params, input, valid, &[], false);
     let (stream, bad_stream) = stream_of(input);
     let exp = expected(dtype, valid, true, &bufs, bad_stream, valid);
     let status = unsafe { mlxcel_amdgpu_moe_combine(dtype, bufs.ptr(0) as _, bufs.ptr(1), k, din, stream) };
@@ -566,7 +572,7 @@ fn moe_routed(input: &mut Input) {
     params.push(w("out", size, din, &[]));
     params.push(w("scratch", 4, need.div_ceil(4), &[]));
     params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
-    let mut bufs = Buffers::new(&params, input, valid, &[]);
+    let mut bufs = Buffers::new(&params, input, valid, &[], false);
     let want_status = fill_ids(&mut bufs, 1, s.k, s.n_experts, input);
     let ids_checked = bufs.storage_of(1) == Some(1);
     let st = params.len() - 1;
