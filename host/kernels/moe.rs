@@ -34,6 +34,7 @@
 //! row per wave, about four instructions per weight), not yet by bandwidth;
 //! the measurements that show it are in `docs/performance.md`.
 
+use kernels_device::args::BufferExtent;
 use kernels_device::geometry::moe::{
     BITS, COMBINE_WORKGROUP_SIZE, GROUP_SIZES, MAX_COLS, MAX_K, WORKGROUP_SIZE, values_per_word, workgroup_mem_bytes,
     workgroups,
@@ -404,31 +405,35 @@ fn enqueue_routed(
     // the three launches: fc1 writes act and down writes part, so a weight,
     // input or output inside either would be overwritten or read half-written.
     let scratch = (p.scratch, p.scratch.saturating_add(need as u64));
-    for (kernel, extents) in launches {
-        if let Some(name) = overlapping(kernel.spec, extents, scratch, &["act", "part"]) {
-            return Err(Error::invalid(
-                "scratch",
-                format!("overlaps `{name}`; the scratch must be a buffer of its own"),
-            ));
-        }
-    }
+    refuse_overlap(&launches, scratch, &["act", "part"], |name| {
+        Error::invalid("scratch", format!("overlaps `{name}`; the scratch must be a buffer of its own"))
+    })?;
     // `out` is written by the last launch only, so the checks of that launch
     // do not see the buffers of the first two: a weight or input under `out`
     // would be overwritten (the contract refuses any overlap with an output).
     let out_bytes = shape.din as u64 * dtype.size() as u64;
     let out = (p.out, p.out.saturating_add(out_bytes));
-    for (kernel, extents) in &launches[..2] {
-        if let Some(name) = overlapping(kernel.spec, extents, out, &[]) {
-            return Err(Error::invalid(
-                "out",
-                format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1),
-            ));
-        }
-    }
+    refuse_overlap(&launches[..2], out, &[], |name| {
+        Error::invalid("out", format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1))
+    })?;
     unsafe {
         device.launch(&kernels[0], fc1_dims(shape), &fc1.values(), stream)?;
         device.launch(&kernels[1], down_dims(shape), &down.values(), stream)?;
         device.launch(&kernels[2], combine_dims(shape.din), &combine.values(), stream)
+    }
+}
+
+/// `refuse(name)` for the first buffer of `launches` that `range` overlaps,
+/// other than those named in `except`.
+fn refuse_overlap(
+    launches: &[(&Kernel, &[Option<BufferExtent>])],
+    range: (u64, u64),
+    except: &[&str],
+    refuse: impl FnOnce(&str) -> Error,
+) -> Result<()> {
+    match launches.iter().find_map(|(kernel, extents)| overlapping(kernel.spec, extents, range, except)) {
+        Some(name) => Err(refuse(name)),
+        None => Ok(()),
     }
 }
 
