@@ -7,7 +7,6 @@ mod common;
 use std::ffi::c_void;
 
 use common::{Suite, download_bits, label, sentinel, upload};
-use mlxcel_amdgpu::half::f16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers, Add3LayerNormArgs, Add3Pointers};
 use mlxcel_amdgpu::kernels::{self};
 use mlxcel_amdgpu::kernels_device::geometry::add3_layer_norm::{MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D};
@@ -539,7 +538,7 @@ fn main() {
         "h_equal_to_w_is_refused" => H_OVER_W;
     );
     named_cases!(suite; per_backend_and_dtype: edge_row_lengths;);
-    suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::f16", edge_the_largest_grid::<f16>);
+    suite.cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid));
     suite.single("a_row_too_long_is_refused::bf16", a_row_too_long_is_refused);
     named_cases!(suite;
         cpu_per_dtype: d_zero_is_refused_and_the_message_says_why, a_nan_eps_is_refused_and_the_message_says_nan;

@@ -635,7 +635,7 @@ fn main() {
         per_backend: a_long_prefill_stays_within_1e_5;
         per_backend_and_dtype: edge_n_and_l;
     );
-    suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::bf16", edge_the_largest_grid::<bf16>);
+    suite.cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid));
     suite
         .ignored(
             "timing_on_gpus",

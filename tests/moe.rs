@@ -226,10 +226,10 @@ fn edge_the_longest_rows(dev: &Device) {
 
 /// The largest grid of the sweep: 64 experts all selected, rows of `MAX_COLS`
 /// outputs in fc1. On CUDA only (the emulators would take minutes).
-fn edge_the_largest_grid(dev: &Device) {
-    let mut inp = moe_inputs(Dtype::Bf16, 64, MAX_COLS as usize, 64, 64, 4, 64, 599);
+fn edge_the_largest_grid<T: Element>(dev: &Device) {
+    let mut inp = moe_inputs(T::DTYPE, 64, MAX_COLS as usize, 64, 64, 4, 64, 599);
     inp.idx = (0..64).rev().collect();
-    check_all::<bf16>(dev, &inp, "largest grid");
+    check_all::<T>(dev, &inp, "largest grid");
 }
 
 /// Rows long enough for several batches of quads per lane (8 bits, Din 4608:
@@ -810,7 +810,7 @@ fn main() {
         .per_backend("long_rows_take_several_batches", long_rows_take_several_batches)
         .per_backend_and_dtype("edge_expert_ids_at_the_bounds", typed!(edge_expert_ids_at_the_bounds))
         .per_backend("edge_the_longest_rows", edge_the_longest_rows)
-        .on_backend(BackendKind::Cuda, "edge_the_largest_grid", edge_the_largest_grid)
+        .cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid))
         .per_backend("misaligned_pointers_take_the_slow_paths", misaligned_pointers_take_the_slow_paths)
         .single(
             "negative_control_a_fold_starting_at_8_fails_the_tolerance",

@@ -7,7 +7,7 @@ mod common;
 use std::ffi::c_void;
 
 use common::{Suite, download_bits, label, sentinel, upload};
-use mlxcel_amdgpu::half::{bf16, f16};
+use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{
     BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_N, MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS,
@@ -502,7 +502,7 @@ fn main() {
             n_above_the_limit_is_refused;
     );
     suite.single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused);
-    suite.on_backend(BackendKind::Cuda, "edge_the_largest_grid::f16", edge_the_largest_grid::<f16>);
+    suite.cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid));
     named_cases!(suite; cpu_per_dtype: non_finite_scalars_are_refused;);
     suite.single("a_short_buffer_is_refused::f16", a_short_buffer_is_refused);
     named_cases!(suite; cpu_per_dtype: the_cpu_backend_refuses_a_non_null_stream;);

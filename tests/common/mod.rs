@@ -118,6 +118,7 @@ macro_rules! named_cases {
     };
     (@case per_backend_and_dtype $case:ident) => { typed!($case) };
     (@case cpu_per_dtype $case:ident) => { typed!($case) };
+    (@case cuda_per_dtype $case:ident) => { typed!($case) };
     (@case $method:ident $case:ident) => { $case };
 }
 
@@ -169,6 +170,22 @@ impl Suite {
             Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
             Err(skip) => Ok(skip),
         }));
+        self
+    }
+
+    /// `name::cuda::dtype` for every dtype, on CUDA only (ignored with the reason
+    /// where it is absent): the largest grids, which the emulators would take
+    /// hours over.
+    pub fn cuda_per_dtype(&mut self, name: &str, cases: Typed) -> &mut Self {
+        let kind = BackendKind::Cuda;
+        for (dtype, case) in cases {
+            self.trials.push(Trial::ignorable_test(format!("{name}::{kind}::{dtype}"), move || {
+                match device_or_skip(kind)? {
+                    Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
+                    Err(skip) => Ok(skip),
+                }
+            }));
+        }
         self
     }
 
