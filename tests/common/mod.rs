@@ -130,6 +130,14 @@ macro_rules! typed_with_cases {
     };
 }
 
+/// A test of `case` on a device of `kind`, ignored with the reason where there is none.
+fn on_device(name: String, kind: BackendKind, case: fn(&Device)) -> Trial {
+    Trial::ignorable_test(name, move || match device_or_skip(kind)? {
+        Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
+        Err(skip) => Ok(skip),
+    })
+}
+
 impl Suite {
     pub fn new() -> Suite {
         Suite::default()
@@ -139,14 +147,7 @@ impl Suite {
     pub fn per_backend_and_dtype(&mut self, name: &str, cases: Typed) -> &mut Self {
         for b in backends() {
             for (dtype, case) in cases {
-                let kind = b.kind;
-                self.trials.push(Trial::ignorable_test(
-                    format!("{name}::{kind}::{dtype}"),
-                    move || match device_or_skip(kind)? {
-                        Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
-                        Err(skip) => Ok(skip),
-                    },
-                ));
+                self.trials.push(on_device(format!("{name}::{}::{dtype}", b.kind), b.kind, case));
             }
         }
         self
@@ -155,21 +156,14 @@ impl Suite {
     /// `name::backend` for every backend.
     pub fn per_backend(&mut self, name: &str, case: fn(&Device)) -> &mut Self {
         for b in backends() {
-            let kind = b.kind;
-            self.trials.push(Trial::ignorable_test(format!("{name}::{kind}"), move || match device_or_skip(kind)? {
-                Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
-                Err(skip) => Ok(skip),
-            }));
+            self.trials.push(on_device(format!("{name}::{}", b.kind), b.kind, case));
         }
         self
     }
 
     /// `name::backend` on one backend only (ignored with the reason where it is absent).
     pub fn on_backend(&mut self, kind: BackendKind, name: &str, case: fn(&Device)) -> &mut Self {
-        self.trials.push(Trial::ignorable_test(format!("{name}::{kind}"), move || match device_or_skip(kind)? {
-            Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
-            Err(skip) => Ok(skip),
-        }));
+        self.trials.push(on_device(format!("{name}::{kind}"), kind, case));
         self
     }
 
@@ -179,12 +173,7 @@ impl Suite {
     pub fn cuda_per_dtype(&mut self, name: &str, cases: Typed) -> &mut Self {
         let kind = BackendKind::Cuda;
         for (dtype, case) in cases {
-            self.trials.push(Trial::ignorable_test(format!("{name}::{kind}::{dtype}"), move || {
-                match device_or_skip(kind)? {
-                    Ok(d) => catch(|| case(&d)).map(|()| Completion::Completed),
-                    Err(skip) => Ok(skip),
-                }
-            }));
+            self.trials.push(on_device(format!("{name}::{kind}::{dtype}"), kind, case));
         }
         self
     }
