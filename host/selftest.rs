@@ -80,14 +80,15 @@ fn reduced(device: &Device) -> bool {
 pub const REPS_ENV: &str = "MLXCEL_AMDGPU_SELFTEST_REPS";
 
 /// How many timed launches each case makes: `MLXCEL_AMDGPU_SELFTEST_REPS` when
-/// set (at least 1; for a slow device, such as the simulated gfx1151, whose times
-/// mean nothing), else 50 on a GPU and 3 on the CPU emulator. The correctness
-/// launch before them is not counted.
+/// set, else 50 on a GPU and 3 on the CPU emulator. The warm-up launch before
+/// them is not counted. 0 (for a slow device, such as the simulated gfx1151,
+/// whose times mean nothing) makes one launch per case: no warm-up, and that
+/// launch is the one checked and timed.
 fn timed_launches(device: &Device) -> Result<usize> {
     match std::env::var(REPS_ENV) {
         Ok(v) => match v.parse::<usize>() {
-            Ok(n) if n >= 1 => Ok(n),
-            _ => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count of at least 1"))),
+            Ok(n) => Ok(n),
+            _ => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count (0 or more)"))),
         },
         Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count"))),
         Err(std::env::VarError::NotPresent) => Ok(if reduced(device) { 3 } else { 50 }),
@@ -109,8 +110,12 @@ fn values<T: Element>(buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
     Ok(buf.download()?.into_iter().map(T::to_f32).collect())
 }
 
-/// The median time of `reps` launches of `f`, after one warm-up.
+/// The median time of `reps` launches of `f`, after one warm-up; with `reps` 0,
+/// the time of one launch, without a warm-up.
 fn time_launches(device: &Device, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    if reps == 0 {
+        return device.time(Stream::DEFAULT, &mut f);
+    }
     f()?;
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
@@ -522,8 +527,10 @@ pub fn render(device: &Device, outcomes: &[Outcome]) -> String {
         writeln!(s, "note: CPU emulator: reduced shapes where noted, and times are emulator times, not GPU times")
             .unwrap();
     }
-    if let Ok(reps) = std::env::var(REPS_ENV) {
-        writeln!(s, "note: {REPS_ENV}={reps}: the times are medians of that many launches").unwrap();
+    match std::env::var(REPS_ENV).as_deref() {
+        Ok("0") => writeln!(s, "note: {REPS_ENV}=0: one launch per case, checked and timed, no warm-up").unwrap(),
+        Ok(reps) => writeln!(s, "note: {REPS_ENV}={reps}: the times are medians of that many launches").unwrap(),
+        Err(_) => {}
     }
     writeln!(s).unwrap();
     writeln!(s, "{:<16} {:<5} {:<34} {:>10} {:>9}  result", "kernel", "dtype", "shape", "time (us)", "GB/s").unwrap();

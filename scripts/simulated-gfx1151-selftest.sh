@@ -5,8 +5,8 @@
 #
 # Builds the release tool and the stand-in libamdhip64 (hip-standin over
 # rdna-sim), points ROCM_PATH at it and runs `MLXCEL_AMDGPU_BACKEND=hip
-# mlxcel-amdgpu` with one timed launch per case (the simulator's times are host
-# wall-clock times, not GPU times). Fails when the self-test fails or did not run
+# mlxcel-amdgpu` with one launch per case, checked and timed, no warm-up (the
+# simulator's times are host wall-clock times, not GPU times). Fails when the self-test fails or did not run
 # on the simulated gfx1151. Writes the counts to $COUNTS_OUT
 # (default target/rdna-sim-counts.tsv) and prints them as a Markdown table,
 # then how many of the gfx1151 object's mnemonics ran (with the suite's runs,
@@ -26,7 +26,7 @@ rm -f "$counts" "$coverage"
 table="$target_dir/rdna-sim-selftest.txt"
 status=0
 env -u HIP_PATH ROCM_PATH="$prefix" MLXCEL_AMDGPU_BACKEND=hip MLXCEL_AMDGPU_EXPECT_HIP=1 \
-    MLXCEL_AMDGPU_SELFTEST_REPS=1 RDNA_SIM_STRICT_WAIT=1 RDNA_SIM_COUNTS="$counts" RDNA_SIM_COVERAGE="$coverage" \
+    MLXCEL_AMDGPU_SELFTEST_REPS=0 RDNA_SIM_STRICT_WAIT=1 RDNA_SIM_COUNTS="$counts" RDNA_SIM_COVERAGE="$coverage" \
     "$target_dir/release/mlxcel-amdgpu" >"$table" 2>&1 || status=$?
 cat "$table"
 if [ "$status" -ne 0 ]; then
