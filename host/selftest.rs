@@ -86,10 +86,7 @@ pub const REPS_ENV: &str = "MLXCEL_AMDGPU_SELFTEST_REPS";
 /// launch is the one checked and timed.
 fn timed_launches(device: &Device) -> Result<usize> {
     match std::env::var(REPS_ENV) {
-        Ok(v) => match v.parse::<usize>() {
-            Ok(n) => Ok(n),
-            _ => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count (0 or more)"))),
-        },
+        Ok(v) => v.parse::<usize>().map_err(|_| Error::invalid(REPS_ENV, format!("{v:?} is not a count (0 or more)"))),
         Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count"))),
         Err(std::env::VarError::NotPresent) => Ok(if reduced(device) { 3 } else { 50 }),
     }

@@ -6,9 +6,9 @@
 # Builds the release tool and the stand-in libamdhip64 (hip-standin over
 # rdna-sim), points ROCM_PATH at it and runs `MLXCEL_AMDGPU_BACKEND=hip
 # mlxcel-amdgpu` with one launch per case, checked and timed, no warm-up (the
-# simulator's times are host wall-clock times, not GPU times). Fails when the self-test fails or did not run
-# on the simulated gfx1151. Writes the counts to $COUNTS_OUT
-# (default target/rdna-sim-counts.tsv) and prints them as a Markdown table,
+# simulator's times are host wall-clock times, not GPU times). Fails when the
+# self-test fails or did not run on the simulated gfx1151. Writes the counts to
+# $COUNTS_OUT (default target/rdna-sim-counts.tsv) and prints them as a Markdown table,
 # then how many of the gfx1151 object's mnemonics ran (with the suite's runs,
 # when scripts/test-simulated-gfx1151.sh ran before).
 set -euo pipefail

@@ -24,7 +24,7 @@ unset HIP_PATH
 export RDNA_SIM_STRICT_WAIT=1
 export MLXCEL_AMDGPU_EXPECT_HIP=1
 # The self-test at the consumer's shapes on this device is the job of
-# scripts/simulated-gfx1151-selftest.sh (a release build, about 4 minutes); the
+# scripts/simulated-gfx1151-selftest.sh (a release build, about 3 minutes); the
 # default-run test of tests/selftest.rs would run it again in the debug build
 # (more than 5 minutes), so it is skipped here. The other self-test tests run.
 # The kernel suites' CPU-emulator cases (`name::cpu...`, about 1.5 minutes) ran

@@ -118,7 +118,6 @@ macro_rules! named_cases {
     };
     (@case per_backend_and_dtype $case:ident) => { typed!($case) };
     (@case cpu_per_dtype $case:ident) => { typed!($case) };
-    (@case cuda_per_dtype $case:ident) => { typed!($case) };
     (@case $method:ident $case:ident) => { $case };
 }
 
