@@ -438,7 +438,7 @@ fn bad_shapes_are_refused_before_any_launch() {
     let err = refused::<bf16>(P, 1, 1, 8, 33);
     assert_eq!(
         err.to_string(),
-        "invalid argument `n`: 33 is outside 1..=32: one state column per lane of a 32-lane wave; a larger state needs another kernel"
+        "invalid argument `n`: 33 is outside 1..=32: at most four lanes of eight state columns per channel; a larger state needs another kernel"
     );
     assert_eq!(arg(&refused::<bf16>(P, 1, 1, 8, 0)), "n");
     let err = refused::<f32>(P, 1, 0, 8, 16);

@@ -1,5 +1,6 @@
 //! Launcher of `mamba1_scan` (docs/contracts.md): the Mamba1 selective
-//! scan, one wave per (batch, channel), lane `n` holding state column `n`.
+//! scan, each (batch, channel) over two adjacent lanes (four for N > 16), each
+//! lane holding eight state columns in registers.
 //!
 //! Every length runs the same sequential schedule (the time loop unrolled by 8
 //! steps, `L % 8` steps after it; see the device crate's `mamba1_scan` module for
@@ -100,7 +101,7 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
         return Err(Error::invalid(
             "n",
             format!(
-                "{n} is outside 1..={MAX_N}: one state column per lane of a 32-lane wave; a larger state needs another kernel"
+                "{n} is outside 1..={MAX_N}: at most four lanes of eight state columns per channel; a larger state needs another kernel"
             ),
         ));
     }
@@ -123,9 +124,9 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
     })
 }
 
-/// The launch geometry: workgroups of 256 threads carrying
-/// `channels_per_workgroup(n)` channels (8 for N > 16, one per wave; 16 for
-/// N <= 16, two per wave), grid `[ceil(dm / channels), batch, 1]`, no workgroup memory.
+/// The launch geometry: workgroups of `WORKGROUP_SIZE` threads carrying
+/// `channels_per_workgroup(n)` channels (32 for N <= 16, two lanes each; 16 for
+/// N > 16, four lanes each), grid `[ceil(dm / channels), batch, 1]`, no workgroup memory.
 pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
     LaunchDims {
         grid: [dm.div_ceil(channels_per_workgroup(n)), batch, 1],

@@ -149,26 +149,29 @@ pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     ),
 ];
 
-/// `mamba1_scan`: one wave per (batch, channel), lane `n` holds state column `n`.
+/// `mamba1_scan`: a channel's state columns over [`lanes_per_channel`](mamba1_scan::lanes_per_channel)
+/// adjacent lanes, [`STATES_PER_LANE`](mamba1_scan::STATES_PER_LANE) columns in each lane's registers.
 pub mod mamba1_scan {
-    /// Waves per workgroup.
-    pub const WAVES_PER_WORKGROUP: u32 = 8;
+    /// Waves per workgroup (no workgroup memory and no barrier: small workgroups
+    /// spread a short grid over more compute units).
+    pub const WAVES_PER_WORKGROUP: u32 = 2;
     /// Threads per workgroup.
     pub const WORKGROUP_SIZE: u32 = WAVES_PER_WORKGROUP * super::WAVE_SIZE;
-    /// Up to this N, a wave carries two channels: lanes 0..16 one, lanes 16..32
-    /// the next (lane `16 * h + n` holds column n), and the sum over n folds the
-    /// 16 lanes of a half. Above it, a wave carries one channel over all 32 lanes.
-    pub const HALF_WAVE_MAX_N: u32 = super::WAVE_SIZE / 2;
-    /// Lanes that carry one channel for state size `n`.
+    /// State columns each lane carries, in registers, for the whole sequence.
+    pub const STATES_PER_LANE: u32 = 8;
+    /// Up to this N a channel takes two lanes; above it, four.
+    pub const TWO_LANE_MAX_N: u32 = 2 * STATES_PER_LANE;
+    /// Lanes that carry one channel for state size `n`: lane `l` of a channel
+    /// holds columns `8 l .. 8 l + 8`.
     pub const fn lanes_per_channel(n: u32) -> u32 {
-        if n <= HALF_WAVE_MAX_N { super::WAVE_SIZE / 2 } else { super::WAVE_SIZE }
+        if n <= TWO_LANE_MAX_N { 2 } else { 4 }
     }
     /// Channels per workgroup for state size `n`: grid x = `ceil(Dm / this)`, grid y = B.
     pub const fn channels_per_workgroup(n: u32) -> u32 {
         WAVES_PER_WORKGROUP * (super::WAVE_SIZE / lanes_per_channel(n))
     }
-    /// The largest state size N: one state column per lane. Larger N is refused.
-    pub const MAX_N: u32 = super::WAVE_SIZE;
+    /// The largest state size N: four lanes of eight columns. Larger N is refused.
+    pub const MAX_N: u32 = 4 * STATES_PER_LANE;
     /// Time steps per iteration of the unrolled loop (inputs of all of them loaded
     /// first); `L % UNROLL` steps run one at a time after it.
     pub const UNROLL: usize = 8;

@@ -16,6 +16,7 @@
     feature(gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics)
 )]
 #![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
+#![cfg_attr(target_arch = "amdgpu", feature(link_llvm_intrinsics))]
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, link_llvm_intrinsics))]
 #![feature(f16, core_float_math)]
 #![allow(internal_features)]

@@ -102,6 +102,16 @@ pub fn broadcast_f32<const LANE: u32>(v: f32) -> f32 {
     f32::from_bits(broadcast_u32::<LANE>(v.to_bits()))
 }
 
+/// `v`, which must be the same on every lane (a uniform offset). On amdgpu it is
+/// read into a scalar register (`readfirstlane`), which LLVM cannot fold into
+/// per-lane addresses: without it, loop strength reduction turned the scan's row
+/// offset plus eight column offsets into dozens of per-lane pointers, which
+/// spilled. Elsewhere it is `v`.
+#[inline(always)]
+pub fn uniform_usize(v: usize) -> usize {
+    arch::uniform_u64(v as u64) as usize
+}
+
 /// Sum over the 32 lanes of a wave, as a butterfly: `v = v + shfl_xor(v, m)` for
 /// m = 16, 8, 4, 2, 1. Every lane ends with the same value, and the order of the
 /// additions is fixed (the bit-exact contracts rely on it).

@@ -73,6 +73,11 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
     unsafe { gcn::readlane_u32(v, LANE) }
 }
 
+#[inline(always)]
+pub fn uniform_u64(v: u64) -> u64 {
+    gcn::readfirstlane_u64(v)
+}
+
 /// `s_barrier` alone does not order memory for LLVM. A release fence before and an
 /// acquire fence after make it a real workgroup barrier (the fence emits the
 /// `s_waitcnt lgkmcnt(0)` that must precede `s_barrier`). Rust has no

@@ -38,6 +38,10 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
     emulator::exchange(v, Exchange::Index(LANE))
 }
 
+pub fn uniform_u64(v: u64) -> u64 {
+    v
+}
+
 pub fn barrier() {
     emulator::barrier()
 }

@@ -65,6 +65,11 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
     unsafe { shfl_sync_idx(FULL, v, LANE, CLAMP) }
 }
 
+#[inline(always)]
+pub fn uniform_u64(v: u64) -> u64 {
+    v
+}
+
 /// `bar.sync 0`: a barrier that also orders shared memory among the block.
 #[inline(always)]
 pub fn barrier() {
