@@ -8,7 +8,7 @@
 //! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
 //! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
 
-use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_SIZE, channels_per_workgroup};
+use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE, channels_per_workgroup};
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 
@@ -126,12 +126,13 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
 
 /// The launch geometry: workgroups of `WORKGROUP_SIZE` threads carrying
 /// `channels_per_workgroup(n)` channels (32 for N <= 16, two lanes each; 16 for
-/// N > 16, four lanes each), grid `[ceil(dm / channels), batch, 1]`, no workgroup memory.
+/// N > 16, four lanes each), grid `[ceil(dm / channels), batch, 1]`, and
+/// `WORKGROUP_MEM_BYTES` of workgroup memory (each wave stages B and C there).
 pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
     LaunchDims {
         grid: [dm.div_ceil(channels_per_workgroup(n)), batch, 1],
         workgroup_size: WORKGROUP_SIZE,
-        workgroup_mem_bytes: 0,
+        workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
     }
 }
 

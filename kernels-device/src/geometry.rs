@@ -177,6 +177,11 @@ pub mod mamba1_scan {
     pub const UNROLL: usize = 8;
     /// The largest batch: grid y is B, and CUDA and HIP both allow 65535 there.
     pub const MAX_BATCH: u32 = 65535;
+    /// Floats of workgroup memory each wave stages B and C of [`UNROLL`] steps
+    /// in, as f32 (`[2][UNROLL][N]`, at the largest N).
+    pub const STAGED_FLOATS_PER_WAVE: u32 = 2 * UNROLL as u32 * MAX_N;
+    /// Workgroup memory of a launch: one staging area per wave.
+    pub const WORKGROUP_MEM_BYTES: u32 = WAVES_PER_WORKGROUP * STAGED_FLOATS_PER_WAVE * 4;
 }
 
 /// `moe_fc1_relu2`, `moe_down`, `moe_combine`: the routed experts of Nemotron-H.

@@ -60,9 +60,11 @@
 use core::f32::math::mul_add;
 
 use crate::geometry::mamba1_scan::{
-    MAX_N, STATES_PER_LANE, TWO_LANE_MAX_N, UNROLL, WAVES_PER_WORKGROUP, channels_per_workgroup, lanes_per_channel,
+    MAX_N, STAGED_FLOATS_PER_WAVE, STATES_PER_LANE, TWO_LANE_MAX_N, UNROLL, WAVES_PER_WORKGROUP,
+    channels_per_workgroup, lanes_per_channel,
 };
 use crate::num::{Elem, consts::LOG2E, exp2_fast};
+use crate::vector::F32x4;
 use crate::wave;
 
 /// Columns per lane, as an index bound.
@@ -123,24 +125,32 @@ fn exchange_half<const M: u32>(lo: f32, hi: f32, upper: bool) -> f32 {
 /// The totals over a channel's lanes of the 8 steps' `q`, transposed: lane
 /// `sub` of the channel ends with the totals of steps `first .. first + 8 /
 /// LANES` in `totals[0..8 / LANES]`, and `xs` of the same steps in `x_kept`.
-/// Returns `(totals, x_kept, first)`.
+/// Returns `(totals, x_kept, first)`. (`xs` are computed values, not loads: a
+/// choice between two loads from one array becomes a load at a computed index,
+/// which puts the array in scratch memory.)
 #[inline(always)]
 fn channel_sums_8<const LANES: u32>(q: [f32; UNROLL], xs: [f32; UNROLL], sub: u32) -> ([f32; 4], [f32; 4], usize) {
-    // The first level: xor 1 over two lanes, xor 2 over four.
+    // The first level: xor 1 over two lanes, xor 2 over four. (Every index a
+    // literal: `array::from_fn`'s loop let LLVM turn a choice between two
+    // elements into a load at a computed index, in scratch memory.)
     let upper = sub & (LANES / 2) != 0;
-    let mut totals: [f32; 4] = if LANES == 2 {
-        core::array::from_fn(|i| exchange_half::<1>(q[i], q[i + 4], upper))
-    } else {
-        core::array::from_fn(|i| exchange_half::<2>(q[i], q[i + 4], upper))
-    };
-    let mut x_kept: [f32; 4] = core::array::from_fn(|i| if upper { xs[i + 4] } else { xs[i] });
+    let (mut totals, mut x_kept) = ([0.0f32; 4], [0.0f32; 4]);
+    crate::unroll!(i in 0..4 => {
+        totals[i] = if LANES == 2 {
+            exchange_half::<1>(q[i], q[i + 4], upper)
+        } else {
+            exchange_half::<2>(q[i], q[i + 4], upper)
+        };
+        x_kept[i] = if upper { xs[i + 4] } else { xs[i] };
+    });
     let mut first = if upper { 4 } else { 0 };
     if LANES == 4 {
         let upper = sub & 1 != 0;
-        let v = totals;
-        let xv = x_kept;
-        totals = [exchange_half::<1>(v[0], v[2], upper), exchange_half::<1>(v[1], v[3], upper), 0.0, 0.0];
-        x_kept = [if upper { xv[2] } else { xv[0] }, if upper { xv[3] } else { xv[1] }, 0.0, 0.0];
+        let (v, xv) = (totals, x_kept);
+        crate::unroll!(i in 0..2 => {
+            totals[i] = exchange_half::<1>(v[i], v[i + 2], upper);
+            x_kept[i] = if upper { xv[i + 2] } else { xv[i] };
+        });
         first += if upper { 2 } else { 0 };
     }
     (totals, x_kept, first)
@@ -224,6 +234,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(
     // so that every lane still takes part in every exchange.
     let channel_ok = d < dm as u64;
     let d = if channel_ok { d } else { dm as u64 - 1 } as usize;
+    // Without a mask N is 8 * LANES: a constant, so the staged rows' offsets are too.
+    let n = if MASKED { n } else { STATES_PER_LANE * LANES };
     let (b, len, dm, n) = (b as usize, len as usize, dm as usize, n as usize);
 
     // This lane's columns: `col0 + j`; past N a column reads column `col_lo`
@@ -246,64 +258,125 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(
             a2[j] = a.add(d * n + col_lo + offset[j]).read() * LOG2E;
             s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
         });
-        // Loads take a row's address, the same for every lane (a scalar
-        // register), plus this lane's byte offset in it (32 bits: Dm is at most
-        // MAX_DM) plus a constant: one instruction a load, no address arithmetic.
-        // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm.
+        // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
+        // offset is computed once for the wave (a scalar register), so that
+        // LLVM does not fold it into per-lane pointers of every step.
         let seq_first = b * len * dm;
-        let d_bytes = (d * T::BYTES) as u32;
         let (y_c, dsk) = (y.add(seq_first + d), dskip.add(d).read().to_f32());
-        let load_dt_x = |t: usize| -> ([f32; UNROLL], [f32; UNROLL]) {
-            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+        let (dt_c, x_c) = (dt.add(d), x.add(d));
+        // The values stay as loaded (T) until after the schedule fence: a
+        // widening there would wait for the load at once.
+        let load_dt_x = |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
+            let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
             crate::unroll!(k in 0..8 => {
-                let at = wave::uniform_usize((seq_first + (t + k) * dm) * T::BYTES);
-                dtv[k] = dt.byte_add(at).byte_add(d_bytes as usize).read().to_f32();
-                xv[k] = x.byte_add(at).byte_add(d_bytes as usize).read().to_f32();
+                let at = wave::uniform_usize(seq_first + (t + k) * dm);
+                dtv[k] = dt_c.add(at).read();
+                xv[k] = x_c.add(at).read();
             });
             (dtv, xv)
         };
-        // B and C are [B, L, N]: this batch's row t starts at t * n; this lane's
-        // columns at col_lo (+ offset[j] where masked, + j where not).
+        // B and C are [B, L, N]: this batch's row t starts at t * n.
         let bc_first = b * len * n;
-        let col_bytes = (col_lo * T::BYTES) as u32;
+        // One step's B or C at this lane's columns, straight from memory (the
+        // one-step loop).
         let row = |c: *const T, t: usize| -> [f32; COLS] {
-            let start = c.byte_add(wave::uniform_usize((bc_first + t * n) * T::BYTES)).byte_add(col_bytes as usize);
+            let start = c.add(wave::uniform_usize(bc_first + t * n) + col_lo);
             let mut v = [0.0f32; COLS];
             crate::unroll!(j in 0..8 => {
                 v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
             });
             v
         };
-        // The unrolled loop is for 16-bit inputs, whose B and C rows for two
-        // steps arrive in four 16-byte loads. The masked instances (N other than
-        // 16 and 32) and f32 take the one-step loop only: their per-column
-        // offsets, or twice the registers per value, spill in the unrolled one.
-        let chunks = if MASKED || T::BYTES == 4 { 0 } else { len / UNROLL };
-        let mut t = 0usize;
-        let mut next = if chunks > 0 { load_dt_x(0) } else { ([0.0; UNROLL], [0.0; UNROLL]) };
-        for chunk in 0..chunks {
-            let (dtv, xv) = next;
-            let mut q = [0.0f32; UNROLL];
-            // One step at a time. After the last step's B and C (cache hits),
-            // the next chunk's dt and x (from memory) are loaded, so that waiting
-            // for B and C never waits for them, and their latency hides behind
-            // the next chunk's work.
-            crate::unroll!(k in 0..8 => {
-                let (bk, ck) = (row(bm, t + k), row(cm, t + k));
-                if k == UNROLL - 1 && chunk + 1 < chunks {
-                    next = load_dt_x(t + UNROLL);
+
+        // The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N
+        // consecutive values each, which the wave loads together (each lane
+        // N / 4 values of each, coalesced), one chunk ahead with dt and x, and
+        // stages as f32 in its own workgroup memory, `[2][UNROLL][N]`; each
+        // step then reads its 8 columns of B and of C from there in four
+        // 16-byte loads. Those waits (lgkmcnt) do not wait for the next
+        // chunk's loads from memory (vmcnt), so all of those stay in flight
+        // during the chunk's arithmetic. The masked instances take the one-step
+        // loop only.
+        let chunks = if MASKED { 0 } else { len / UNROLL };
+        let per_lane = UNROLL * n / wave::WAVE_SIZE as usize;
+        let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
+            .add(wave::wave_id() as usize * STAGED_FLOATS_PER_WAVE as usize);
+        let (bm_lane, cm_lane) = (bm.add(lane as usize), cm.add(lane as usize));
+        let load_stage = |t: usize| -> ([T; COLS], [T; COLS]) {
+            let first = wave::uniform_usize(bc_first + t * n);
+            let (mut bv, mut cv) = ([bm.read(); COLS], [cm.read(); COLS]);
+            crate::unroll!(m in 0..8 => {
+                if m < per_lane {
+                    bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
+                    cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
                 }
-                wave::schedule_fence();
-                q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &bk, &ck);
+            });
+            (bv, cv)
+        };
+        let store_stage = |(bv, cv): ([T; COLS], [T; COLS])| {
+            // Every lane has read the previous chunk's values.
+            wave::sync_lanes();
+            crate::unroll!(m in 0..8 => {
+                if m < per_lane {
+                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
+                    staged.add(e).write(bv[m].to_f32());
+                    staged.add(UNROLL * n + e).write(cv[m].to_f32());
+                }
+            });
+            wave::sync_lanes();
+        };
+        // Step k's 8 columns of B (or C, at `UNROLL * n`): 16-byte aligned, as
+        // col0 and n are multiples of 8.
+        let staged_row = |base: usize, k: usize| -> [f32; COLS] {
+            let p = staged.add(base + k * n + col0) as *const F32x4;
+            let (lo, hi) = (p.read().0, p.add(1).read().0);
+            [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+        };
+
+        let mut t = 0usize;
+        let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
+        if chunks > 0 {
+            next = load_dt_x(0);
+            store_stage(load_stage(0));
+        }
+        for chunk in 0..chunks {
+            let cur = next;
+            let more = chunk + 1 < chunks;
+            let mut next_stage = ([bm.read(); COLS], [cm.read(); COLS]);
+            if more {
+                next = load_dt_x(t + UNROLL);
+                next_stage = load_stage(t + UNROLL);
+            }
+            wave::schedule_fence();
+            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+            crate::unroll!(k in 0..8 => {
+                dtv[k] = cur.0[k].to_f32();
+                xv[k] = cur.1[k].to_f32();
+            });
+            let mut q = [0.0f32; UNROLL];
+            crate::unroll!(k in 0..8 => {
+                // Two steps' B and C at a time: the scheduler would otherwise
+                // read all 8 steps' first, which takes 128 registers.
+                if k % 2 == 0 && k > 0 {
+                    wave::schedule_fence();
+                }
+                q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
             });
             // The 8 totals, transposed: this lane stores 8 / LANES of the steps.
-            let (totals, x_kept, first_step) = channel_sums_8::<LANES>(q, xv, sub);
+            let mut xd = [0.0f32; UNROLL];
+            crate::unroll!(k in 0..8 => {
+                xd[k] = xv[k] * dsk;
+            });
+            let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
             if channel_ok {
                 crate::unroll!(i in 0..4 => {
                     if i < UNROLL / LANES as usize {
-                        y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + x_kept[i] * dsk));
+                        y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
                     }
                 });
+            }
+            if more {
+                store_stage(next_stage);
             }
             t += UNROLL;
         }

@@ -131,6 +131,18 @@ pub fn barrier() {
     arch::barrier()
 }
 
+/// Orders workgroup memory among the lanes of this wave: every lane's stores
+/// before it are visible to every lane of the wave after it, and no lane's
+/// loads after it are moved above it. For memory that only this wave uses (no
+/// workgroup barrier). On amdgpu a compiler fence: a wave's LDS operations
+/// execute in order (LLVM AMDGPU memory model: wavefront scope needs no
+/// wait). On nvptx `bar.warp.sync`, which orders memory among the warp. On the
+/// host a lockstep point of the wave's lanes. All lanes of the wave call it.
+#[inline(always)]
+pub fn sync_lanes() {
+    arch::sync_lanes()
+}
+
 /// Base of the workgroup memory sized at launch (`sharedMemBytes`). All calls
 /// return the same address; reading past the launch size is undefined.
 #[inline(always)]

@@ -74,6 +74,11 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
 }
 
 #[inline(always)]
+pub fn sync_lanes() {
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+}
+
+#[inline(always)]
 pub fn uniform_u64(v: u64) -> u64 {
     gcn::readfirstlane_u64(v)
 }

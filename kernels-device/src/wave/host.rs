@@ -38,6 +38,10 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
     emulator::exchange(v, Exchange::Index(LANE))
 }
 
+pub fn sync_lanes() {
+    emulator::exchange(0, Exchange::Index(0));
+}
+
 pub fn uniform_u64(v: u64) -> u64 {
     v
 }

@@ -66,6 +66,15 @@ pub fn broadcast<const LANE: u32>(v: u32) -> u32 {
 }
 
 #[inline(always)]
+pub fn sync_lanes() {
+    unsafe extern "C" {
+        #[link_name = "llvm.nvvm.bar.warp.sync"]
+        fn bar_warp_sync(mask: u32);
+    }
+    unsafe { bar_warp_sync(FULL) }
+}
+
+#[inline(always)]
 pub fn uniform_u64(v: u64) -> u64 {
     v
 }
