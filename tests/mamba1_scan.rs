@@ -2,12 +2,12 @@
 //! tolerance matrix, the bf16 comparison with the op-by-op graph, f16, awkward
 //! shapes (N, Dm, L not multiples of 8), the state carried across launches and
 //! updated in place, the launcher's refusals, and the negative control of the
-//! reduction (a fold that starts at 8 fails the N = 32 test).
+//! reduction (a channel sum over two of the four lanes fails the N = 32 test).
 //!
 //! Besides the contract's tolerances, every launch is compared with [`model`], a
 //! host model of the kernel's own operation order: bit for bit on the emulator
-//! (which runs the kernel's `exp_fast` as `num::exp`); within the contract's
-//! bounds on a GPU, where `exp_fast` is the hardware's exp2 approximation.
+//! (which runs the kernel's `exp2_fast(v)` as `num::exp(v * ln 2)`); within the contract's
+//! bounds on a GPU, where `exp2_fast` is the hardware's exp2 approximation.
 //!
 //! Every case is its own test per backend (and per dtype where the case is
 //! generic over it), named `case::backend[::dtype]`, through the harness of
@@ -19,7 +19,8 @@ use common::timing::median_of_timed;
 use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape, ScanUpload};
-use mlxcel_amdgpu::kernels_device::geometry::mamba1_scan::MAX_BATCH;
+use mlxcel_amdgpu::kernels_device::geometry::mamba1_scan::{MAX_BATCH, STATES_PER_LANE, lanes_per_channel};
+use mlxcel_amdgpu::kernels_device::num::consts::{LN2_HI, LOG2E};
 use mlxcel_amdgpu::kernels_device::num::exp;
 use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
 use mlxcel_amdgpu::reference::{self, metrics};
@@ -43,8 +44,8 @@ struct Outputs {
     y_bits: Vec<u32>,
     /// The final state (f32).
     state: Vec<f32>,
-    /// Whether it ran on the CPU emulator, whose `exp_fast` is `num::exp`, so
-    /// that it must match [`model`] bit for bit. On a GPU `exp_fast` is the
+    /// Whether it ran on the CPU emulator, whose `exp2_fast` is `num::exp` of `v ln 2`, so
+    /// that it must match [`model`] bit for bit. On a GPU `exp2_fast` is the
     /// hardware's exp2 approximation, and the match is within the contract.
     emulated: bool,
 }
@@ -103,50 +104,49 @@ fn run_kernel<T: Element>(dev: &Device, s: &ScanInputs, state: StateIn) -> Outpu
     }
 }
 
-/// The xor butterfly of the kernel's wave sum, starting at `first` (16 for the
-/// kernel's `wave_sum_f32`): `v[l] = v[l] + v[l ^ m]` for m = first, ..., 1.
-/// Returns lane 0's value, the one the kernel stores.
-fn butterfly(mut v: [f32; 32], first: usize) -> f32 {
-    let mut m = first;
-    while m >= 1 {
-        let prev = v;
-        for (l, e) in v.iter_mut().enumerate() {
-            *e = prev[l] + prev[l ^ m];
-        }
-        m /= 2;
-    }
-    v[0]
+/// How the model adds a step's lane sums over the lanes of a channel.
+#[derive(Clone, Copy)]
+enum ChannelSum {
+    /// The kernel's: `q0 + q1` with two lanes; `(q0 + q2) + (q1 + q3)` with four.
+    Kernel,
+    /// A broken sum that adds lanes 0 and 1 only, so that with four lanes it
+    /// misses state columns 16..31 (the negative control).
+    FirstTwoLanes,
 }
 
-/// Where the kernel's butterfly starts: at xor 16 over all 32 lanes when a wave
-/// carries one channel (N > 16), at xor 8 over a 16-lane half when it carries two.
-fn kernel_fold(n: usize) -> usize {
-    if n <= 16 { 8 } else { 16 }
-}
-
-/// The kernel's operation order on the host, with its wave sum starting at
-/// `fold` (16: the kernel; 8: a fold that misses lanes 16..31):
-/// `decay = exp(dt*A)`, `u = (dt*x)*B`, `s = fma(decay, s, u)`, `p = s*C` (+0.0
-/// on lanes >= N), `y = T(butterfly(p) + x*Dskip)`. Returns `(y, state_out)`.
-fn model(dtype: Dtype, s: &ScanInputs, fold: usize) -> (Vec<f32>, Vec<f32>) {
+/// The kernel's operation order on the host (kernels-device/src/mamba1_scan.rs):
+/// `a2 = A * log2 e` once per column; per step `decay = exp2_fast(dt * a2)` (on
+/// the host `exp((dt * a2) * ln 2)`), `u = (dt * x) * B`, `s = fma(decay, s,
+/// u)`; each lane's `q` is the chain `fma(s, C, q)` from `+0.0` over its eight
+/// columns below N in order; the lanes' `q` are added as `sum` says and `y =
+/// T(total + x * Dskip)`. Returns `(y, state_out)`.
+fn model(dtype: Dtype, s: &ScanInputs, sum: ChannelSum) -> (Vec<f32>, Vec<f32>) {
     let n = s.n;
+    let cols = STATES_PER_LANE as usize;
+    let lanes = lanes_per_channel(n as u32) as usize;
     s.scan_each(s.state_in.clone(), |d, row, st| {
         let (dt, x) = (s.dt[row * s.dm + d], s.x[row * s.dm + d]);
-        let mut p = [0.0f32; 32];
+        let dtx = dt * x;
+        let mut q = [0.0f32; 4];
         for k in 0..n {
-            let decay = exp(dt * s.a[d * n + k]);
-            let u = (dt * x) * s.bm[row * n + k];
-            st[k] = decay.mul_add(st[k], u);
-            p[k] = st[k] * s.cm[row * n + k];
+            let a2 = s.a[d * n + k] * LOG2E;
+            let decay = exp((dt * a2) * LN2_HI);
+            st[k] = decay.mul_add(st[k], dtx * s.bm[row * n + k]);
+            q[k / cols] = st[k].mul_add(s.cm[row * n + k], q[k / cols]);
         }
-        reference::round(dtype, butterfly(p, fold) + x * s.dskip[d])
+        let total = match (sum, lanes) {
+            (ChannelSum::Kernel, 2) => q[0] + q[1],
+            (ChannelSum::Kernel, _) => (q[0] + q[2]) + (q[1] + q[3]),
+            (ChannelSum::FirstTwoLanes, _) => q[0] + q[1],
+        };
+        reference::round(dtype, total + x * s.dskip[d])
     })
 }
 
 /// The kernel's outputs equal [`model`]'s: bit for bit on the emulator, within
 /// the contract's bounds on a GPU (see [`Outputs::emulated`]).
 fn assert_matches_model(dtype: Dtype, got: &Outputs, s: &ScanInputs, what: &str) {
-    let (y, state) = model(dtype, s, kernel_fold(s.n));
+    let (y, state) = model(dtype, s, ChannelSum::Kernel);
     if !got.emulated {
         // The GPU's exp2 approximation: within the contract's bounds of the model.
         let y_tol = match dtype {
@@ -373,29 +373,31 @@ fn nan_and_infinity_follow_the_model<T: Element>(dev: &Device) {
     assert!(reference::is_nan_bits(T::DTYPE, got.y_bits[3 * 9 + 2]), "{what}: NaN x must give a NaN y");
 }
 
-fn negative_control_a_fold_starting_at_8_fails_the_n32_test() {
-    // A wave sum that starts its butterfly at xor 8 adds only lanes 0..15: the
-    // kernel's y would miss state columns 16..31. Section 3's f32 comparison at
-    // N = 32 must reject it clearly, while the real order passes.
+fn negative_control_a_sum_over_two_of_four_lanes_fails_the_n32_test() {
+    // At N = 32 a channel takes four lanes of eight columns; a sum of lanes 0
+    // and 1 only would miss columns 16..31 of y. Section 3's f32 comparison
+    // must reject it clearly, while the real order passes.
     let mut worst_broken = f64::INFINITY;
     for len in [1, 7] {
         for carried in [false, true] {
             let s = ScanInputs::generate(Dtype::F32, 2, len, 24, 32, carried);
             let (y64, _) = scan_f64(&s);
-            let (y_good, _) = model(Dtype::F32, &s, kernel_fold(s.n));
-            let (y_broken, _) = model(Dtype::F32, &s, 8);
+            let (y_good, _) = model(Dtype::F32, &s, ChannelSum::Kernel);
+            let (y_broken, _) = model(Dtype::F32, &s, ChannelSum::FirstTwoLanes);
             let good = metrics::max_rel(&y_good, &y64);
             let broken = metrics::max_rel(&y_broken, &y64);
             assert!(good < F32_TOL, "the model itself must pass: {good:e}");
-            assert!(broken > 1e-2, "L={len} carried={carried}: a fold from 8 gives only {broken:e}");
+            assert!(broken > 1e-2, "L={len} carried={carried}: a sum over two lanes gives only {broken:e}");
             worst_broken = worst_broken.min(broken);
         }
     }
-    eprintln!("[mamba1_scan] negative control: a fold from 8 is off by at least {worst_broken:.3e} (bound 1e-5)");
+    eprintln!(
+        "[mamba1_scan] negative control: a sum over two of four lanes is off by at least {worst_broken:.3e} (bound 1e-5)"
+    );
     // And the kernel is not that broken model.
     let s = ScanInputs::generate(Dtype::F32, 2, 7, 24, 32, true);
     let got = run_kernel::<f32>(&Device::cpu(), &s, StateIn::Separate);
-    let (y_broken, _) = model(Dtype::F32, &s, 8);
+    let (y_broken, _) = model(Dtype::F32, &s, ChannelSum::FirstTwoLanes);
     assert!(metrics::max_rel(&got.y, &y_broken) > 1e-2);
 }
 
@@ -626,7 +628,7 @@ fn main() {
             in_place_state_equals_separate_buffers,
             nan_and_infinity_follow_the_model;
         single:
-            negative_control_a_fold_starting_at_8_fails_the_n32_test,
+            negative_control_a_sum_over_two_of_four_lanes_fails_the_n32_test,
             bad_shapes_are_refused_before_any_launch,
             null_and_misaligned_pointers_are_refused_and_named;
         cpu_per_dtype: y_overlapping_x_is_refused_naming_both;

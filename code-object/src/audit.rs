@@ -12,7 +12,9 @@
 //!   SGPR or VGPR spills;
 //! - the descriptor's floating-point modes are round to nearest even with
 //!   denormals kept (when its bytes are readable);
-//! - `.max_flat_workgroup_size` admits the largest workgroup any launcher uses
+//! - `.max_flat_workgroup_size` equals the kernel's launch bound where
+//!   `geometry::AMDGPU_LAUNCH_BOUNDS` gives one (the build wrote it), and
+//!   otherwise admits the largest workgroup any launcher uses
 //!   ([`launch::MAX_WORKGROUP_SIZE`]);
 //! - the explicit arguments are exactly those of [`KernelSpec::layout`]: the
 //!   same count, and each at the same offset, of the same size and kind
@@ -60,7 +62,7 @@ pub fn expected_kernel(spec: &KernelSpec) -> ExpectedKernel<'_> {
             pointer: p.kind == ArgKind::Ptr,
         })
         .collect();
-    ExpectedKernel { name: spec.name, args, max_workgroup_size: launch::MAX_WORKGROUP_SIZE }
+    ExpectedKernel { name: spec.name, args, max_workgroup_size: launch::max_workgroup_size(spec.name) }
 }
 
 /// Audits `object` for every kernel in `specs` (see the module documentation
@@ -121,6 +123,14 @@ impl CodeObject {
             }
             if k.vgpr_spill_count != 0 {
                 problem(format!("spills {} VGPRs", k.vgpr_spill_count));
+            }
+            if let Some(bound) = launch::amdgpu_launch_bound(exp.name)
+                && k.max_flat_workgroup_size != bound
+            {
+                problem(format!(
+                    ".max_flat_workgroup_size is {}, not its launch bound {bound} (geometry::AMDGPU_LAUNCH_BOUNDS)",
+                    k.max_flat_workgroup_size
+                ));
             }
             if k.max_flat_workgroup_size < exp.max_workgroup_size {
                 problem(format!(
@@ -266,6 +276,20 @@ mod tests {
                 "kernel `probe`: arg 1 (`n`): has no .name in the metadata (the AMD build passes -Zfewer-names=no to keep them)"
             ]
         );
+    }
+
+    #[test]
+    fn a_kernel_built_without_its_launch_bound_fails_the_audit() {
+        // testutil's metadata says 1024, LLVM's default; the bound is 64.
+        let (name, bound) = kernels_device::geometry::AMDGPU_LAUNCH_BOUNDS[0];
+        let k = kernel_map(name, "probe.kd", crate::testutil::probe_args());
+        let co = CodeObject::parse(&Elf::probe(encode(&metadata_with(vec![k]), false)).build()).unwrap();
+        let expected = ExpectedKernel { name, ..probe_expected().remove(0) };
+        let problems = co.audit(&[expected]).unwrap_err();
+        let want = format!(
+            "kernel `{name}`: .max_flat_workgroup_size is 1024, not its launch bound {bound} (geometry::AMDGPU_LAUNCH_BOUNDS)"
+        );
+        assert!(problems.contains(&want), "{problems:?}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{CodeObject, audit_against_kernels};
+use kernels_device::geometry::AMDGPU_LAUNCH_BOUNDS;
 
 /// Keeps the IR value names rustc otherwise drops, so that the metadata of
 /// every kernel argument carries its `.name` and the audit can check the names
@@ -232,12 +233,84 @@ impl Toolchain {
         if let Some(f) = features {
             cmd.args(["--features", f]);
         }
+        // The device crate's own rustc also writes the linked, optimized module as
+        // bitcode, the input of the launch-bounds step, with the order of each
+        // value's uses as rustc's code generation saw it (the order changes
+        // register allocation).
+        cmd.args(["--", "--emit=link,llvm-bc", "-Cllvm-args=-preserve-bc-uselistorder"]);
         let artifacts = run_cargo(cmd, &format!("amdgcn-amd-amdhsa ({cpu})"))?;
-        artifacts
+        let elf = artifacts
             .iter()
             .find(|p| p.extension().is_some_and(|e| e == "elf"))
             .cloned()
-            .ok_or_else(|| format!("cargo built no .elf code object for {cpu}"))
+            .ok_or_else(|| format!("cargo built no .elf code object for {cpu}"))?;
+        if AMDGPU_LAUNCH_BOUNDS.is_empty() {
+            return Ok(elf);
+        }
+        self.with_amdgpu_launch_bounds(&elf, cpu)
+    }
+
+    /// The code object of `elf` generated again from rustc's bitcode of it with
+    /// `amdgpu-flat-work-group-size` on the kernels that
+    /// [`AMDGPU_LAUNCH_BOUNDS`] names: rustc has no way to state it, and without
+    /// it LLVM budgets every kernel's registers for 1024-thread workgroups
+    /// (128 VGPRs on gfx11-generic). The bitcode is rustc's module after its
+    /// optimizations; `llc` and `rust-lld` finish it with rustc's options, so
+    /// that without the attribute the result is rustc's code object byte for
+    /// byte (checked on nightly-2026-05-20 for gfx11-generic; the one
+    /// difference the step makes is the attribute).
+    fn with_amdgpu_launch_bounds(&self, elf: &Path, cpu: &str) -> Result<PathBuf, String> {
+        for tool in ["llvm-dis", "llc", "rust-lld"] {
+            if !self.llvm_bin.join(tool).exists() {
+                return Err(format!(
+                    "{tool} is missing from {} (needed for the AMD launch bounds).\n\
+                     Install it with: rustup component add llvm-tools",
+                    self.llvm_bin.display()
+                ));
+            }
+        }
+        let deps = elf.parent().map(|d| d.join("deps")).ok_or_else(|| format!("{} has no directory", elf.display()))?;
+        let stem = elf.file_stem().and_then(|s| s.to_str()).unwrap_or("kernels_device");
+        let bitcode = deps.join(format!("{stem}.bc"));
+        if !bitcode.exists() {
+            return Err(format!(
+                "rustc wrote no bitcode {} next to the code object {}; remove {} and build again",
+                bitcode.display(),
+                elf.display(),
+                deps.display()
+            ));
+        }
+        let work = deps.join("launch-bounds");
+        fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        let text = work.join(format!("{stem}.ll"));
+        run_tool(
+            Command::new(self.llvm_bin.join("llvm-dis"))
+                .arg("--preserve-ll-uselistorder")
+                .arg(&bitcode)
+                .arg("-o")
+                .arg(&text),
+        )?;
+        let ir = fs::read_to_string(&text).map_err(|e| format!("cannot read {}: {e}", text.display()))?;
+        let bounded = work.join(format!("{stem}.bounded.ll"));
+        fs::write(&bounded, with_flat_work_group_sizes(&ir)?).map_err(|e| e.to_string())?;
+        let object = work.join(format!("{stem}.o"));
+        run_tool(
+            Command::new(self.llvm_bin.join("llc"))
+                .args(["-mtriple=amdgcn-amd-amdhsa", &format!("-mcpu={cpu}"), "-O3", "-filetype=obj"])
+                .args(["-relocation-model=pic", "-function-sections", "-data-sections"])
+                .arg(&bounded)
+                .arg("-o")
+                .arg(&object),
+        )?;
+        let linked = work.join(format!("{stem}.elf"));
+        run_tool(
+            Command::new(self.llvm_bin.join("rust-lld"))
+                .args(["-flavor", "gnu", "-shared", "--gc-sections", "-O1", "--strip-debug", "-z", "noexecstack"])
+                .arg(&object)
+                .arg("-o")
+                .arg(&linked),
+        )?;
+        Ok(linked)
     }
 
     fn build_ptx(&self, manifest: &Path, gpu_dir: &Path, out_dir: &Path) -> Result<PathBuf, String> {
@@ -315,6 +388,40 @@ impl Toolchain {
         fs::write(&ptx, with_launch_bounds(&text)?).map_err(|e| e.to_string())?;
         Ok(ptx)
     }
+}
+
+/// LLVM IR text with `"amdgpu-flat-work-group-size"="1,<size>"` among the
+/// function attributes of every kernel [`AMDGPU_LAUNCH_BOUNDS`] names. Each must
+/// be defined exactly once, and the IR must not state the attribute already.
+fn with_flat_work_group_sizes(ir: &str) -> Result<String, String> {
+    const ATTRIBUTE: &str = "amdgpu-flat-work-group-size";
+    if ir.contains(ATTRIBUTE) {
+        return Err(format!(
+            "the kernels' LLVM IR already states {ATTRIBUTE}; the launch-bounds step would contradict it"
+        ));
+    }
+    let mut lines: Vec<String> = ir.lines().map(str::to_string).collect();
+    for &(kernel, size) in AMDGPU_LAUNCH_BOUNDS {
+        if size == 0 || size % kernels_device::geometry::WAVE_SIZE != 0 || size > 1024 {
+            return Err(format!("the launch bound of {kernel} is {size}: expected whole waves, at most 1024 threads"));
+        }
+        let head = format!("define amdgpu_kernel void @{kernel}(");
+        let found: Vec<usize> =
+            lines.iter().enumerate().filter(|(_, l)| l.starts_with(&head)).map(|(i, _)| i).collect();
+        let [at] = found[..] else {
+            return Err(format!("the kernels' LLVM IR defines {kernel} {} times, expected once", found.len()));
+        };
+        let Some(signature) = lines[at].strip_suffix(" {") else {
+            return Err(format!(
+                "the definition of {kernel} does not end its line with its body's `{{`: {}",
+                lines[at]
+            ));
+        };
+        lines[at] = format!("{signature} \"{ATTRIBUTE}\"=\"1,{size}\" {{");
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    Ok(out)
 }
 
 /// A PTX line without its indentation and predicate guard (`@%p1 call ...`).

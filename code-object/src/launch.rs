@@ -4,7 +4,7 @@
 //! which the code object's metadata cannot show (its `.group_segment_fixed_size`
 //! counts static LDS only, and these kernels have none).
 
-use kernels_device::geometry::{add3_layer_norm, mamba1_scan, moe, probe, xielu};
+use kernels_device::geometry::{AMDGPU_LAUNCH_BOUNDS, add3_layer_norm, mamba1_scan, moe, probe, xielu};
 
 /// Every workgroup size a launcher uses.
 pub const LAUNCH_WORKGROUP_SIZES: &[u32] = &[
@@ -20,6 +20,18 @@ pub const LAUNCH_WORKGROUP_SIZES: &[u32] = &[
 /// The largest workgroup any launcher uses: every kernel's
 /// `.max_flat_workgroup_size` must be at least this.
 pub const MAX_WORKGROUP_SIZE: u32 = max(LAUNCH_WORKGROUP_SIZES);
+
+/// The bound [`AMDGPU_LAUNCH_BOUNDS`] gives `kernel`, which its code object's
+/// `.max_flat_workgroup_size` must equal, if it names the kernel.
+pub fn amdgpu_launch_bound(kernel: &str) -> Option<u32> {
+    AMDGPU_LAUNCH_BOUNDS.iter().find(|(name, _)| *name == kernel).map(|&(_, size)| size)
+}
+
+/// The largest workgroup `kernel` is launched with: its launch bound, else
+/// [`MAX_WORKGROUP_SIZE`].
+pub fn max_workgroup_size(kernel: &str) -> u32 {
+    amdgpu_launch_bound(kernel).unwrap_or(MAX_WORKGROUP_SIZE)
+}
 
 const fn max(values: &[u32]) -> u32 {
     let mut m = 0;
@@ -101,6 +113,9 @@ mod tests {
         assert_eq!(workgroup_mem("moe_down_bf16"), LaunchMem::UpTo(moe::workgroup_mem_bytes(moe::MAX_COLS, 8)));
         assert_eq!(workgroup_mem("probe_extra"), LaunchMem::None);
         assert_eq!(MAX_WORKGROUP_SIZE, xielu::TABLE_WORKGROUP_SIZE.max(256));
+        assert_eq!(max_workgroup_size("mamba1_scan_bf16"), mamba1_scan::WORKGROUP_SIZE);
+        assert_eq!(amdgpu_launch_bound("xielu_f16"), None);
+        assert_eq!(max_workgroup_size("xielu_f16"), MAX_WORKGROUP_SIZE);
         // Within the 64 KiB an RDNA workgroup may have.
         const { assert!(MOE_MAX_WORKGROUP_MEM <= 65536) };
     }

@@ -8,7 +8,9 @@
 //! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
 //! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
 
-use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE, channels_per_workgroup};
+use kernels_device::geometry::mamba1_scan::{
+    MAX_BATCH, MAX_N, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE, channels_per_workgroup,
+};
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 

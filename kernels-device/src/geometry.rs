@@ -131,6 +131,18 @@ pub mod add3_layer_norm {
     pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT: u32 = 8;
 }
 
+/// Launch bounds of AMD code objects: (symbol, the most threads a workgroup of
+/// it is launched with). The build writes each as the kernel's
+/// `amdgpu-flat-work-group-size` (`1,size`), so the code object's
+/// `.max_flat_workgroup_size` says it and HIP refuses a larger launch. Without
+/// it LLVM budgets registers for 1024-thread workgroups: 128 VGPRs a lane on
+/// gfx11-generic, where mamba1_scan's eight state columns a lane need about 180.
+pub const AMDGPU_LAUNCH_BOUNDS: &[(&str, u32)] = &[
+    ("mamba1_scan_f32", mamba1_scan::WORKGROUP_SIZE),
+    ("mamba1_scan_f16", mamba1_scan::WORKGROUP_SIZE),
+    ("mamba1_scan_bf16", mamba1_scan::WORKGROUP_SIZE),
+];
+
 /// Launch bounds written into the PTX (`.maxntid`, `.minnctapersm`) for the
 /// named kernels: (symbol, workgroup size, workgroups per SM). They bound the
 /// registers ptxas may give each thread; AMD code objects are not affected.

@@ -251,6 +251,26 @@ fn ds_2addr_b32_loads_and_stores_two_dwords() {
     assert_eq!(word(16 * 9), 0, "bytes between the two dwords untouched");
 }
 
+/// The stride64 forms: dwords at ADDR + 256 * OFFSET0 and ADDR + 256 * OFFSET1.
+#[test]
+fn ds_2addr_stride64_b32_loads_and_stores_two_dwords_64_dwords_apart() {
+    let mut r = Run::new();
+    r.lanes(1, |l| 4 * l as u32);
+    r.lanes(2, |l| 100 + l as u32);
+    r.lanes(3, |l| 200 + l as u32);
+    // ds_store_2addr_stride64_b32 v1, v2, v3 offset0:1 offset1:3;
+    // ds_load_2addr_stride64_b32 v[6:7], v1 offset0:3 offset1:1.
+    let [a, b] = ds("ds_store_2addr_stride64_b32", 0, 1, 2, 1 | 3 << 8);
+    let [c, d] = ds("ds_load_2addr_stride64_b32", 6, 1, 0, 3 | 1 << 8);
+    r.ok(&[a, b | 3 << 16, c, d]);
+    let word = |at: usize| u32::from_le_bytes(r.lds[at..at + 4].try_into().unwrap());
+    for l in [0usize, 9, 31] {
+        assert_eq!((word(256 + 4 * l), word(768 + 4 * l)), (100 + l as u32, 200 + l as u32), "lane {l}");
+        assert_eq!((r.w.v[6][l], r.w.v[7][l]), (200 + l as u32, 100 + l as u32), "lane {l}");
+    }
+    assert_eq!(word(512), 0, "the 64 dwords between the two untouched");
+}
+
 #[test]
 fn compares_write_vcc_and_exec_with_inactive_lanes_zero() {
     let mut r = Run::new();

@@ -187,7 +187,7 @@ pub(super) fn load_dest(inst: &Inst) -> Option<(Ctr, bool, usize, usize)> {
         }
         Enc::Ds => {
             let n = match name {
-                "ds_load_b64" | "ds_load_2addr_b32" => 2,
+                "ds_load_b64" | "ds_load_2addr_b32" | "ds_load_2addr_stride64_b32" => 2,
                 "ds_load_b96" => 3,
                 "ds_load_b128" => 4,
                 n if n.starts_with("ds_load_") || n == "ds_bpermute_b32" || n == "ds_permute_b32" => 1,

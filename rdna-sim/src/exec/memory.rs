@@ -134,20 +134,25 @@ impl Wave {
                     }
                 }
                 // Two dwords at ADDR + OFFSET0 * 4 and ADDR + OFFSET1 * 4 (the
-                // 8-bit offsets of the word's low 16 bits); the store's second
-                // dword comes from DATA1.
-                "ds_load_2addr_b32" | "ds_store_2addr_b32" => {
+                // 8-bit offsets of the word's low 16 bits), or in units of 64
+                // dwords for the stride64 forms; the store's second dword comes
+                // from DATA1.
+                "ds_load_2addr_b32"
+                | "ds_store_2addr_b32"
+                | "ds_load_2addr_stride64_b32"
+                | "ds_store_2addr_stride64_b32" => {
                     let base = self.v[addr_r][lane] as usize;
                     let d1 = bits(w1, 23, 16) as usize;
+                    let unit = if name.contains("stride64") { 4 * 64 } else { 4 };
                     for (i, off) in [bits(w0, 7, 0), bits(w0, 15, 8)].into_iter().enumerate() {
-                        let a = base + 4 * off as usize;
+                        let a = base + unit * off as usize;
                         if a + 4 > lds_len {
                             return Err(Fault::lane(
                                 lane,
                                 format!("4-byte LDS access at {a:#x} past the workgroup's {lds_len} bytes"),
                             ));
                         }
-                        let store = name == "ds_store_2addr_b32";
+                        let store = name.starts_with("ds_store");
                         if let Some(t) = env.race.as_deref_mut() {
                             t.lds(lane, a, 4, store);
                         }
