@@ -220,7 +220,14 @@ mod tests {
         let hidden = end.next_multiple_of(8) as u64;
         args.push(arg(hidden, 4, "hidden_block_count_x"));
         let symbol: &'static str = format!("{}.kd", spec.name).leak();
-        let mut elf = Elf::probe(encode(&metadata_with(vec![kernel_map(spec.name, symbol, args)]), false));
+        let mut kernel = kernel_map(spec.name, symbol, args);
+        // What the build gives it: its launch bound, else LLVM's default of 1024.
+        for (key, v) in kernel.iter_mut() {
+            if *key == ".max_flat_workgroup_size" {
+                *v = Mp::U(u64::from(launch::amdgpu_launch_bound(spec.name).unwrap_or(1024)));
+            }
+        }
+        let mut elf = Elf::probe(encode(&metadata_with(vec![kernel]), false));
         elf.symbols = vec![(spec.name, elf::STT_FUNC, 756), (symbol, elf::STT_OBJECT, 64)];
         CodeObject::parse(&elf.build()).unwrap()
     }

@@ -291,8 +291,12 @@ impl Toolchain {
                 .arg(&text),
         )?;
         let ir = fs::read_to_string(&text).map_err(|e| format!("cannot read {}: {e}", text.display()))?;
+        // A test object may hold none of the bounded kernels: it stays rustc's.
+        let Some(bounded_ir) = with_flat_work_group_sizes(&ir)? else {
+            return Ok(elf.to_path_buf());
+        };
         let bounded = work.join(format!("{stem}.bounded.ll"));
-        fs::write(&bounded, with_flat_work_group_sizes(&ir)?).map_err(|e| e.to_string())?;
+        fs::write(&bounded, bounded_ir).map_err(|e| e.to_string())?;
         let object = work.join(format!("{stem}.o"));
         run_tool(
             Command::new(self.llvm_bin.join("llc"))
@@ -391,9 +395,11 @@ impl Toolchain {
 }
 
 /// LLVM IR text with `"amdgpu-flat-work-group-size"="1,<size>"` among the
-/// function attributes of every kernel [`AMDGPU_LAUNCH_BOUNDS`] names. Each must
-/// be defined exactly once, and the IR must not state the attribute already.
-fn with_flat_work_group_sizes(ir: &str) -> Result<String, String> {
+/// function attributes of every kernel [`AMDGPU_LAUNCH_BOUNDS`] names that the
+/// IR defines (each at most once), or `None` if it defines none of them. The IR
+/// must not state the attribute already. (The audit checks that every shipped
+/// kernel has its bound.)
+fn with_flat_work_group_sizes(ir: &str) -> Result<Option<String>, String> {
     const ATTRIBUTE: &str = "amdgpu-flat-work-group-size";
     if ir.contains(ATTRIBUTE) {
         return Err(format!(
@@ -401,6 +407,7 @@ fn with_flat_work_group_sizes(ir: &str) -> Result<String, String> {
         ));
     }
     let mut lines: Vec<String> = ir.lines().map(str::to_string).collect();
+    let mut applied = 0;
     for &(kernel, size) in AMDGPU_LAUNCH_BOUNDS {
         if size == 0 || size % kernels_device::geometry::WAVE_SIZE != 0 || size > 1024 {
             return Err(format!("the launch bound of {kernel} is {size}: expected whole waves, at most 1024 threads"));
@@ -408,9 +415,12 @@ fn with_flat_work_group_sizes(ir: &str) -> Result<String, String> {
         let head = format!("define amdgpu_kernel void @{kernel}(");
         let found: Vec<usize> =
             lines.iter().enumerate().filter(|(_, l)| l.starts_with(&head)).map(|(i, _)| i).collect();
-        let [at] = found[..] else {
-            return Err(format!("the kernels' LLVM IR defines {kernel} {} times, expected once", found.len()));
+        let at = match found[..] {
+            [] => continue,
+            [at] => at,
+            _ => return Err(format!("the kernels' LLVM IR defines {kernel} {} times, expected once", found.len())),
         };
+        applied += 1;
         let Some(signature) = lines[at].strip_suffix(" {") else {
             return Err(format!(
                 "the definition of {kernel} does not end its line with its body's `{{`: {}",
@@ -419,9 +429,12 @@ fn with_flat_work_group_sizes(ir: &str) -> Result<String, String> {
         };
         lines[at] = format!("{signature} \"{ATTRIBUTE}\"=\"1,{size}\" {{");
     }
+    if applied == 0 {
+        return Ok(None);
+    }
     let mut out = lines.join("\n");
     out.push('\n');
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// A PTX line without its indentation and predicate guard (`@%p1 call ...`).
@@ -516,6 +529,28 @@ fn capture(cmd: &mut Command) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launch_bounds_go_on_the_named_kernels_only() {
+        let (kernel, size) = AMDGPU_LAUNCH_BOUNDS[0];
+        let ir = format!(
+            "define amdgpu_kernel void @{kernel}(ptr %x) unnamed_addr #0 {{\n  ret void\n}}\n\
+             define amdgpu_kernel void @other(ptr %x) unnamed_addr #0 {{\n  ret void\n}}\n"
+        );
+        let out = with_flat_work_group_sizes(&ir).unwrap().unwrap();
+        let want = format!(
+            "define amdgpu_kernel void @{kernel}(ptr %x) unnamed_addr #0 \"amdgpu-flat-work-group-size\"=\"1,{size}\" {{"
+        );
+        assert_eq!(out.lines().next(), Some(want.as_str()));
+        assert!(out.contains("define amdgpu_kernel void @other(ptr %x) unnamed_addr #0 {\n"));
+        // None of them defined (a test object): nothing to do.
+        assert_eq!(with_flat_work_group_sizes("define amdgpu_kernel void @other() #0 {\n}\n"), Ok(None));
+        // Twice, or the attribute already there: refused.
+        let twice = format!("{ir}{ir}");
+        assert!(with_flat_work_group_sizes(&twice).unwrap_err().contains("2 times"));
+        let stated = ir.replace("#0 {", "#0 \"amdgpu-flat-work-group-size\"=\"1,256\" {");
+        assert!(with_flat_work_group_sizes(&stated).unwrap_err().contains("already states"));
+    }
 
     #[test]
     fn target_lists() {

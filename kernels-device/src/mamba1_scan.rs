@@ -357,7 +357,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(
             crate::unroll!(k in 0..8 => {
                 // Two steps' B and C at a time: the scheduler would otherwise
                 // read all 8 steps' first, which takes 128 registers.
-                if k % 2 == 0 && k > 0 {
+                if k.is_multiple_of(2) && k > 0 {
                     wave::schedule_fence();
                 }
                 q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
