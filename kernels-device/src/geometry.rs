@@ -164,8 +164,8 @@ pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
 /// `mamba1_scan`: a channel's state columns over [`lanes_per_channel`](mamba1_scan::lanes_per_channel)
 /// adjacent lanes, [`STATES_PER_LANE`](mamba1_scan::STATES_PER_LANE) columns in each lane's registers.
 pub mod mamba1_scan {
-    /// Waves per workgroup (no workgroup memory and no barrier: small workgroups
-    /// spread a short grid over more compute units).
+    /// Waves per workgroup (each wave stages its own B and C, so there is no
+    /// barrier: small workgroups spread a short grid over more compute units).
     pub const WAVES_PER_WORKGROUP: u32 = 2;
     /// Threads per workgroup.
     pub const WORKGROUP_SIZE: u32 = WAVES_PER_WORKGROUP * super::WAVE_SIZE;

@@ -161,9 +161,10 @@ fn channel_sums_8<const LANES: u32>(q: [f32; UNROLL], xs: [f32; UNROLL], sub: u3
 /// `dskip [dm]`, `state_in, state_out [batch, dm, n]` (f32, may be the same
 /// buffer), `y [batch, len, dm]`; every pointer aligned to its element type.
 /// Launched with [`crate::geometry::mamba1_scan::WORKGROUP_SIZE`] threads per
-/// workgroup, grid `[ceil(dm / channels_per_workgroup(n)), batch, 1]`, no
-/// workgroup memory. Arguments out of range (`n` outside 1..=32, `len = 0`) make
-/// every wave leave at once; the host launcher refuses them before that.
+/// workgroup, grid `[ceil(dm / channels_per_workgroup(n)), batch, 1]`, and
+/// [`crate::geometry::mamba1_scan::WORKGROUP_MEM_BYTES`] of workgroup memory.
+/// Arguments out of range (`n` outside 1..=32, `len = 0`) make every wave
+/// leave at once; the host launcher refuses them before that.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn mamba1_scan<T: Elem>(
@@ -181,23 +182,22 @@ pub unsafe fn mamba1_scan<T: Elem>(
     dm: u32,
     n: u32,
 ) {
+    let p = Scan { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n };
     // Four instances, so that every choice that depends on N's class is made at
     // compile time.
     unsafe {
         match (lanes_per_channel(n), n == lanes_per_channel(n) * STATES_PER_LANE) {
-            (2, true) => scan::<T, 2, false>(x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n),
-            (2, false) => scan::<T, 2, true>(x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n),
-            (_, true) => scan::<T, 4, false>(x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n),
-            (_, false) => scan::<T, 4, true>(x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n),
+            (2, true) => scan::<T, 2, false>(p),
+            (2, false) => scan::<T, 2, true>(p),
+            (_, true) => scan::<T, 4, false>(p),
+            (_, false) => scan::<T, 4, true>(p),
         }
     }
 }
 
-/// [`mamba1_scan`] with `LANES` lanes per channel; `MASKED`: some of the
-/// lanes' columns are past N.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(
+/// The arguments of one launch, as [`mamba1_scan`] takes them.
+#[derive(Clone, Copy)]
+struct Scan<T> {
     x: *const T,
     dt: *const T,
     bm: *const T,
@@ -211,7 +211,13 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(
     len: u32,
     dm: u32,
     n: u32,
-) {
+}
+
+/// [`mamba1_scan`] with `LANES` lanes per channel; `MASKED`: some of the
+/// lanes' columns are past N.
+#[inline(always)]
+unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
+    let Scan { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n } = p;
     let b = wave::workgroup_id_y();
     let per_wave = wave::WAVE_SIZE / LANES;
     let wave_first =

@@ -232,43 +232,39 @@ fn ds_bpermute_reads_zero_from_inactive_lanes_and_lds_round_trips() {
     assert_eq!(u32::from_le_bytes(r.lds[16 + 36..16 + 40].try_into().unwrap()), 509);
 }
 
-/// The two-address forms: dwords at ADDR + 4 * OFFSET0 and ADDR + 4 * OFFSET1.
-#[test]
-fn ds_2addr_b32_loads_and_stores_two_dwords() {
+/// `ds_store_2addr<form>_b32 v1, v2, v3 offset0:1 offset1:3`, then
+/// `ds_load_2addr<form>_b32 v[6:7], v1 offset0:3 offset1:1`, with lane `l`'s
+/// address `lane_stride * l`: the dwords sit at ADDR + `unit` * OFFSET.
+/// Returns the LDS for the caller's check of the bytes between.
+fn ds_2addr_round_trip(form: &str, unit: usize, lane_stride: usize) -> Vec<u8> {
     let mut r = Run::new();
-    r.lanes(1, |l| 16 * l as u32);
+    r.lanes(1, |l| (lane_stride * l) as u32);
     r.lanes(2, |l| 100 + l as u32);
     r.lanes(3, |l| 200 + l as u32);
-    // ds_store_2addr_b32 v1, v2, v3 offset0:1 offset1:3; ds_load_2addr_b32 v[6:7], v1 offset0:3 offset1:1.
-    let [a, b] = ds("ds_store_2addr_b32", 0, 1, 2, 1 | 3 << 8);
-    let [c, d] = ds("ds_load_2addr_b32", 6, 1, 0, 3 | 1 << 8);
+    let [a, b] = ds(&format!("ds_store_2addr{form}_b32"), 0, 1, 2, 1 | 3 << 8);
+    let [c, d] = ds(&format!("ds_load_2addr{form}_b32"), 6, 1, 0, 3 | 1 << 8);
     r.ok(&[a, b | 3 << 16, c, d]);
     let word = |at: usize| u32::from_le_bytes(r.lds[at..at + 4].try_into().unwrap());
     for l in [0usize, 9, 31] {
-        assert_eq!((word(16 * l + 4), word(16 * l + 12)), (100 + l as u32, 200 + l as u32), "lane {l}");
-        assert_eq!((r.w.v[6][l], r.w.v[7][l]), (200 + l as u32, 100 + l as u32), "lane {l}");
+        let base = lane_stride * l;
+        assert_eq!((word(base + unit), word(base + 3 * unit)), (100 + l as u32, 200 + l as u32), "{form} lane {l}");
+        assert_eq!((r.w.v[6][l], r.w.v[7][l]), (200 + l as u32, 100 + l as u32), "{form} lane {l}");
     }
-    assert_eq!(word(16 * 9), 0, "bytes between the two dwords untouched");
+    r.lds
+}
+
+/// The two-address forms: dwords at ADDR + 4 * OFFSET0 and ADDR + 4 * OFFSET1.
+#[test]
+fn ds_2addr_b32_loads_and_stores_two_dwords() {
+    let lds = ds_2addr_round_trip("", 4, 16);
+    assert_eq!(lds[16 * 9..16 * 9 + 4], [0; 4], "bytes between the two dwords untouched");
 }
 
 /// The stride64 forms: dwords at ADDR + 256 * OFFSET0 and ADDR + 256 * OFFSET1.
 #[test]
 fn ds_2addr_stride64_b32_loads_and_stores_two_dwords_64_dwords_apart() {
-    let mut r = Run::new();
-    r.lanes(1, |l| 4 * l as u32);
-    r.lanes(2, |l| 100 + l as u32);
-    r.lanes(3, |l| 200 + l as u32);
-    // ds_store_2addr_stride64_b32 v1, v2, v3 offset0:1 offset1:3;
-    // ds_load_2addr_stride64_b32 v[6:7], v1 offset0:3 offset1:1.
-    let [a, b] = ds("ds_store_2addr_stride64_b32", 0, 1, 2, 1 | 3 << 8);
-    let [c, d] = ds("ds_load_2addr_stride64_b32", 6, 1, 0, 3 | 1 << 8);
-    r.ok(&[a, b | 3 << 16, c, d]);
-    let word = |at: usize| u32::from_le_bytes(r.lds[at..at + 4].try_into().unwrap());
-    for l in [0usize, 9, 31] {
-        assert_eq!((word(256 + 4 * l), word(768 + 4 * l)), (100 + l as u32, 200 + l as u32), "lane {l}");
-        assert_eq!((r.w.v[6][l], r.w.v[7][l]), (200 + l as u32, 100 + l as u32), "lane {l}");
-    }
-    assert_eq!(word(512), 0, "the 64 dwords between the two untouched");
+    let lds = ds_2addr_round_trip("_stride64", 256, 4);
+    assert_eq!(lds[512..516], [0; 4], "the 64 dwords between the two untouched");
 }
 
 #[test]
