@@ -260,15 +260,7 @@ impl Toolchain {
     /// byte (checked on nightly-2026-05-20 for gfx11-generic; the one
     /// difference the step makes is the attribute).
     fn with_amdgpu_launch_bounds(&self, elf: &Path, cpu: &str) -> Result<PathBuf, String> {
-        for tool in ["llvm-dis", "llc", "rust-lld"] {
-            if !self.llvm_bin.join(tool).exists() {
-                return Err(format!(
-                    "{tool} is missing from {} (needed for the AMD launch bounds).\n\
-                     Install it with: rustup component add llvm-tools",
-                    self.llvm_bin.display()
-                ));
-            }
-        }
+        self.require_tools(&["llvm-dis", "llc", "rust-lld"], "for the AMD launch bounds")?;
         let deps = elf.parent().map(|d| d.join("deps")).ok_or_else(|| format!("{} has no directory", elf.display()))?;
         let stem = elf.file_stem().and_then(|s| s.to_str()).unwrap_or("kernels_device");
         let bitcode = deps.join(format!("{stem}.bc"));
@@ -317,16 +309,21 @@ impl Toolchain {
         Ok(linked)
     }
 
-    fn build_ptx(&self, manifest: &Path, gpu_dir: &Path, out_dir: &Path) -> Result<PathBuf, String> {
-        for tool in ["llvm-link", "opt", "llc", "llvm-ar"] {
-            if !self.llvm_bin.join(tool).exists() {
-                return Err(format!(
-                    "{tool} is missing from {} (needed to link the PTX).\n\
-                     Install it with: rustup component add llvm-tools",
-                    self.llvm_bin.display()
-                ));
-            }
+    /// An error naming the first of `tools` missing from the `llvm-tools`
+    /// component, and what it is `needed` for.
+    fn require_tools(&self, tools: &[&str], needed: &str) -> Result<(), String> {
+        match tools.iter().find(|tool| !self.llvm_bin.join(tool).exists()) {
+            Some(tool) => Err(format!(
+                "{tool} is missing from {} (needed {needed}).\n\
+                 Install it with: rustup component add llvm-tools",
+                self.llvm_bin.display()
+            )),
+            None => Ok(()),
         }
+    }
+
+    fn build_ptx(&self, manifest: &Path, gpu_dir: &Path, out_dir: &Path) -> Result<PathBuf, String> {
+        self.require_tools(&["llvm-link", "opt", "llc", "llvm-ar"], "to link the PTX")?;
         let cpu_flag = format!("-Ctarget-cpu={PTX_ARCH}");
         let mut cmd = self.cargo(&gpu_dir.join(PTX_ARCH), &[&cpu_flag, "-Clinker-plugin-lto"]);
         cmd.arg("--manifest-path").arg(manifest).args(["--target", "nvptx64-nvidia-cuda", "--crate-type", "rlib"]);
