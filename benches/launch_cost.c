@@ -2,7 +2,8 @@
 // xielu (bf16, n = 21504, one Apertus decode token) and add3_layer_norm (bf16, one row of 4096)
 // against a bare cuLaunchKernel of an empty kernel, and of the same xielu kernel loaded from the
 // library's PTX with the arguments the C ABI passes (its output is checked equal to the C ABI's),
-// all on the default stream.
+// all on the default stream; and that by-hand launch after cuCtxSetCurrent, as the library makes
+// its context current before every launch.
 //
 // Host cost is the wall time of a batch of calls that return before the GPU finishes them (128
 // calls, well below the driver's launch queue, so no call waits for the GPU), divided by the
@@ -90,6 +91,7 @@ struct BareXielu {
     CUfunction f;
     struct Xielu *a;
     unsigned smem;
+    CUcontext ctx;
 };
 
 static void bare_xielu(void *ctx) {
@@ -98,6 +100,14 @@ static void bare_xielu(void *ctx) {
     void *args[] = {&b->a->x, &b->a->out, &b->a->n, &ap, &an, &be, &ep};
     unsigned groups = (unsigned)((b->a->n + 2047) / 2048);
     check_cu(cuLaunchKernel(b->f, groups, 1, 1, 256, 1, 1, b->smem, NULL, args, NULL), "cuLaunchKernel xielu_bf16");
+}
+
+// The same, after making the context current as the library does before every
+// launch (the C ABI may be called from any thread, with any context current).
+static void bare_xielu_set_current(void *ctx) {
+    struct BareXielu *b = ctx;
+    check_cu(cuCtxSetCurrent(b->ctx), "cuCtxSetCurrent");
+    bare_xielu(ctx);
 }
 
 static void xielu_call(void *ctx) {
@@ -151,7 +161,7 @@ int main(int argc, char **argv) {
 
     struct Xielu xa = {filled(21504 * 2, 0x3c), filled(21504 * 2, 0), 21504};
     CUmodule kernels;
-    struct BareXielu bx = {NULL, &xa, (unsigned)atoi(argv[3])};
+    struct BareXielu bx = {NULL, &xa, (unsigned)atoi(argv[3]), ctx};
     check_cu(cuModuleLoad(&kernels, argv[2]), "cuModuleLoad kernels");
     check_cu(cuModuleGetFunction(&bx.f, kernels, "xielu_bf16"), "cuModuleGetFunction xielu_bf16");
     // The by-hand launch computes what the C ABI's does.
@@ -173,6 +183,7 @@ int main(int argc, char **argv) {
     for (int round = 0; round < 2; round++) {
         measure("bare_cuLaunchKernel_empty", bare_launch, &bare);
         measure("bare_cuLaunchKernel_xielu_bf16_n21504", bare_xielu, &bx);
+        measure("bare_cuCtxSetCurrent_cuLaunchKernel_xielu_bf16_n21504", bare_xielu_set_current, &bx);
         measure("c_abi_xielu_bf16_n21504", xielu_call, &xa);
         measure("c_abi_add3_layer_norm_bf16_rows1_d4096", add3_call, &aa);
     }

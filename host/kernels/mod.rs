@@ -32,11 +32,11 @@ pub mod mamba1_scan;
 pub mod moe;
 pub mod xielu;
 
-use kernels_device::args::{ArgValue, BufferExtent, KernelSpec};
+use kernels_device::args::{ArgValue, BufferExtent, KernelSpec, MAX_PARAMS};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, Kernel, LaunchDims, Stream};
+use crate::runtime::{Device, Kernel, LaunchDims, Stream, same_name};
 
 /// The kernel symbol of `base` for `dtype`: `xielu_bf16`.
 pub fn symbol(base: &str, dtype: Dtype) -> String {
@@ -46,7 +46,7 @@ pub fn symbol(base: &str, dtype: Dtype) -> String {
 /// The kernel `base` for `dtype` on `device`, through the lookup the availability
 /// predicates use, so a launch fails exactly when its predicate says false.
 pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<Kernel> {
-    device.kernel(&symbol(base, dtype))
+    device.kernel_of(base, dtype)
 }
 
 /// The bytes a safe wrapper's buffer holds, by argument name.
@@ -60,13 +60,12 @@ pub(crate) trait CheckedArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()>;
 }
 
-/// One pointer argument's checked byte range.
+/// One pointer argument's checked byte range: `spec.params[param]`'s.
+#[derive(Clone, Copy)]
 struct Range {
-    name: &'static str,
+    param: usize,
     start: u64,
     end: u64,
-    writes: bool,
-    may_equal: &'static [&'static str],
 }
 
 /// Checks every pointer of a launch against its kernel's declaration:
@@ -78,10 +77,11 @@ struct Range {
 /// - no two ranges overlap where one of them is written, except an exact
 ///   equality the declaration allows (an in-place launch).
 pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>], capacity: Capacity) -> Result<()> {
-    let mut ranges: Vec<Range> = Vec::new();
-    for (param, extent) in spec.params.iter().zip(extents) {
+    // A fixed array, not a Vec: this runs on every launch.
+    let (mut ranges, mut count) = ([Range { param: 0, start: 0, end: 0 }; MAX_PARAMS], 0);
+    for (index, (param, extent)) in spec.params.iter().zip(extents).enumerate() {
         let Some(extent) = extent else { continue };
-        if extent.name != param.name {
+        if !same_name(extent.name, param.name) {
             return Err(Error::Internal(format!(
                 "kernel {}: extent of `{}` given for `{}`",
                 spec.name, extent.name, param.name
@@ -111,7 +111,7 @@ pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>],
         let end = ptr.checked_add(bytes).ok_or_else(|| {
             Error::invalid(name, format!("pointer {ptr:#x} plus its {bytes} bytes wraps the address space"))
         })?;
-        if let Some(&(_, held)) = capacity.iter().find(|(n, _)| *n == name)
+        if let Some(&(_, held)) = capacity.iter().find(|(n, _)| same_name(n, name))
             && (held as u64) < bytes
         {
             return Err(Error::invalid(
@@ -119,41 +119,39 @@ pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>],
                 format!("holds {held} bytes, needs {bytes} ({} {} elements)", bytes / elem, param.elem),
             ));
         }
-        ranges.push(Range {
-            name,
-            start: ptr,
-            end,
-            writes: param.access == kernels_device::args::Access::Write,
-            may_equal: param.may_equal,
-        });
+        ranges[count] = Range { param: index, start: ptr, end };
+        count += 1;
     }
+    let ranges = &ranges[..count];
     for (i, a) in ranges.iter().enumerate() {
         for b in &ranges[i + 1..] {
-            if !overlaps((a.start, a.end), (b.start, b.end)) || !(a.writes || b.writes) {
+            let (pa, pb) = (&spec.params[a.param], &spec.params[b.param]);
+            let writes = |p: &kernels_device::args::Param| p.access == kernels_device::args::Access::Write;
+            if !overlaps((a.start, a.end), (b.start, b.end)) || !(writes(pa) || writes(pb)) {
                 continue;
             }
             let exact = a.start == b.start && a.end == b.end;
-            if exact && (a.may_equal.contains(&b.name) || b.may_equal.contains(&a.name)) {
+            if exact && (pa.may_equal.contains(&pb.name) || pb.may_equal.contains(&pa.name)) {
                 continue;
             }
-            let allowed = |r: &Range| {
-                if r.may_equal.is_empty() {
-                    format!("`{}` may alias nothing", r.name)
+            let allowed = |p: &kernels_device::args::Param| {
+                if p.may_equal.is_empty() {
+                    format!("`{}` may alias nothing", p.name)
                 } else {
-                    format!("`{}` may only be exactly `{}`", r.name, r.may_equal.join("` or `"))
+                    format!("`{}` may only be exactly `{}`", p.name, p.may_equal.join("` or `"))
                 }
             };
             return Err(Error::invalid(
-                b.name,
+                pb.name,
                 format!(
                     "[{:#x}, {:#x}) overlaps `{}` [{:#x}, {:#x}); {}, {}",
                     b.start,
                     b.end,
-                    a.name,
+                    pa.name,
                     a.start,
                     a.end,
-                    allowed(b),
-                    allowed(a)
+                    allowed(pb),
+                    allowed(pa)
                 ),
             ));
         }

@@ -488,7 +488,7 @@ impl Backend for CudaBackend {
         // One pointer per argument, into `args`, which outlives the call (the
         // driver copies the values at launch).
         let mut params = args.arg_pointers();
-        let params_ptr = if params.is_empty() { ptr::null_mut() } else { params.as_mut_ptr() };
+        let params_ptr = if args.count() == 0 { ptr::null_mut() } else { params.as_mut_ptr() };
         let [gx, gy, gz] = dims.grid;
         // SAFETY: `function` is a CUfunction of this context's module (from
         // `function`); the caller guarantees the arguments match the kernel.

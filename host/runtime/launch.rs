@@ -1,20 +1,24 @@
 //! Launch geometry and the packed kernel argument buffer.
 
 pub use kernels_device::args::ArgValue;
-use kernels_device::args::KernelSpec;
+use kernels_device::args::{KernelSpec, MAX_PARAMS};
 
 use crate::error::{Error, Result};
 
-/// The little-endian bytes of an argument value (8 bytes; the first
-/// `kind().size()` are the value).
-fn bytes_of(value: ArgValue) -> [u8; 8] {
-    let mut out = [0u8; 8];
+/// Writes `value`'s little-endian bytes at `at` (8 bytes for pointers and
+/// u64, 4 for the others), each size a constant, so no call to memcpy.
+fn write_value(bytes: &mut [u8], at: usize, value: ArgValue) {
     match value {
-        ArgValue::Ptr(v) | ArgValue::U64(v) => out.copy_from_slice(&v.to_le_bytes()),
-        ArgValue::U32(v) => out[..4].copy_from_slice(&v.to_le_bytes()),
-        ArgValue::F32(v) => out[..4].copy_from_slice(&v.to_le_bytes()),
+        ArgValue::Ptr(v) | ArgValue::U64(v) => bytes[at..at + 8].copy_from_slice(&v.to_le_bytes()),
+        ArgValue::U32(v) => bytes[at..at + 4].copy_from_slice(&v.to_le_bytes()),
+        ArgValue::F32(v) => bytes[at..at + 4].copy_from_slice(&v.to_le_bytes()),
     }
-    out
+}
+
+/// Whether two argument names are the same: the launchers pass the
+/// declaration's own `&'static str`s, so the address usually settles it.
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.as_ptr() == b.as_ptr() || a == b)
 }
 
 /// Grid and workgroup of a launch: `grid` workgroups along x, y, z of
@@ -34,15 +38,23 @@ impl LaunchDims {
     }
 }
 
+/// Argument bytes, aligned as the widest argument (8 bytes).
+#[derive(Clone, Debug)]
+#[repr(C, align(8))]
+struct Aligned([u8; 8 * MAX_PARAMS]);
+
 /// The argument buffer of one launch, laid out as the code object's metadata
 /// says (each argument aligned to its size, in order), which the build audits.
+/// Fixed arrays of [`MAX_PARAMS`] entries: packing a launch allocates nothing
+/// (it is on every call's path).
 #[derive(Clone, Debug)]
 pub struct PackedArgs {
-    /// The packed bytes (8-byte aligned storage).
-    words: Vec<u64>,
+    /// The packed bytes (no argument is wider than 8).
+    bytes: Aligned,
     len: usize,
     /// Offset of each argument, for backends that take a pointer per argument.
-    offsets: Vec<usize>,
+    offsets: [usize; MAX_PARAMS],
+    count: usize,
 }
 
 impl PackedArgs {
@@ -58,11 +70,12 @@ impl PackedArgs {
                 values.len()
             )));
         }
-        let (offsets, len) = spec.layout();
-        let offsets: Vec<usize> = offsets.collect();
-        let mut bytes = vec![0u8; len];
-        for ((param, &(name, value)), &offset) in spec.params.iter().zip(values).zip(&offsets) {
-            if param.name != name {
+        let mut packed =
+            PackedArgs { bytes: Aligned([0; 8 * MAX_PARAMS]), len: 0, offsets: [0; MAX_PARAMS], count: values.len() };
+        // KernelSpec::layout's rule, inline: each argument aligned to its size.
+        let mut end = 0usize;
+        for (i, (param, &(name, value))) in spec.params.iter().zip(values).enumerate() {
+            if !same_name(param.name, name) {
                 return Err(Error::Internal(format!(
                     "kernel {}: the launcher passed `{name}` where the kernel takes `{}`",
                     spec.name, param.name
@@ -75,20 +88,18 @@ impl PackedArgs {
                 )));
             }
             let size = param.kind.size();
-            bytes[offset..offset + size].copy_from_slice(&bytes_of(value)[..size]);
+            let offset = end.next_multiple_of(size);
+            write_value(&mut packed.bytes.0, offset, value);
+            packed.offsets[i] = offset;
+            end = offset + size;
         }
-        let mut words = vec![0u64; len.div_ceil(8)];
-        for (i, chunk) in bytes.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            words[i] = u64::from_le_bytes(w);
-        }
-        Ok(PackedArgs { words, len, offsets })
+        packed.len = end;
+        Ok(packed)
     }
 
     /// The packed buffer.
     pub fn as_ptr(&self) -> *const u8 {
-        self.words.as_ptr() as *const u8
+        self.bytes.0.as_ptr()
     }
 
     /// Its size in bytes.
@@ -100,9 +111,19 @@ impl PackedArgs {
         self.len == 0
     }
 
-    /// Pointers to each argument inside the buffer (CUDA's `kernelParams`).
-    pub fn arg_pointers(&self) -> Vec<*mut std::ffi::c_void> {
-        self.offsets.iter().map(|&o| unsafe { self.as_ptr().add(o) } as *mut std::ffi::c_void).collect()
+    /// Pointers to each argument inside the buffer (CUDA's `kernelParams`):
+    /// the first [`Self::count`] entries; the rest are null.
+    pub fn arg_pointers(&self) -> [*mut std::ffi::c_void; MAX_PARAMS] {
+        let mut out = [std::ptr::null_mut(); MAX_PARAMS];
+        for (p, &o) in out.iter_mut().zip(&self.offsets[..self.count]) {
+            *p = unsafe { self.as_ptr().add(o) } as *mut std::ffi::c_void;
+        }
+        out
+    }
+
+    /// The number of arguments.
+    pub fn count(&self) -> usize {
+        self.count
     }
 }
 

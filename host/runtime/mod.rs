@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use kernels_device::args::KernelSpec;
 
+use crate::dtype::Dtype;
 use crate::error::{Error, Result};
+pub(crate) use launch::same_name;
 pub use launch::{ArgValue, LaunchDims, PackedArgs};
 
 /// Environment variable that forces a backend: `hip`, `cuda` or `cpu`.
@@ -168,6 +170,10 @@ pub(crate) trait Backend: Send + Sync {
 #[derive(Clone)]
 pub struct Device {
     backend: Arc<dyn Backend>,
+    /// Every kernel of `kernels_device::entry::KERNELS`, in its order, found
+    /// once when the device opens: the kernel, or why it cannot run here.
+    /// A launch looks its kernel up here without allocating.
+    kernels: Arc<[std::result::Result<Kernel, String>]>,
 }
 
 impl fmt::Debug for Device {
@@ -228,14 +234,14 @@ impl Device {
 
     /// HIP device `ordinal`, with the code object for its architecture loaded.
     pub fn hip(ordinal: usize) -> Result<Device> {
-        Ok(Device { backend: Arc::new(hip::HipBackend::new(ordinal)?) })
+        Ok(Device::with_backend(Arc::new(hip::HipBackend::new(ordinal)?)))
     }
 
     /// CUDA device `ordinal`, with the embedded PTX loaded (feature `cuda`).
     pub fn cuda(ordinal: usize) -> Result<Device> {
         #[cfg(feature = "cuda")]
         {
-            Ok(Device { backend: Arc::new(cuda::CudaBackend::new(ordinal)?) })
+            Ok(Device::with_backend(Arc::new(cuda::CudaBackend::new(ordinal)?)))
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -249,14 +255,36 @@ impl Device {
 
     /// The CPU emulator.
     pub fn cpu() -> Device {
-        Device { backend: Arc::new(cpu::CpuBackend::new()) }
+        Device::with_backend(Arc::new(cpu::CpuBackend::new()))
     }
 
     /// The CPU emulator posing as a device with `wavefront_size`-lane waves, for
     /// testing what happens on hardware this library does not support (wave64).
     #[doc(hidden)]
     pub fn cpu_with_wavefront(wavefront_size: u32) -> Device {
-        Device { backend: Arc::new(cpu::CpuBackend::with_wavefront(wavefront_size)) }
+        Device::with_backend(Arc::new(cpu::CpuBackend::with_wavefront(wavefront_size)))
+    }
+
+    /// The device of `backend`, with every kernel looked up once (see
+    /// [`Device::kernel`] for what makes one available).
+    fn with_backend(backend: Arc<dyn Backend>) -> Device {
+        let info = backend.info();
+        let kernels = kernels_device::entry::KERNELS
+            .iter()
+            .map(|spec| {
+                if info.wavefront_size != kernels_device::geometry::WAVE_SIZE {
+                    return Err(format!(
+                        "{} runs {}-lane waves; these kernels are built for 32-lane waves only",
+                        info.arch, info.wavefront_size
+                    ));
+                }
+                if let Err(why) = &info.kernels {
+                    return Err(why.clone());
+                }
+                Ok(Kernel { spec, function: backend.function(spec.name)? })
+            })
+            .collect();
+        Device { backend, kernels }
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -271,21 +299,37 @@ impl Device {
     /// can run here when the device has 32-lane waves, a kernel binary for its
     /// architecture is loaded, and that binary has the symbol.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
-        let unavailable = |reason: String| Error::Unavailable { kernel: name.to_string(), reason };
-        let info = self.info();
-        if info.wavefront_size != kernels_device::geometry::WAVE_SIZE {
-            return Err(unavailable(format!(
-                "{} runs {}-lane waves; these kernels are built for 32-lane waves only",
-                info.arch, info.wavefront_size
-            )));
+        match kernels_device::entry::KERNELS.iter().position(|k| k.name == name) {
+            Some(i) => self.kernel_at(i, name),
+            None => Err(Error::Unavailable {
+                kernel: name.to_string(),
+                reason: "no kernel of that name exists in this library".into(),
+            }),
         }
-        if let Err(why) = &info.kernels {
-            return Err(unavailable(why.clone()));
+    }
+
+    /// [`Device::kernel`] of the instance of family `base` for `dtype`
+    /// (`xielu`, bf16: `xielu_bf16`), without building its name: the launch path.
+    pub(crate) fn kernel_of(&self, base: &str, dtype: Dtype) -> Result<Kernel> {
+        let suffix = dtype.name();
+        let is_it = |name: &str| {
+            name.len() == base.len() + 1 + suffix.len()
+                && name.starts_with(base)
+                && name.as_bytes()[base.len()] == b'_'
+                && name.ends_with(suffix)
+        };
+        match kernels_device::entry::KERNELS.iter().position(|k| is_it(k.name)) {
+            Some(i) => self.kernel_at(i, kernels_device::entry::KERNELS[i].name),
+            None => self.kernel(&format!("{base}_{}", dtype.name())),
         }
-        let spec = kernels_device::entry::spec(name)
-            .ok_or_else(|| unavailable("no kernel of that name exists in this library".into()))?;
-        let function = self.backend.function(name).map_err(unavailable)?;
-        Ok(Kernel { spec, function })
+    }
+
+    /// The kernel at index `i` of `KERNELS`, called `name`.
+    fn kernel_at(&self, i: usize, name: &str) -> Result<Kernel> {
+        match &self.kernels[i] {
+            Ok(kernel) => Ok(*kernel),
+            Err(why) => Err(Error::Unavailable { kernel: name.to_string(), reason: why.clone() }),
+        }
     }
 
     /// Whether the kernel `name` can run here (see [`Device::kernel`]).

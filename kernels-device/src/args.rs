@@ -97,6 +97,11 @@ pub fn extent(dims: &[u64]) -> Option<u64> {
     dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
+/// The most explicit arguments a kernel may take (every spec in
+/// [`crate::entry::KERNELS`] is checked against it at compile time): the host
+/// packs a launch in fixed arrays of this size, with no allocation.
+pub const MAX_PARAMS: usize = 16;
+
 /// An exported kernel: its symbol and its explicit arguments, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelSpec {
@@ -108,7 +113,7 @@ impl KernelSpec {
     /// Byte offset of each argument in the packed buffer (C layout: each argument
     /// aligned to its size), and the buffer's total size.
     pub fn layout(&self) -> (impl Iterator<Item = usize> + '_, usize) {
-        let mut offsets = [0usize; 32];
+        let mut offsets = [0usize; MAX_PARAMS];
         let mut end = 0usize;
         for (i, p) in self.params.iter().enumerate() {
             let size = p.kind.size();

@@ -285,6 +285,15 @@ macro_rules! families {
         /// Every exported kernel, with its explicit arguments in order.
         pub const KERNELS: &[KernelSpec] = &[$($($sym::SPEC,)+)*];
 
+        // The host packs a launch in arrays of MAX_PARAMS entries.
+        const _: () = {
+            let mut i = 0;
+            while i < KERNELS.len() {
+                assert!(KERNELS[i].params.len() <= crate::args::MAX_PARAMS, "a kernel takes more than MAX_PARAMS arguments");
+                i += 1;
+            }
+        };
+
         /// The host version of an entry point: reads a packed argument buffer
         /// and runs the kernel body for the calling emulator lane.
         #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
