@@ -19,7 +19,7 @@ use common::timing::median_of_timed;
 use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape, ScanUpload};
-use mlxcel_amdgpu::kernels_device::geometry::mamba1_scan::{MAX_BATCH, STATES_PER_LANE, lanes_per_channel};
+use mlxcel_amdgpu::kernels_device::geometry::mamba1_scan::{MAX_BATCH, Mapping};
 use mlxcel_amdgpu::kernels_device::num::consts::{LN2_HI, LOG2E};
 use mlxcel_amdgpu::kernels_device::num::exp;
 use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
@@ -48,6 +48,8 @@ struct Outputs {
     /// that it must match [`model`] bit for bit. On a GPU `exp2_fast` is the
     /// hardware's exp2 approximation, and the match is within the contract.
     emulated: bool,
+    /// The lane mapping of the kernels that ran (per backend), which the model follows.
+    mapping: Mapping,
 }
 
 fn upload_inputs<T: Element>(dev: &Device, s: &ScanInputs) -> ScanUpload<T> {
@@ -101,52 +103,64 @@ fn run_kernel<T: Element>(dev: &Device, s: &ScanInputs, state: StateIn) -> Outpu
         y_bits,
         state: state_bits[..nstate].iter().map(|&v| f32::from_bits(v)).collect(),
         emulated: dev.backend() == BackendKind::Cpu,
+        mapping: mamba1_scan::mapping(dev.backend()),
     }
 }
 
 /// How the model adds a step's lane sums over the lanes of a channel.
 #[derive(Clone, Copy)]
 enum ChannelSum {
-    /// The kernel's: `q0 + q1` with two lanes; `(q0 + q2) + (q1 + q3)` with four.
+    /// The kernel's: a tree over the lanes, pairing lanes at distance LANES/2
+    /// first (`q0 + q1` with two lanes; `(q0 + q2) + (q1 + q3)` with four).
     Kernel,
-    /// A broken sum that adds lanes 0 and 1 only, so that with four lanes it
-    /// misses state columns 16..31 (the negative control).
+    /// A broken sum that adds lanes 0 and 1 only, so that with AMD's four lanes
+    /// it misses state columns 16..31 (the negative control).
     FirstTwoLanes,
 }
 
 /// The kernel's operation order on the host (kernels-device/src/mamba1_scan.rs):
 /// `a2 = A * log2 e` once per column; per step `decay = exp2_fast(dt * a2)` (on
 /// the host `exp((dt * a2) * ln 2)`), `u = (dt * x) * B`, `s = fma(decay, s,
-/// u)`; each lane's `q` is the chain `fma(s, C, q)` from `+0.0` over its eight
-/// columns below N in order; the lanes' `q` are added as `sum` says and `y =
-/// T(total + x * Dskip)`. Returns `(y, state_out)`.
-fn model(dtype: Dtype, s: &ScanInputs, sum: ChannelSum) -> (Vec<f32>, Vec<f32>) {
+/// u)`; each lane's `q` is the chain `fma(s, C, q)` from `+0.0` over its
+/// `mapping.states_per_lane` columns below N in order; the lanes' `q` are added
+/// as `sum` says and `y = T(total + x * Dskip)`. Returns `(y, state_out)`.
+fn model(dtype: Dtype, s: &ScanInputs, sum: ChannelSum, mapping: Mapping) -> (Vec<f32>, Vec<f32>) {
     let n = s.n;
-    let cols = STATES_PER_LANE as usize;
-    let lanes = lanes_per_channel(n as u32) as usize;
+    let cols = mapping.states_per_lane as usize;
+    let lanes = mapping.lanes_per_channel(n as u32) as usize;
     s.scan_each(s.state_in.clone(), |d, row, st| {
         let (dt, x) = (s.dt[row * s.dm + d], s.x[row * s.dm + d]);
         let dtx = dt * x;
-        let mut q = [0.0f32; 4];
+        let mut q = [0.0f32; 16];
         for k in 0..n {
             let a2 = s.a[d * n + k] * LOG2E;
             let decay = exp((dt * a2) * LN2_HI);
             st[k] = decay.mul_add(st[k], dtx * s.bm[row * n + k]);
             q[k / cols] = st[k].mul_add(s.cm[row * n + k], q[k / cols]);
         }
-        let total = match (sum, lanes) {
-            (ChannelSum::Kernel, 2) => q[0] + q[1],
-            (ChannelSum::Kernel, _) => (q[0] + q[2]) + (q[1] + q[3]),
-            (ChannelSum::FirstTwoLanes, _) => q[0] + q[1],
+        let total = match sum {
+            ChannelSum::Kernel => lane_tree(&q[..lanes]),
+            ChannelSum::FirstTwoLanes => q[0] + q[1],
         };
         reference::round(dtype, total + x * s.dskip[d])
     })
 }
 
+/// The sum of the lanes' `q` in the kernel's tree: lane `i` plus lane `i +
+/// len/2` for each `i` below `len/2`, then the same over those sums.
+fn lane_tree(q: &[f32]) -> f32 {
+    if q.len() == 1 {
+        return q[0];
+    }
+    let half = q.len() / 2;
+    let pairs: Vec<f32> = (0..half).map(|i| q[i] + q[i + half]).collect();
+    lane_tree(&pairs)
+}
+
 /// The kernel's outputs equal [`model`]'s: bit for bit on the emulator, within
 /// the contract's bounds on a GPU (see [`Outputs::emulated`]).
 fn assert_matches_model(dtype: Dtype, got: &Outputs, s: &ScanInputs, what: &str) {
-    let (y, state) = model(dtype, s, ChannelSum::Kernel);
+    let (y, state) = model(dtype, s, ChannelSum::Kernel, got.mapping);
     if !got.emulated {
         // The GPU's exp2 approximation: within the contract's bounds of the model.
         let y_tol = match dtype {
@@ -382,8 +396,8 @@ fn negative_control_a_sum_over_two_of_four_lanes_fails_the_n32_test() {
         for carried in [false, true] {
             let s = ScanInputs::generate(Dtype::F32, 2, len, 24, 32, carried);
             let (y64, _) = scan_f64(&s);
-            let (y_good, _) = model(Dtype::F32, &s, ChannelSum::Kernel);
-            let (y_broken, _) = model(Dtype::F32, &s, ChannelSum::FirstTwoLanes);
+            let (y_good, _) = model(Dtype::F32, &s, ChannelSum::Kernel, Mapping::AMD);
+            let (y_broken, _) = model(Dtype::F32, &s, ChannelSum::FirstTwoLanes, Mapping::AMD);
             let good = metrics::max_rel(&y_good, &y64);
             let broken = metrics::max_rel(&y_broken, &y64);
             assert!(good < F32_TOL, "the model itself must pass: {good:e}");
@@ -397,7 +411,7 @@ fn negative_control_a_sum_over_two_of_four_lanes_fails_the_n32_test() {
     // And the kernel is not that broken model.
     let s = ScanInputs::generate(Dtype::F32, 2, 7, 24, 32, true);
     let got = run_kernel::<f32>(&Device::cpu(), &s, StateIn::Separate);
-    let (y_broken, _) = model(Dtype::F32, &s, ChannelSum::FirstTwoLanes);
+    let (y_broken, _) = model(Dtype::F32, &s, ChannelSum::FirstTwoLanes, got.mapping);
     assert!(metrics::max_rel(&got.y, &y_broken) > 1e-2);
 }
 
@@ -440,7 +454,7 @@ fn bad_shapes_are_refused_before_any_launch() {
     let err = refused::<bf16>(P, 1, 1, 8, 33);
     assert_eq!(
         err.to_string(),
-        "invalid argument `n`: 33 is outside 1..=32: at most four lanes of eight state columns per channel; a larger state needs another kernel"
+        "invalid argument `n`: 33 is outside 1..=32: the kernels hold at most 32 state columns per channel in registers; a larger state needs another kernel"
     );
     assert_eq!(arg(&refused::<bf16>(P, 1, 1, 8, 0)), "n");
     let err = refused::<f32>(P, 1, 0, 8, 16);
@@ -601,6 +615,7 @@ fn timing_on_gpus() {
                     y_bits,
                     state: download_values(&state_out),
                     emulated: false,
+                    mapping: mamba1_scan::mapping(dev.backend()),
                 };
                 assert_matches_model(dtype, &got, &s, &format!("timing shape {batch}x{len}x{dm}x{n}"));
             }

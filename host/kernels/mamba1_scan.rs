@@ -1,6 +1,8 @@
 //! Launcher of `mamba1_scan` (docs/contracts.md): the Mamba1 selective
-//! scan, each (batch, channel) over two adjacent lanes (four for N > 16), each
-//! lane holding eight state columns in registers.
+//! scan, each (batch, channel) over adjacent lanes, each lane holding some of
+//! its state columns in registers, as the target's [`Mapping`] says (AMD and
+//! the emulator: two lanes of eight columns, four for N > 16; NVIDIA: four
+//! lanes of four, eight for N > 16).
 //!
 //! Every length runs the same sequential schedule (the time loop unrolled by 8
 //! steps, `L % 8` steps after it; see the device crate's `mamba1_scan` module for
@@ -8,9 +10,7 @@
 //! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
 //! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
 
-use kernels_device::geometry::mamba1_scan::{
-    MAX_BATCH, MAX_N, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE, channels_per_workgroup,
-};
+use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, Mapping, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 
@@ -18,10 +18,20 @@ use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::reference::mamba::ScanInputs;
-use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{BackendKind, Device, DeviceBuffer, LaunchDims, Stream};
 
 /// Kernel name without the dtype suffix.
 pub const KERNEL: &str = "mamba1_scan";
+
+/// The mapping of the kernels a backend runs: the PTX's on CUDA, the AMD code
+/// objects' on HIP and on the emulator (which runs the same source built for
+/// the host).
+pub fn mapping(backend: BackendKind) -> Mapping {
+    match backend {
+        BackendKind::Cuda => Mapping::NVIDIA,
+        BackendKind::Hip | BackendKind::Cpu => Mapping::AMD,
+    }
+}
 
 /// Whether `mamba1_scan` for `dtype` can run on `device`.
 pub fn available(device: &Device, dtype: Dtype) -> bool {
@@ -103,7 +113,7 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
         return Err(Error::invalid(
             "n",
             format!(
-                "{n} is outside 1..={MAX_N}: at most four lanes of eight state columns per channel; a larger state needs another kernel"
+                "{n} is outside 1..={MAX_N}: the kernels hold at most {MAX_N} state columns per channel in registers; a larger state needs another kernel"
             ),
         ));
     }
@@ -127,12 +137,13 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
 }
 
 /// The launch geometry: workgroups of `WORKGROUP_SIZE` threads carrying
-/// `channels_per_workgroup(n)` channels (32 for N <= 16, two lanes each; 16 for
-/// N > 16, four lanes each), grid `[ceil(dm / channels), batch, 1]`, and
-/// `WORKGROUP_MEM_BYTES` of workgroup memory (each wave stages B and C there).
-pub fn dims(batch: u32, dm: u32, n: u32) -> LaunchDims {
+/// `mapping.channels_per_workgroup(n)` channels (AMD: 32 for N <= 16, two
+/// lanes each; 16 for N > 16, four lanes each), grid `[ceil(dm / channels),
+/// batch, 1]`, and `WORKGROUP_MEM_BYTES` of workgroup memory (each wave stages
+/// B and C there).
+pub fn dims(mapping: Mapping, batch: u32, dm: u32, n: u32) -> LaunchDims {
     LaunchDims {
-        grid: [dm.div_ceil(channels_per_workgroup(n)), batch, 1],
+        grid: [dm.div_ceil(mapping.channels_per_workgroup(n)), batch, 1],
         workgroup_size: WORKGROUP_SIZE,
         workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
     }
@@ -149,7 +160,8 @@ impl CheckedArgs for Mamba1ScanArgs {
         let kernel = kernel_for(device, KERNEL, dtype)?;
         let Mamba1ScanArgs { batch, len, dm, n, .. } = self;
         sizes(dtype, batch, len, dm, n)?;
-        unsafe { enqueue(device, &kernel, dims(batch, dm, n), &self.values(), &self.extents(), capacity, stream) }
+        let dims = dims(mapping(device.backend()), batch, dm, n);
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
 }
 

@@ -161,29 +161,76 @@ pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     ),
 ];
 
-/// `mamba1_scan`: a channel's state columns over [`lanes_per_channel`](mamba1_scan::lanes_per_channel)
-/// adjacent lanes, [`STATES_PER_LANE`](mamba1_scan::STATES_PER_LANE) columns in each lane's registers.
+/// `mamba1_scan`: a channel's state columns over [`lanes_per_channel`](mamba1_scan::Mapping::lanes_per_channel)
+/// adjacent lanes, [`states_per_lane`](mamba1_scan::Mapping::states_per_lane) columns in each lane's
+/// registers; the [`Mapping`](mamba1_scan::Mapping) is chosen per target.
 pub mod mamba1_scan {
+    use super::WAVE_SIZE;
+
     /// Waves per workgroup (each wave stages its own B and C, so there is no
     /// barrier: small workgroups spread a short grid over more compute units).
     pub const WAVES_PER_WORKGROUP: u32 = 2;
     /// Threads per workgroup.
-    pub const WORKGROUP_SIZE: u32 = WAVES_PER_WORKGROUP * super::WAVE_SIZE;
-    /// State columns each lane carries, in registers, for the whole sequence.
-    pub const STATES_PER_LANE: u32 = 8;
-    /// Up to this N a channel takes two lanes; above it, four.
-    pub const TWO_LANE_MAX_N: u32 = 2 * STATES_PER_LANE;
-    /// Lanes that carry one channel for state size `n`: lane `l` of a channel
-    /// holds columns `8 l .. 8 l + 8`.
-    pub const fn lanes_per_channel(n: u32) -> u32 {
-        if n <= TWO_LANE_MAX_N { 2 } else { 4 }
+    pub const WORKGROUP_SIZE: u32 = WAVES_PER_WORKGROUP * WAVE_SIZE;
+    /// Up to this N a channel takes [`Mapping::lanes_small`] lanes; above it, twice as many.
+    pub const SMALL_MAX_N: u32 = 16;
+    /// The largest state size N. Larger N is refused.
+    pub const MAX_N: u32 = 2 * SMALL_MAX_N;
+
+    /// How a channel's N state columns are spread over lanes: `lanes_per_channel(n)`
+    /// adjacent lanes, lane `l` of a channel holding columns `states_per_lane * l ..`
+    /// in f32 registers for the whole sequence. Fewer columns a lane means more
+    /// lanes, so more waves for the same channels, and a little more work per
+    /// step (one more exchange level per halving). Which suits a target is a
+    /// measurement (docs/performance.md, "mamba1_scan"): the kernel and the
+    /// launcher both take it from here.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Mapping {
+        /// State columns each lane carries.
+        pub states_per_lane: u32,
+        /// Lanes of a channel for N <= [`SMALL_MAX_N`].
+        pub lanes_small: u32,
     }
-    /// Channels per workgroup for state size `n`: grid x = `ceil(Dm / this)`, grid y = B.
-    pub const fn channels_per_workgroup(n: u32) -> u32 {
-        WAVES_PER_WORKGROUP * (super::WAVE_SIZE / lanes_per_channel(n))
+
+    impl Mapping {
+        /// AMD, and the CPU emulator: eight columns a lane, a wave of 16 channels.
+        /// gfx1151 has waves to spare; what bounds it is instructions per step.
+        pub const AMD: Mapping = Mapping { states_per_lane: 8, lanes_small: 2 };
+        /// NVIDIA: four columns a lane, a warp of 8 channels: twice AMD's warps,
+        /// since with AMD's mapping an H200 has less than one warp per scheduler
+        /// and waits on each warp's chain of dependent instructions. (Two
+        /// columns, four times the warps, ran no faster: each warp's staging
+        /// and loads do not shrink with its channels.)
+        pub const NVIDIA: Mapping = Mapping { states_per_lane: 4, lanes_small: 4 };
+        /// The mapping of the code being compiled (the PTX: NVIDIA's; the AMD code
+        /// objects and the emulator: AMD's).
+        pub const COMPILED: Mapping = if cfg!(target_arch = "nvptx64") { Mapping::NVIDIA } else { Mapping::AMD };
+
+        /// Lanes that carry one channel for state size `n`.
+        pub const fn lanes_per_channel(self, n: u32) -> u32 {
+            if n <= SMALL_MAX_N { self.lanes_small } else { 2 * self.lanes_small }
+        }
+        /// Channels per workgroup for state size `n`: grid x = `ceil(Dm / this)`, grid y = B.
+        pub const fn channels_per_workgroup(self, n: u32) -> u32 {
+            WAVES_PER_WORKGROUP * (WAVE_SIZE / self.lanes_per_channel(n))
+        }
     }
-    /// The largest state size N: four lanes of eight columns. Larger N is refused.
-    pub const MAX_N: u32 = 4 * STATES_PER_LANE;
+
+    // Each mapping covers N = SMALL_MAX_N with lanes_small lanes exactly, with
+    // a power of two of lanes that fits a wave; the kernel's exchanges and
+    // unrolled loops take 1 to 8 columns a lane and at most 16 lanes a channel.
+    const _: () = {
+        let maps = [Mapping::AMD, Mapping::NVIDIA];
+        let mut i = 0;
+        while i < maps.len() {
+            let m = maps[i];
+            assert!(m.states_per_lane * m.lanes_small == SMALL_MAX_N);
+            assert!(m.lanes_small.is_power_of_two() && m.lanes_small >= 2 && 2 * m.lanes_small <= 16);
+            assert!(m.states_per_lane.is_power_of_two() && m.states_per_lane <= 8);
+            i += 1;
+        }
+    };
+
     /// Time steps per iteration of the unrolled loop (inputs of all of them loaded
     /// first); `L % UNROLL` steps run one at a time after it.
     pub const UNROLL: usize = 8;

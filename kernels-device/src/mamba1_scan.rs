@@ -6,12 +6,14 @@
 //! y[b,t,d]  = sum_n s[b,d,n] * C[b,t,n]  +  x[b,t,d] * Dskip[d]
 //! ```
 //!
-//! **Mapping.** A channel (b, d) takes [`lanes_per_channel`] adjacent lanes: 2
-//! for N <= 16 (the usual 16), 4 above. Lane `l` of a channel holds state columns
-//! `8 l .. 8 l + 8` ([`STATES_PER_LANE`]) in f32 registers for the whole
-//! sequence, so most of the sum over n is a chain of fused multiply-adds inside
-//! the lane, and only the last one or two levels cross lanes. A wave carries 16
-//! (or 8) channels, a workgroup [`WAVES_PER_WORKGROUP`] waves; grid x =
+//! **Mapping** ([`Mapping`], per target: [`Mapping::COMPILED`]). A channel
+//! (b, d) takes `lanes_per_channel(n)` adjacent lanes: `lanes_small` for N <= 16
+//! (the usual 16), twice as many above. Lane `l` of a channel holds state
+//! columns `c l .. c l + c` (`c = states_per_lane`) in f32 registers for the
+//! whole sequence, so the sum over n is a chain of fused multiply-adds inside
+//! the lane, then one level across lanes per halving. AMD: 8 columns, 2 lanes
+//! (4 above 16), a wave of 16 channels. NVIDIA: 4 columns, 4 lanes (8), a
+//! warp of 8 channels. A workgroup is [`WAVES_PER_WORKGROUP`] waves; grid x =
 //! `ceil(Dm / channels_per_workgroup)`, grid y = B. A wave whose first channel is
 //! past Dm leaves at once, as a whole (no barrier is used); a later channel past
 //! Dm follows channel Dm - 1's addresses and stores nothing. Columns `>= N`
@@ -20,9 +22,9 @@
 //! dt and x itself (the same addresses, one memory access); B and C are the same
 //! for every channel of a batch, so they come from the cache.
 //!
-//! Four instances, chosen by N at run time: two or four lanes, and whether some
-//! columns are past N (N other than 16 and 32), so that N = 16 and N = 32 carry
-//! no per-column masks.
+//! Four instances, chosen by N at run time: `lanes_small` or twice that, and
+//! whether some columns are past N (N other than 16 and 32), so that N = 16 and
+//! N = 32 carry no per-column masks.
 //!
 //! **Operation order** (f32 throughout, `T` inputs widened exactly; the kernel's
 //! documented choice, the contract itself is a tolerance; the tests' model
@@ -32,19 +34,24 @@
 //! decay = exp2_fast(dt * a2)              # the GPU's exp2 approximation (crate::num)
 //! u     = (dt * x) * B[b,t,n]             # dt * x once per step
 //! s     = fma(decay, s, u)                # the only operation on the recurrence's critical path
-//! q     = fma(s7, C7, ... fma(s0, C0, +0.0))  # this lane's columns in order; columns >= N skipped
-//! y     = T(tree(q) + x * Dskip[d])       # tree: q + q of the lane at xor 1 (two lanes); with
-//!                                         # four, first xor 2, then xor 1; rounded once
+//! q     = fma(s_{c-1}, C_{c-1}, ... fma(s0, C0, +0.0))  # this lane's columns in order;
+//!                                         # columns >= N skipped
+//! y     = T(tree(q) + x * Dskip[d])       # tree: over the channel's lanes, q plus q of the
+//!                                         # lane at xor LANES/2, then xor LANES/4, .. xor 1
+//!                                         # (two lanes: q0 + q1; four: (q0 + q2) + (q1 + q3));
+//!                                         # rounded once
 //! ```
 //!
 //! **Schedule.** The time loop is unrolled by [`UNROLL`] = 8 steps. dt and x of
 //! the next 8 steps (the bytes that come from memory) are loaded before the
 //! arithmetic of the current 8, after the current steps' B and C (cache hits;
 //! issued first so that waiting for them never waits for the next steps' loads).
-//! The 8 steps' lane sums are exchanged transposed: a lane sends the half of its
-//! per-step values it does not keep, so one exchange per two steps and lane
-//! (three per four with four lanes) instead of one or two per step, and each lane
-//! ends holding the totals of 4 (or 2) steps, which it stores. A remainder loop
+//! The 8 steps' lane sums are exchanged transposed: at each of the first three
+//! levels a lane sends the half of its per-step values it does not keep (two
+//! lanes: one exchange per two steps and lane instead of one per step), and each
+//! lane ends holding the totals of 8 / LANES steps (one step from 8 lanes on),
+//! which it stores; a fourth level (16 lanes) is a plain exchange, after which
+//! two lanes hold the same total and the even one stores it. A remainder loop
 //! does the last `L % 8` steps one at a time with the same operations in the same
 //! order (the transposed sums add the same pairs, and addition commutes), so a
 //! scan over L1 + L2 steps equals, bit for bit, a scan over L1 steps followed by
@@ -59,20 +66,30 @@
 
 use core::f32::math::mul_add;
 
-use crate::geometry::mamba1_scan::{
-    MAX_N, STAGED_FLOATS_PER_WAVE, STATES_PER_LANE, TWO_LANE_MAX_N, UNROLL, WAVES_PER_WORKGROUP,
-    channels_per_workgroup, lanes_per_channel,
-};
+use crate::geometry::mamba1_scan::{MAX_N, Mapping, STAGED_FLOATS_PER_WAVE, UNROLL, WAVES_PER_WORKGROUP};
 use crate::num::{Elem, consts::LOG2E, exp2_fast};
-use crate::vector::F32x4;
+use crate::vector::{Align8, F32x4, Vector};
 use crate::wave;
 
+/// This target's mapping.
+const MAP: Mapping = Mapping::COMPILED;
 /// Columns per lane, as an index bound.
-const COLS: usize = STATES_PER_LANE as usize;
+const COLS: usize = MAP.states_per_lane as usize;
+/// Lanes of a channel for N <= 16, and above.
+const LANES_SMALL: u32 = MAP.lanes_small;
+const LANES_LARGE: u32 = 2 * MAP.lanes_small;
 
-// The column and step loops are `unroll!(j in 0..8 => ..)`.
-const _: () = assert!(UNROLL == 8 && COLS == 8, "the loops unroll exactly 8 columns and 8 steps");
-const _: () = assert!(MAX_N == 4 * STATES_PER_LANE && TWO_LANE_MAX_N == 2 * STATES_PER_LANE);
+// The step loops are `unroll!(k in 0..8 => ..)`, the column loops unroll at
+// most 8, and the exchanges take at most 16 lanes (the geometry checks this).
+const _: () = assert!(UNROLL == 8 && COLS <= 8 && LANES_LARGE <= 16);
+const _: () = assert!(MAX_N == LANES_LARGE * MAP.states_per_lane);
+
+/// Values of B (and of C) each lane stages per chunk, at most: `UNROLL * N / 32`.
+const STAGE: usize = UNROLL * MAX_N as usize / wave::WAVE_SIZE as usize;
+const _: () = assert!(STAGE == 8, "the staging loops unroll 8");
+
+/// Two floats: one 8-byte access (a lane's staged B or C with two columns).
+type F32x2 = Vector<f32, 2, Align8>;
 
 /// One step of one lane: advances its columns' states and returns the sum of
 /// `s * C` over those of its columns that are below N (`valid`), as a chain of
@@ -89,7 +106,7 @@ fn step(
 ) -> f32 {
     let dtx = dt * x;
     let mut q = 0.0f32;
-    crate::unroll!(j in 0..8 => {
+    crate::unroll!(j in 0..COLS, at most 8 => {
         let decay = exp2_fast(dt * a2[j]);
         s[j] = mul_add(decay, s[j], dtx * b[j]);
         if valid[j] {
@@ -99,59 +116,83 @@ fn step(
     q
 }
 
-/// The sum of one step's `q` over the lanes of a channel: with two lanes, plus
-/// the lane at xor 1; with four, plus the lane at xor 2, then at xor 1.
+/// `v` of the lane at `lane ^ mask`; `mask` is a constant power of two below
+/// the wave size after inlining (a lane count of the geometry, halved).
 #[inline(always)]
-fn channel_sum<const LANES: u32>(q: f32) -> f32 {
-    if LANES == 2 {
-        q + wave::shfl_xor_f32::<1>(q)
-    } else {
-        let q = q + wave::shfl_xor_f32::<2>(q);
-        q + wave::shfl_xor_f32::<1>(q)
+fn xor_f32(v: f32, mask: u32) -> f32 {
+    match mask {
+        1 => wave::shfl_xor_f32::<1>(v),
+        2 => wave::shfl_xor_f32::<2>(v),
+        4 => wave::shfl_xor_f32::<4>(v),
+        8 => wave::shfl_xor_f32::<8>(v),
+        _ => wave::shfl_xor_f32::<16>(v),
     }
 }
 
-/// One level of a transposed exchange: this lane and lane `lane ^ M` each hold
-/// two halves `lo` and `hi` of their per-step values; the lane with bit `M` set
-/// (`upper`) keeps `hi` and receives its partner's `hi`, the other keeps `lo`
-/// and receives `lo`. Each sum is `own + partner's`, as in [`channel_sum`].
+/// The sum of one step's `q` over the lanes of a channel: plus the lane at xor
+/// LANES/2, then at xor LANES/4, .. xor 1.
 #[inline(always)]
-fn exchange_half<const M: u32>(lo: f32, hi: f32, upper: bool) -> f32 {
+fn channel_sum<const LANES: u32>(q: f32) -> f32 {
+    let mut q = q;
+    crate::unroll!(level in 0..4 => {
+        let mask = LANES >> (level + 1);
+        if mask >= 1 {
+            q = q + xor_f32(q, mask);
+        }
+    });
+    q
+}
+
+/// One level of a transposed exchange: this lane and lane `lane ^ mask` each
+/// hold two halves `lo` and `hi` of their per-step values; the lane with bit
+/// `mask` set (`upper`) keeps `hi` and receives its partner's `hi`, the other
+/// keeps `lo` and receives `lo`. Each sum is `own + partner's`, as in
+/// [`channel_sum`].
+#[inline(always)]
+fn exchange_half(lo: f32, hi: f32, upper: bool, mask: u32) -> f32 {
     let send = if upper { lo } else { hi };
     let keep = if upper { hi } else { lo };
-    keep + wave::shfl_xor_f32::<M>(send)
+    keep + xor_f32(send, mask)
 }
 
 /// The totals over a channel's lanes of the 8 steps' `q`, transposed: lane
-/// `sub` of the channel ends with the totals of steps `first .. first + 8 /
-/// LANES` in `totals[0..8 / LANES]`, and `xs` of the same steps in `x_kept`.
-/// Returns `(totals, x_kept, first)`. (`xs` are computed values, not loads: a
+/// `sub` of the channel ends with the totals of steps `first .. first + kept`
+/// in `totals[0..kept]` (`kept` = 8 / LANES, at least 1), and `xs` of the same
+/// steps in `x_kept`. Returns `(totals, x_kept, first)`. (`xs` are computed values, not loads: a
 /// choice between two loads from one array becomes a load at a computed index,
 /// which puts the array in scratch memory.)
 #[inline(always)]
 fn channel_sums_8<const LANES: u32>(q: [f32; UNROLL], xs: [f32; UNROLL], sub: u32) -> ([f32; 4], [f32; 4], usize) {
-    // The first level: xor 1 over two lanes, xor 2 over four. (Every index a
-    // literal: `array::from_fn`'s loop let LLVM turn a choice between two
-    // elements into a load at a computed index, in scratch memory.)
+    // The first level: xor LANES/2, 8 values to 4. (Every index a literal:
+    // `array::from_fn`'s loop let LLVM turn a choice between two elements into
+    // a load at a computed index, in scratch memory.)
     let upper = sub & (LANES / 2) != 0;
     let (mut totals, mut x_kept) = ([0.0f32; 4], [0.0f32; 4]);
     crate::unroll!(i in 0..4 => {
-        totals[i] = if LANES == 2 {
-            exchange_half::<1>(q[i], q[i + 4], upper)
-        } else {
-            exchange_half::<2>(q[i], q[i + 4], upper)
-        };
+        totals[i] = exchange_half(q[i], q[i + 4], upper, LANES / 2);
         x_kept[i] = if upper { xs[i + 4] } else { xs[i] };
     });
     let mut first = if upper { 4 } else { 0 };
-    if LANES == 4 {
-        let upper = sub & 1 != 0;
+    // xor LANES/4: 4 values to 2.
+    if LANES >= 4 {
+        let upper = sub & (LANES / 4) != 0;
         let (v, xv) = (totals, x_kept);
         crate::unroll!(i in 0..2 => {
-            totals[i] = exchange_half::<1>(v[i], v[i + 2], upper);
+            totals[i] = exchange_half(v[i], v[i + 2], upper, LANES / 4);
             x_kept[i] = if upper { xv[i + 2] } else { xv[i] };
         });
         first += if upper { 2 } else { 0 };
+    }
+    // xor LANES/8: 2 values to 1.
+    if LANES >= 8 {
+        let upper = sub & (LANES / 8) != 0;
+        totals[0] = exchange_half(totals[0], totals[1], upper, LANES / 8);
+        x_kept[0] = if upper { x_kept[1] } else { x_kept[0] };
+        first += if upper { 1 } else { 0 };
+    }
+    // xor LANES/16: one value, a plain exchange.
+    if LANES >= 16 {
+        totals[0] = totals[0] + xor_f32(totals[0], LANES / 16);
     }
     (totals, x_kept, first)
 }
@@ -185,12 +226,14 @@ pub unsafe fn mamba1_scan<T: Elem>(
     let p = Scan { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n };
     // Four instances, so that every choice that depends on N's class is made at
     // compile time.
+    let lanes = MAP.lanes_per_channel(n);
+    let whole = n == lanes * MAP.states_per_lane;
     unsafe {
-        match (lanes_per_channel(n), n == lanes_per_channel(n) * STATES_PER_LANE) {
-            (2, true) => scan::<T, 2, false>(p),
-            (2, false) => scan::<T, 2, true>(p),
-            (_, true) => scan::<T, 4, false>(p),
-            (_, false) => scan::<T, 4, true>(p),
+        match (lanes == LANES_SMALL, whole) {
+            (true, true) => scan::<T, LANES_SMALL, false>(p),
+            (true, false) => scan::<T, LANES_SMALL, true>(p),
+            (false, true) => scan::<T, LANES_LARGE, false>(p),
+            (false, false) => scan::<T, LANES_LARGE, true>(p),
         }
     }
 }
@@ -221,14 +264,14 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let b = wave::workgroup_id_y();
     let per_wave = wave::WAVE_SIZE / LANES;
     let wave_first =
-        wave::workgroup_id_x() as u64 * channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
+        wave::workgroup_id_x() as u64 * MAP.channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
     // Uniform over the wave: the whole wave leaves.
     if b >= batch
         || wave_first >= dm as u64
         || len == 0
         || n == 0
         || n > MAX_N
-        || lanes_per_channel(n) != LANES
+        || MAP.lanes_per_channel(n) != LANES
         || wave::wave_id() >= WAVES_PER_WORKGROUP
     {
         return;
@@ -240,17 +283,17 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     // so that every lane still takes part in every exchange.
     let channel_ok = d < dm as u64;
     let d = if channel_ok { d } else { dm as u64 - 1 } as usize;
-    // Without a mask N is 8 * LANES: a constant, so the staged rows' offsets are too.
-    let n = if MASKED { n } else { STATES_PER_LANE * LANES };
+    // Without a mask N is COLS * LANES: a constant, so the staged rows' offsets are too.
+    let n = if MASKED { n } else { COLS as u32 * LANES };
     let (b, len, dm, n) = (b as usize, len as usize, dm as usize, n as usize);
 
     // This lane's columns: `col0 + j`; past N a column reads column `col_lo`
     // instead (the lane's first column, or N - 1), so every load is in bounds.
-    let col0 = (sub * STATES_PER_LANE) as usize;
+    let col0 = sub as usize * COLS;
     let col_lo = col0.min(n - 1);
     let mut offset = [0usize; COLS];
     let mut valid = [true; COLS];
-    crate::unroll!(j in 0..8 => {
+    crate::unroll!(j in 0..COLS, at most 8 => {
         valid[j] = !MASKED || col0 + j < n;
         offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
     });
@@ -260,7 +303,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let mut s = [0.0f32; COLS];
         let state_at = (b * dm + d) * n + col_lo;
         // Read before any write: in-place state is safe.
-        crate::unroll!(j in 0..8 => {
+        crate::unroll!(j in 0..COLS, at most 8 => {
             a2[j] = a.add(d * n + col_lo + offset[j]).read() * LOG2E;
             s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
         });
@@ -288,7 +331,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let row = |c: *const T, t: usize| -> [f32; COLS] {
             let start = c.add(wave::uniform_usize(bc_first + t * n) + col_lo);
             let mut v = [0.0f32; COLS];
-            crate::unroll!(j in 0..8 => {
+            crate::unroll!(j in 0..COLS, at most 8 => {
                 v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
             });
             v
@@ -298,8 +341,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // consecutive values each, which the wave loads together (each lane
         // N / 4 values of each, coalesced), one chunk ahead with dt and x, and
         // stages as f32 in its own workgroup memory, `[2][UNROLL][N]`; each
-        // step then reads its 8 columns of B and of C from there in four
-        // 16-byte loads. Those waits (lgkmcnt) do not wait for the next
+        // step then reads its columns of B and of C from there in 16-byte
+        // loads (8-byte with two columns). Those waits (lgkmcnt) do not wait for the next
         // chunk's loads from memory (vmcnt), so all of those stay in flight
         // during the chunk's arithmetic. The masked instances take the one-step
         // loop only.
@@ -308,9 +351,9 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
             .add(wave::wave_id() as usize * STAGED_FLOATS_PER_WAVE as usize);
         let (bm_lane, cm_lane) = (bm.add(lane as usize), cm.add(lane as usize));
-        let load_stage = |t: usize| -> ([T; COLS], [T; COLS]) {
+        let load_stage = |t: usize| -> ([T; STAGE], [T; STAGE]) {
             let first = wave::uniform_usize(bc_first + t * n);
-            let (mut bv, mut cv) = ([bm.read(); COLS], [cm.read(); COLS]);
+            let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
             crate::unroll!(m in 0..8 => {
                 if m < per_lane {
                     bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
@@ -319,7 +362,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             });
             (bv, cv)
         };
-        let store_stage = |(bv, cv): ([T; COLS], [T; COLS])| {
+        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE])| {
             // Every lane has read the previous chunk's values.
             wave::sync_lanes();
             crate::unroll!(m in 0..8 => {
@@ -331,12 +374,26 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             });
             wave::sync_lanes();
         };
-        // Step k's 8 columns of B (or C, at `UNROLL * n`): 16-byte aligned, as
-        // col0 and n are multiples of 8.
+        // Step k's columns of B (or C, at `UNROLL * n`): aligned to 4 * COLS
+        // bytes (16 at most), as col0 and n are multiples of COLS.
         let staged_row = |base: usize, k: usize| -> [f32; COLS] {
-            let p = staged.add(base + k * n + col0) as *const F32x4;
-            let (lo, hi) = (p.read().0, p.add(1).read().0);
-            [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+            let at = staged.add(base + k * n + col0);
+            let mut v = [0.0f32; COLS];
+            if COLS >= 4 {
+                let p = at as *const F32x4;
+                crate::unroll!(h in 0..COLS / 4, at most 2 => {
+                    let four = p.add(h).read().0;
+                    crate::unroll!(j in 0..4 => {
+                        v[4 * h + j] = four[j];
+                    });
+                });
+            } else {
+                let two = (at as *const F32x2).read().0;
+                crate::unroll!(j in 0..2 => {
+                    v[j] = two[j];
+                });
+            }
+            v
         };
 
         let mut t = 0usize;
@@ -348,7 +405,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         for chunk in 0..chunks {
             let cur = next;
             let more = chunk + 1 < chunks;
-            let mut next_stage = ([bm.read(); COLS], [cm.read(); COLS]);
+            let mut next_stage = ([bm.read(); STAGE], [cm.read(); STAGE]);
             if more {
                 next = load_dt_x(t + UNROLL);
                 next_stage = load_stage(t + UNROLL);
@@ -368,15 +425,17 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 }
                 q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
             });
-            // The 8 totals, transposed: this lane stores 8 / LANES of the steps.
+            // The 8 totals, transposed: this lane stores `kept` of the steps (with
+            // 16 lanes, two lanes hold each total: the even one stores it).
             let mut xd = [0.0f32; UNROLL];
             crate::unroll!(k in 0..8 => {
                 xd[k] = xv[k] * dsk;
             });
             let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
-            if channel_ok {
+            let kept = (UNROLL / LANES as usize).max(1);
+            if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
                 crate::unroll!(i in 0..4 => {
-                    if i < UNROLL / LANES as usize {
+                    if i < kept {
                         y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
                     }
                 });
@@ -399,7 +458,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         }
 
         if channel_ok {
-            crate::unroll!(j in 0..8 => {
+            crate::unroll!(j in 0..COLS, at most 8 => {
                 if valid[j] {
                     state_out.add(state_at + offset[j]).write(s[j]);
                 }

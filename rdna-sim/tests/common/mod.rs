@@ -114,7 +114,7 @@ pub type SizedBuffers = Vec<(Vec<u8>, usize)>;
 /// mamba1_scan's launch of dtype `ty` at (batch, len, dm, n): its arguments, its
 /// buffers (outputs zeroed) with their element sizes, and its grid.
 pub fn mamba_case(ty: &str, (batch, len, dm, n): (u32, u32, u32, u32)) -> (Vec<Arg>, SizedBuffers, [u32; 3]) {
-    use kernels_device::geometry::mamba1_scan::channels_per_workgroup;
+    use kernels_device::geometry::mamba1_scan::Mapping;
     let (btd, btn, dn) = ((batch * len * dm) as usize, (batch * len * n) as usize, (dm * n) as usize);
     let dt: Vec<f32> = noise(btd, 7, 0.5).iter().map(|x| x.abs() + 0.01).collect();
     let a: Vec<f32> = noise(dn, 9, 1.0).iter().map(|x| -x.abs() - 0.1).collect();
@@ -132,7 +132,7 @@ pub fn mamba_case(ty: &str, (batch, len, dm, n): (u32, u32, u32, u32)) -> (Vec<A
     ];
     let mut args: Vec<Arg> = (0..9).map(Arg::Buf).collect();
     args.extend([Arg::U32(batch), Arg::U32(len), Arg::U32(dm), Arg::U32(n)]);
-    (args, bufs, [dm.div_ceil(channels_per_workgroup(n)), batch, 1])
+    (args, bufs, [dm.div_ceil(Mapping::AMD.channels_per_workgroup(n)), batch, 1])
 }
 
 /// Copies `bufs` into fresh allocations of `mem`, buffer `i` starting `shift[i]`
