@@ -7,7 +7,7 @@ mod common;
 use std::ffi::c_void;
 
 use common::{Suite, download_bits, label, sentinel, upload};
-use mlxcel_amdgpu::half::bf16;
+use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{
     BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_N, MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS,
@@ -318,6 +318,27 @@ fn nan_propagates_and_signed_zeros_follow_the_model<T: Element>(dev: &Device) {
     assert!(reference::is_nan_bits(dtype, got[0]) && reference::is_nan_bits(dtype, got[1]));
 }
 
+/// Every f16 bit pattern (zeros, subnormals, infinities and NaNs among them),
+/// bit for bit against the reference, under parameter sets that reach both
+/// branches with scalars of either sign and size: f16 has few enough values
+/// to check them all on every backend.
+fn every_f16_input_is_bit_exact(dev: &Device) {
+    let x: Vec<f32> = (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect();
+    let sets = [
+        P,
+        XieluParams { alpha_p: 3.5, alpha_n: 0.01, beta: -0.75, eps: -0.0 },
+        XieluParams { alpha_p: 1e-3, alpha_n: 20.0, beta: 2.0, eps: -0.5 },
+        XieluParams { alpha_p: -0.5, alpha_n: 0.0, beta: 1e-6, eps: -1e-7 },
+    ];
+    for p in sets {
+        let input = upload::<f16>(dev, &x);
+        let mut out = sentinel::<f16>(dev, x.len());
+        xielu::run(dev, &input, &mut out, x.len(), p, Stream::DEFAULT).unwrap();
+        let what = format!("xielu on every f16 input, {p:?} {}", label::<f16>(dev));
+        metrics::assert_bits_equal(Dtype::F16, &download_bits(&out), &reference_bits(Dtype::F16, &x, p), &what);
+    }
+}
+
 /// With `eps > 0` the kernel evaluates every element by the model itself, in
 /// whole vector chunks and in the tail (the fast evaluation needs `eps <= 0`);
 /// specials sit inside whole chunks.
@@ -501,6 +522,7 @@ fn main() {
         cpu_per_dtype: n_zero_is_a_no_op, a_null_x_is_refused, n_at_the_limit_passes_the_n_check,
             n_above_the_limit_is_refused;
     );
+    suite.per_backend("every_f16_input_is_bit_exact", every_f16_input_is_bit_exact);
     suite.single("a_misaligned_x_is_refused::f32", a_misaligned_x_is_refused);
     suite.cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid));
     named_cases!(suite; cpu_per_dtype: non_finite_scalars_are_refused;);
