@@ -67,18 +67,41 @@ struct Params {
     ep: f32,
 }
 
+/// Whether a product of two f16 values rounded to f16 is the f16
+/// multiplication itself rather than an f32 one: everywhere but NVIDIA. LLVM
+/// 22 selects an f32 product rounded to f16 on AMD as `v_fma_mixlo_f16 a, b,
+/// 0`, an fma with a +0 addend, which turns an exact -0 product into +0 (found
+/// by `every_f16_input_is_bit_exact` on the simulated gfx1151; `docs/performance.md`
+/// has the instruction). The f16 product is the same value with IEEE's sign:
+/// f32's 24 bits are at least 2 * 11 + 2, so rounding the exact f32 product
+/// to f16 equals the correctly rounded f16 product. NVIDIA keeps the f32 form
+/// (`cvt` after `mul.f32`, correct there), measured faster on an H200; the host
+/// takes the f16 form, so that the emulator runs AMD's code.
+const F16_PRODUCTS: bool = !cfg!(target_arch = "nvptx64");
+
+/// `round(a * b)` for `a`, `b` values of `T`: in f16 (where [`F16_PRODUCTS`])
+/// the f16 multiplication, which rounds as `round` does, signed zeros included.
+#[inline(always)]
+fn product<T: Elem>(a: f32, b: f32, round: impl Fn(f32) -> f32) -> f32 {
+    if F16_PRODUCTS && T::BYTES == 2 && T::MANTISSA_BITS == 10 {
+        ((a as f16) * (b as f16)) as f32
+    } else {
+        round(a * b)
+    }
+}
+
 /// One element of the bit-exact model. No FMA anywhere.
 #[inline(always)]
 fn xielu_one<T: Elem>(x: T, p: Params) -> T {
     let v = x.to_f32();
-    let x_sq = round_to::<T>(v * v);
-    let pos = round_to::<T>(x_sq * p.ap);
+    let x_sq = product::<T>(v, v, round_to::<T>);
+    let pos = product::<T>(x_sq, p.ap, round_to::<T>);
     // NaN-propagating minimum of v and eps.
     let clamped = if v.is_nan() || v < p.ep { v } else { p.ep };
     let em = round_to::<T>(expm1(clamped));
-    let neg = round_to::<T>(round_to::<T>(em - v) * p.an);
+    let neg = product::<T>(round_to::<T>(em - v), p.an, round_to::<T>);
     let sel = if v > 0.0 { pos } else { neg };
-    let bx = round_to::<T>(v * p.be);
+    let bx = product::<T>(v, p.be, round_to::<T>);
     T::from_f32(sel + bx)
 }
 
@@ -118,8 +141,14 @@ fn xielu_fast_with_em<T: Elem>(v: f32, em: f32, p: Params) -> T {
     let positive = v > 0.0;
     let a = if positive { v * v } else { em - v };
     let m = if positive { p.ap } else { p.an };
-    let sel = T::round_normal(T::round_normal(a) * m);
-    let bx = T::round_normal(v * p.be);
+    // In f16 (see F16_PRODUCTS) v * v is rounded as an f16 product.
+    let ra = if F16_PRODUCTS && T::BYTES == 2 && T::MANTISSA_BITS == 10 && positive {
+        product::<T>(v, v, T::round_normal)
+    } else {
+        T::round_normal(a)
+    };
+    let sel = product::<T>(ra, m, T::round_normal);
+    let bx = product::<T>(v, p.be, T::round_normal);
     T::from_rounded(T::round_normal(sel + bx))
 }
 
