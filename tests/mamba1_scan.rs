@@ -286,8 +286,8 @@ fn n_dm_and_l_off_the_multiples_of_8<T: Element>(dev: &Device) {
 
 /// The reliability sweep's shapes (docs/reliability.md): N = 1, 31, 32 (one
 /// lane, all but one, a full wave) at L = 1 and 2049 (one step; every unrolled
-/// pass plus a remainder of one), over Dm = 5 (two channels of the last wave
-/// past Dm for N <= 16).
+/// pass plus a remainder of one), over Dm = 5 (channels of the last wave past
+/// Dm in every mapping).
 fn edge_n_and_l<T: Element>(dev: &Device) {
     for n in [1, 31, 32] {
         for len in [1, 2049] {

@@ -77,6 +77,9 @@ struct Range {
 /// - no two ranges overlap where one of them is written, except an exact
 ///   equality the declaration allows (an in-place launch).
 pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>], capacity: Capacity) -> Result<()> {
+    if spec.params.len() > MAX_PARAMS {
+        return Err(Error::Internal(format!("kernel {} takes more than MAX_PARAMS arguments", spec.name)));
+    }
     // A fixed array, not a Vec: this runs on every launch.
     let (mut ranges, mut count) = ([Range { param: 0, start: 0, end: 0 }; MAX_PARAMS], 0);
     for (index, (param, extent)) in spec.params.iter().zip(extents).enumerate() {

@@ -62,6 +62,13 @@ impl PackedArgs {
     /// the parameter of that name at that position, of that kind. A mismatch
     /// is a defect of the launcher ([`Error::Internal`]), never sent.
     pub fn pack(spec: &KernelSpec, values: &[(&str, ArgValue)]) -> Result<PackedArgs> {
+        if spec.params.len() > MAX_PARAMS {
+            return Err(Error::Internal(format!(
+                "kernel {} takes {} arguments, more than MAX_PARAMS ({MAX_PARAMS})",
+                spec.name,
+                spec.params.len()
+            )));
+        }
         if values.len() != spec.params.len() {
             return Err(Error::Internal(format!(
                 "kernel {} takes {} arguments, the launcher passed {}",
@@ -145,6 +152,37 @@ mod tests {
         assert_eq!(&bytes[48..56], &96u64.to_le_bytes());
         assert_eq!(&bytes[56..60], &2u32.to_le_bytes());
         assert_eq!(packed.len(), 68);
+    }
+
+    #[test]
+    fn every_kernel_is_packed_at_its_layout_offsets() {
+        for spec in kernels_device::entry::KERNELS {
+            let values: Vec<(&str, ArgValue)> = spec
+                .params
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let v = match p.kind {
+                        kernels_device::args::ArgKind::Ptr => ArgValue::Ptr(0x1000 + i as u64),
+                        kernels_device::args::ArgKind::U64 => ArgValue::U64(i as u64),
+                        kernels_device::args::ArgKind::U32 => ArgValue::U32(i as u32),
+                        kernels_device::args::ArgKind::F32 => ArgValue::F32(i as f32),
+                    };
+                    (p.name, v)
+                })
+                .collect();
+            let packed = PackedArgs::pack(spec, &values).unwrap();
+            let (offsets, len) = spec.layout();
+            assert_eq!(packed.len(), len, "{}", spec.name);
+            let bytes = unsafe { std::slice::from_raw_parts(packed.as_ptr(), packed.len()) };
+            for ((offset, &(_, value)), &p) in offsets.zip(&values).zip(&packed.arg_pointers()) {
+                assert_eq!(p as *const u8, unsafe { packed.as_ptr().add(offset) }, "{}", spec.name);
+                let size = value.kind().size();
+                let mut want = [0u8; 8];
+                write_value(&mut want, 0, value);
+                assert_eq!(&bytes[offset..offset + size], &want[..size], "{}", spec.name);
+            }
+        }
     }
 
     #[test]

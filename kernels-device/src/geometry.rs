@@ -218,7 +218,7 @@ pub mod mamba1_scan {
 
     // Each mapping covers N = SMALL_MAX_N with lanes_small lanes exactly, with
     // a power of two of lanes that fits a wave; the kernel's exchanges and
-    // unrolled loops take 1 to 8 columns a lane and at most 16 lanes a channel.
+    // unrolled loops take 2, 4 or 8 columns a lane and at most 16 lanes a channel.
     const _: () = {
         let maps = [Mapping::AMD, Mapping::NVIDIA];
         let mut i = 0;

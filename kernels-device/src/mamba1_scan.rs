@@ -81,7 +81,9 @@ const LANES_LARGE: u32 = 2 * MAP.lanes_small;
 
 // The step loops are `unroll!(k in 0..8 => ..)`, the column loops unroll at
 // most 8, and the exchanges take at most 16 lanes (the geometry checks this).
-const _: () = assert!(UNROLL == 8 && COLS <= 8 && LANES_LARGE <= 16);
+const _: () = assert!(UNROLL == 8 && LANES_LARGE <= 16);
+// `staged_row` reads 2, 4 or 8 columns.
+const _: () = assert!(COLS == 2 || COLS == 4 || COLS == 8);
 const _: () = assert!(MAX_N == LANES_LARGE * MAP.states_per_lane);
 
 /// Values of B (and of C) each lane stages per chunk, at most: `UNROLL * N / 32`.
@@ -419,7 +421,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             let mut q = [0.0f32; UNROLL];
             crate::unroll!(k in 0..8 => {
                 // Two steps' B and C at a time: the scheduler would otherwise
-                // read all 8 steps' first, which takes 128 registers.
+                // read all 8 steps' first (128 registers with eight columns).
                 if k.is_multiple_of(2) && k > 0 {
                     wave::schedule_fence();
                 }

@@ -73,8 +73,9 @@ struct Params {
 /// 0`, an fma with a +0 addend, which turns an exact -0 product into +0 (found
 /// by `every_f16_input_is_bit_exact` on the simulated gfx1151; `docs/performance.md`
 /// has the instruction). The f16 product is the same value with IEEE's sign:
-/// f32's 24 bits are at least 2 * 11 + 2, so rounding the exact f32 product
-/// to f16 equals the correctly rounded f16 product. NVIDIA keeps the f32 form
+/// the f32 product of two f16 values is exact (at most 22 significant bits,
+/// within f32's normal range), so rounding it once to f16 is the correctly
+/// rounded f16 product. NVIDIA keeps the f32 form
 /// (`cvt` after `mul.f32`, correct there), measured faster on an H200; the host
 /// takes the f16 form, so that the emulator runs AMD's code.
 const F16_PRODUCTS: bool = !cfg!(target_arch = "nvptx64");
