@@ -77,11 +77,10 @@ impl PackedArgs {
                 values.len()
             )));
         }
+        let (layout, len) = spec.layout();
         let mut packed =
-            PackedArgs { bytes: Aligned([0; 8 * MAX_PARAMS]), len: 0, offsets: [0; MAX_PARAMS], count: values.len() };
-        // KernelSpec::layout's rule, inline: each argument aligned to its size.
-        let mut end = 0usize;
-        for (i, (param, &(name, value))) in spec.params.iter().zip(values).enumerate() {
+            PackedArgs { bytes: Aligned([0; 8 * MAX_PARAMS]), len, offsets: [0; MAX_PARAMS], count: values.len() };
+        for (i, ((param, &(name, value)), offset)) in spec.params.iter().zip(values).zip(layout).enumerate() {
             if !same_name(param.name, name) {
                 return Err(Error::Internal(format!(
                     "kernel {}: the launcher passed `{name}` where the kernel takes `{}`",
@@ -94,13 +93,9 @@ impl PackedArgs {
                     spec.name, param.name, param.kind, value
                 )));
             }
-            let size = param.kind.size();
-            let offset = end.next_multiple_of(size);
             write_value(&mut packed.bytes.0, offset, value);
             packed.offsets[i] = offset;
-            end = offset + size;
         }
-        packed.len = end;
         Ok(packed)
     }
 

@@ -182,6 +182,11 @@ impl fmt::Debug for Device {
     }
 }
 
+/// The error for a kernel name that no family of this library declares.
+fn no_such_kernel(name: String) -> Error {
+    Error::Unavailable { kernel: name, reason: "no kernel of that name exists in this library".into() }
+}
+
 /// A kernel found on a device: proof that it can run there.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernel {
@@ -301,10 +306,7 @@ impl Device {
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         match kernels_device::entry::KERNELS.iter().position(|k| k.name == name) {
             Some(i) => self.kernel_at(i, name),
-            None => Err(Error::Unavailable {
-                kernel: name.to_string(),
-                reason: "no kernel of that name exists in this library".into(),
-            }),
+            None => Err(no_such_kernel(name.to_string())),
         }
     }
 
@@ -320,7 +322,7 @@ impl Device {
         };
         match kernels_device::entry::KERNELS.iter().position(|k| is_it(k.name)) {
             Some(i) => self.kernel_at(i, kernels_device::entry::KERNELS[i].name),
-            None => self.kernel(&format!("{base}_{}", dtype.name())),
+            None => Err(no_such_kernel(format!("{base}_{suffix}"))),
         }
     }
 

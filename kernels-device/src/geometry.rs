@@ -188,27 +188,29 @@ pub mod mamba1_scan {
     pub struct Mapping {
         /// State columns each lane carries.
         pub states_per_lane: u32,
-        /// Lanes of a channel for N <= [`SMALL_MAX_N`].
-        pub lanes_small: u32,
     }
 
     impl Mapping {
         /// AMD, and the CPU emulator: eight columns a lane, a wave of 16 channels.
         /// gfx1151 has waves to spare; what bounds it is instructions per step.
-        pub const AMD: Mapping = Mapping { states_per_lane: 8, lanes_small: 2 };
+        pub const AMD: Mapping = Mapping { states_per_lane: 8 };
         /// NVIDIA: four columns a lane, a warp of 8 channels: twice AMD's warps,
         /// since with AMD's mapping an H200 has less than one warp per scheduler
         /// and waits on each warp's chain of dependent instructions. (Two
         /// columns, four times the warps, ran no faster: each warp's staging
         /// and loads do not shrink with its channels.)
-        pub const NVIDIA: Mapping = Mapping { states_per_lane: 4, lanes_small: 4 };
+        pub const NVIDIA: Mapping = Mapping { states_per_lane: 4 };
         /// The mapping of the code being compiled (the PTX: NVIDIA's; the AMD code
         /// objects and the emulator: AMD's).
         pub const COMPILED: Mapping = if cfg!(target_arch = "nvptx64") { Mapping::NVIDIA } else { Mapping::AMD };
 
+        /// Lanes of a channel for N <= [`SMALL_MAX_N`]: its columns, spread.
+        pub const fn lanes_small(self) -> u32 {
+            SMALL_MAX_N / self.states_per_lane
+        }
         /// Lanes that carry one channel for state size `n`.
         pub const fn lanes_per_channel(self, n: u32) -> u32 {
-            if n <= SMALL_MAX_N { self.lanes_small } else { 2 * self.lanes_small }
+            if n <= SMALL_MAX_N { self.lanes_small() } else { 2 * self.lanes_small() }
         }
         /// Channels per workgroup for state size `n`: grid x = `ceil(Dm / this)`, grid y = B.
         pub const fn channels_per_workgroup(self, n: u32) -> u32 {
@@ -216,17 +218,15 @@ pub mod mamba1_scan {
         }
     }
 
-    // Each mapping covers N = SMALL_MAX_N with lanes_small lanes exactly, with
-    // a power of two of lanes that fits a wave; the kernel's exchanges and
-    // unrolled loops take 2, 4 or 8 columns a lane and at most 16 lanes a channel.
+    // Each mapping covers N = SMALL_MAX_N with lanes_small() lanes exactly: the
+    // kernel's exchanges and unrolled loops take 2, 4 or 8 columns a lane, so
+    // 2 to 8 lanes a channel, and twice that above SMALL_MAX_N.
     const _: () = {
         let maps = [Mapping::AMD, Mapping::NVIDIA];
         let mut i = 0;
         while i < maps.len() {
             let m = maps[i];
-            assert!(m.states_per_lane * m.lanes_small == SMALL_MAX_N);
-            assert!(m.lanes_small.is_power_of_two() && m.lanes_small >= 2 && 2 * m.lanes_small <= 16);
-            assert!(m.states_per_lane.is_power_of_two() && m.states_per_lane <= 8);
+            assert!(m.states_per_lane == 2 || m.states_per_lane == 4 || m.states_per_lane == 8);
             i += 1;
         }
     };

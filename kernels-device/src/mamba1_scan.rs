@@ -7,7 +7,7 @@
 //! ```
 //!
 //! **Mapping** ([`Mapping`], per target: [`Mapping::COMPILED`]). A channel
-//! (b, d) takes `lanes_per_channel(n)` adjacent lanes: `lanes_small` for N <= 16
+//! (b, d) takes `lanes_per_channel(n)` adjacent lanes: `lanes_small()` for N <= 16
 //! (the usual 16), twice as many above. Lane `l` of a channel holds state
 //! columns `c l .. c l + c` (`c = states_per_lane`) in f32 registers for the
 //! whole sequence, so the sum over n is a chain of fused multiply-adds inside
@@ -22,7 +22,7 @@
 //! dt and x itself (the same addresses, one memory access); B and C are the same
 //! for every channel of a batch, so they come from the cache.
 //!
-//! Four instances, chosen by N at run time: `lanes_small` or twice that, and
+//! Four instances, chosen by N at run time: `lanes_small()` or twice that, and
 //! whether some columns are past N (N other than 16 and 32), so that N = 16 and
 //! N = 32 carry no per-column masks.
 //!
@@ -76,8 +76,8 @@ const MAP: Mapping = Mapping::COMPILED;
 /// Columns per lane, as an index bound.
 const COLS: usize = MAP.states_per_lane as usize;
 /// Lanes of a channel for N <= 16, and above.
-const LANES_SMALL: u32 = MAP.lanes_small;
-const LANES_LARGE: u32 = 2 * MAP.lanes_small;
+const LANES_SMALL: u32 = MAP.lanes_small();
+const LANES_LARGE: u32 = 2 * MAP.lanes_small();
 
 // The step loops are `unroll!(k in 0..8 => ..)`, the column loops unroll at
 // most 8, and the exchanges take at most 16 lanes (the geometry checks this).
