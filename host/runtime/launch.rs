@@ -172,10 +172,13 @@ mod tests {
             let bytes = unsafe { std::slice::from_raw_parts(packed.as_ptr(), packed.len()) };
             for ((offset, &(_, value)), &p) in offsets.zip(&values).zip(&packed.arg_pointers()) {
                 assert_eq!(p as *const u8, unsafe { packed.as_ptr().add(offset) }, "{}", spec.name);
-                let size = value.kind().size();
-                let mut want = [0u8; 8];
-                write_value(&mut want, 0, value);
-                assert_eq!(&bytes[offset..offset + size], &want[..size], "{}", spec.name);
+                // The expected bytes straight from the value, not through write_value.
+                let want = match value {
+                    ArgValue::Ptr(v) | ArgValue::U64(v) => v.to_le_bytes().to_vec(),
+                    ArgValue::U32(v) => v.to_le_bytes().to_vec(),
+                    ArgValue::F32(v) => v.to_le_bytes().to_vec(),
+                };
+                assert_eq!(&bytes[offset..offset + want.len()], &want[..], "{}", spec.name);
             }
         }
     }
