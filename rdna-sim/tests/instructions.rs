@@ -556,3 +556,27 @@ fn sixteen_bit_operations_take_f16_inline_constants() {
     r.ok(&[vop2("v_add_f16_e32", 2, 244, 1)]);
     assert_eq!(r.w.v[2][0] & 0xffff, half::f16::from_f32(3.0).to_bits() as u32);
 }
+
+#[test]
+fn sixteen_bit_bitwise_operations_and_shifts_write_one_half() {
+    let mut r = Run::new();
+    r.lanes(1, |_| 0x8421_00f3);
+    for d in [0, 2, 3, 4, 5] {
+        r.lanes(d, |_| 0x5555_5555);
+    }
+    let run = |r: &mut Run, name: &str, vdst: u32, s: [u32; 3], opsel: u32| {
+        let [a, b] = vop3(opcodes::VOP3, name, vdst, s, 0, 0, opsel);
+        r.ok(&[a, b]);
+    };
+    // v_lshlrev_b16 v0.h, 3, v1.l: 0x00f3 << 3 into the high half; the low half is kept.
+    run(&mut r, "v_lshlrev_b16", 0, [131, v(1), 0], 0b1000);
+    assert_eq!(r.w.v[0][0], 0x0798_5555);
+    // v_lshrrev_b16 v2.l, 17, v1.h: the amount's low 4 bits (1), 0x8421 >> 1.
+    run(&mut r, "v_lshrrev_b16", 2, [145, v(1), 0], 0b0010);
+    assert_eq!(r.w.v[2][0], 0x5555_4210);
+    // v1.l with v1.h: or, and, xor.
+    run(&mut r, "v_or_b16", 3, [v(1), v(1), 0], 0b0010);
+    run(&mut r, "v_and_b16", 4, [v(1), v(1), 0], 0b0010);
+    run(&mut r, "v_xor_b16", 5, [v(1), v(1), 0], 0b0010);
+    assert_eq!([r.w.v[3][0], r.w.v[4][0], r.w.v[5][0]], [0x5555_84f3, 0x5555_0021, 0x5555_84d2]);
+}

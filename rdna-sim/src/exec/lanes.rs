@@ -231,6 +231,12 @@ pub(super) fn lane_fn(name: &str) -> Option<(LaneFn, [K; 3])> {
         "v_cndmask_b32" => |l| ur(if l.m { l.u(1) } else { l.u(0) }),
         "v_cndmask_b16" => |l| (if l.m { l.u16(1) } else { l.u16(0) } as u64, false),
         "v_mov_b16" => |l| (l.u16(0) as u64, false),
+        // The 16-bit bitwise ops and shifts (shift amount: S0's low 4 bits).
+        "v_and_b16" => |l| ((l.u16(0) & l.u16(1)) as u64, false),
+        "v_or_b16" => |l| ((l.u16(0) | l.u16(1)) as u64, false),
+        "v_xor_b16" => |l| ((l.u16(0) ^ l.u16(1)) as u64, false),
+        "v_lshlrev_b16" => |l| ((l.u16(1) << (l.u16(0) & 15)) as u64, false),
+        "v_lshrrev_b16" => |l| ((l.u16(1) >> (l.u16(0) & 15)) as u64, false),
         "v_add_f16" => |l| hr(h_op(l.h(0), l.h(1), |a, b| a + b)),
         "v_sub_f16" => |l| hr(h_op(l.h(0), l.h(1), |a, b| a - b)),
         "v_subrev_f16" => |l| hr(h_op(l.h(1), l.h(0), |a, b| a - b)),
