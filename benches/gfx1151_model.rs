@@ -149,9 +149,9 @@ fn measured(counts: &Counts, dev: &Device, ladder: &[usize], size: usize, mut ru
 fn xielu_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     let dtype = T::DTYPE;
     // The prefill ladder stays in the launcher's regime for 2^26: the table grid
-    // (bf16, from TABLE_MIN_ELEMS_PER_WORKGROUP per workgroup up) or the chunk grid.
+    // (bf16 and f16, from TABLE_MIN_ELEMS_PER_WORKGROUP per workgroup up) or the chunk grid.
     let table_from = (TABLE_MIN_ELEMS_PER_WORKGROUP * CUS as u64) as usize;
-    let long: &[usize] = if dtype == Dtype::Bf16 { &[table_from, table_from + (1 << 20)] } else { &[1 << 18, 1 << 19] };
+    let long: &[usize] = if dtype == Dtype::F32 { &[1 << 18, 1 << 19] } else { &[table_from, table_from + (1 << 20)] };
     for (n, ladder) in [(21504usize, &[21504usize][..]), (1 << 26, long)] {
         let launches = measured(counts, dev, ladder, n, |m| {
             let x = upload::<T>(dev, &data::lcg_uniform(1, m));

@@ -10,8 +10,9 @@ use common::{Suite, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::{
-    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_N, MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS,
-    TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN, TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
+    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, F16_TABLE_LO_BITS, F16_TABLE_SPAN, F16_WORKGROUP_MEM_BYTES, MAX_N,
+    MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN,
+    TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
 };
 use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::LaunchDims;
@@ -170,7 +171,7 @@ fn the_result_does_not_depend_on_the_grid<const GROUPS: u32>(dev: &Device) {
     );
 }
 
-// ------------------------------------------------------------ bf16 table path
+// ------------------------------------------------------- bf16 and f16 table paths
 
 /// bf16 inputs for the table path: every value of the table's range (each
 /// chunk wholly inside it), then every bf16 pattern in order (chunks that mix
@@ -198,15 +199,47 @@ fn table_path_inputs(n: usize) -> Vec<u16> {
     bits
 }
 
-/// Runs xielu_bf16 on [`table_path_inputs`] with `dims` and checks the bits;
-/// `in_place` writes the output over the input.
-fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in_place: bool, what: &str) {
-    let dtype = Dtype::Bf16;
-    let bits = table_path_inputs(n);
-    let input = dev.upload(&bits.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<bf16>>()).unwrap();
-    let separate = sentinel::<bf16>(dev, n);
+/// f16 inputs for the table path, as [`table_path_inputs`] for bf16: every
+/// value of the table's range (each chunk wholly inside it), then every f16
+/// pattern in order, then the LCG values, up to `n`, with a value outside the
+/// table at every 97th element.
+fn f16_table_path_inputs(n: usize) -> Vec<u16> {
+    let (lo, span) = (F16_TABLE_LO_BITS as u16, F16_TABLE_SPAN as u16);
+    let mut bits: Vec<u16> = Vec::with_capacity(n);
+    for sign in [0u16, 0x8000] {
+        bits.extend((lo..lo + span).map(|m| sign | m));
+    }
+    bits.extend(0..=u16::MAX);
+    let start = bits.len();
+    let fill = data::lcg_uniform(0xF16, n - start);
+    bits.extend(reference::store_all(Dtype::F16, &reference::round_all(Dtype::F16, &fill)).iter().map(|&b| b as u16));
+    // Zero, a subnormal, just below the table's bottom and at its top (both
+    // signs), infinity, NaN.
+    let hi = lo + span;
+    let outside = [0x0000, 0x8001, lo - 1, hi, 0x8000 | hi, 0x7C00, 0xFE01, 0x8000 | (lo - 1)];
+    for (k, i) in (start..n).step_by(97).enumerate() {
+        bits[i] = outside[k % outside.len()];
+    }
+    bits
+}
+
+/// Runs `xielu_bf16` on [`table_path_inputs`] or `xielu_f16` on
+/// [`f16_table_path_inputs`] with `dims` and checks the bits; `in_place`
+/// writes the output over the input.
+fn check_table_path<T: Element + TableElement>(
+    dev: &Device,
+    n: usize,
+    dims: LaunchDims,
+    p: XieluParams,
+    in_place: bool,
+    what: &str,
+) {
+    let dtype = T::DTYPE;
+    let bits = if dtype == Dtype::Bf16 { table_path_inputs(n) } else { f16_table_path_inputs(n) };
+    let input = dev.upload(&bits.iter().map(|&b| T::from_bits(b)).collect::<Vec<T>>()).unwrap();
+    let separate = sentinel::<T>(dev, n);
     let out = if in_place { &input } else { &separate };
-    let kernel = dev.kernel("xielu_bf16").unwrap();
+    let kernel = dev.kernel(&format!("xielu_{dtype}")).unwrap();
     let args = xielu::args(input.ptr(), out.ptr(), n as u64, p);
     unsafe { dev.launch(&kernel, dims, &args.values(), Stream::DEFAULT) }.unwrap();
     let x: Vec<f32> = bits.iter().map(|&b| reference::widen(dtype, b as u32)).collect();
@@ -216,6 +249,25 @@ fn check_table_path(dev: &Device, n: usize, dims: LaunchDims, p: XieluParams, in
         &reference_bits(dtype, &x, p),
         &format!("{what} on {}", dev.backend()),
     );
+}
+
+/// The 16-bit types with a table.
+trait TableElement {
+    fn from_bits(bits: u16) -> Self;
+    /// The table's workgroup memory.
+    const TABLE_MEM: u32;
+}
+impl TableElement for bf16 {
+    fn from_bits(bits: u16) -> Self {
+        bf16::from_bits(bits)
+    }
+    const TABLE_MEM: u32 = BF16_WORKGROUP_MEM_BYTES;
+}
+impl TableElement for f16 {
+    fn from_bits(bits: u16) -> Self {
+        f16::from_bits(bits)
+    }
+    const TABLE_MEM: u32 = F16_WORKGROUP_MEM_BYTES;
 }
 
 /// Lengths for the table path with 2 workgroups (also in the device crate's
@@ -240,29 +292,37 @@ const TABLE_GRID_EPS_ZERO: u8 = 2;
 // last partial chunk takes the loop after.
 const _: () = assert!(TABLE_CHUNKS_IN_FLIGHT == 5, "recount the partial groups");
 
-/// One table-path case: `TABLE_TEST_N[N_INDEX]` elements on 2 workgroups of `SIZE`.
-fn the_bf16_table_path_is_bit_exact<const N_INDEX: usize, const SIZE: u32, const VARIANT: u8>(dev: &Device) {
+/// One table-path case: `TABLE_TEST_N[N_INDEX]` elements of `T` on 2 workgroups of `SIZE`.
+fn the_table_path_is_bit_exact<T: Element + TableElement, const N_INDEX: usize, const SIZE: u32, const VARIANT: u8>(
+    dev: &Device,
+) {
     let n = TABLE_TEST_N[N_INDEX];
-    let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: SIZE, workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES };
+    let dtype = T::DTYPE;
+    let dims = LaunchDims { grid: [2, 1, 1], workgroup_size: SIZE, workgroup_mem_bytes: T::TABLE_MEM };
     match VARIANT {
-        TABLE => {
-            check_table_path(dev, n, dims, P, false, &format!("xielu bf16 table, n = {n}, 2 workgroups of {SIZE}"))
-        }
-        TABLE_IN_PLACE => check_table_path(
+        TABLE => check_table_path::<T>(
+            dev,
+            n,
+            dims,
+            P,
+            false,
+            &format!("xielu {dtype} table, n = {n}, 2 workgroups of {SIZE}"),
+        ),
+        TABLE_IN_PLACE => check_table_path::<T>(
             dev,
             n,
             dims,
             P,
             true,
-            &format!("xielu bf16 table in place, n = {n}, 2 workgroups of {SIZE}"),
+            &format!("xielu {dtype} table in place, n = {n}, 2 workgroups of {SIZE}"),
         ),
-        _ => check_table_path(
+        _ => check_table_path::<T>(
             dev,
             n,
             dims,
             XieluParams { eps: 0.0, ..P },
             false,
-            &format!("xielu bf16 table grid of {SIZE}, n = {n}, eps = 0"),
+            &format!("xielu {dtype} table grid of {SIZE}, n = {n}, eps = 0"),
         ),
     }
 }
@@ -270,33 +330,39 @@ fn the_bf16_table_path_is_bit_exact<const N_INDEX: usize, const SIZE: u32, const
 /// Through the launcher, which picks the table grid for this device. The
 /// launch runs on GPUs only (on the emulator it would take minutes); there
 /// only the grid choice is checked.
-fn the_bf16_table_path_through_the_launchers_grid(dev: &Device) {
+fn the_table_path_through_the_launchers_grid<T: Element + TableElement>(dev: &Device) {
     let table_groups = dev.info().compute_units * TABLE_WORKGROUPS_PER_CU;
     let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize * table_groups as usize + 8 * 1000 + 3;
-    let launcher = xielu::dims(n as u64, Dtype::Bf16, dev.info().compute_units);
-    assert_eq!(launcher.grid[0], table_groups);
+    let launcher = xielu::dims(n as u64, T::DTYPE, dev.info().compute_units);
+    assert_eq!((launcher.grid[0], launcher.workgroup_mem_bytes), (table_groups, T::TABLE_MEM));
     if dev.backend() == BackendKind::Cpu {
         eprintln!("cpu: only the launcher's grid checked; the launch of {n} elements takes minutes on the emulator");
         return;
     }
-    check_table_path(dev, n, launcher, P, false, "xielu bf16 table, the launcher's grid");
+    check_table_path::<T>(dev, n, launcher, P, false, &format!("xielu {} table, the launcher's grid", T::DTYPE));
 }
 
-fn the_launcher_picks_the_table_grid_only_for_large_bf16() {
+fn the_launcher_picks_the_table_grid_only_for_large_16_bit_n() {
     let big = TABLE_MIN_ELEMS_PER_WORKGROUP * 2 * TABLE_WORKGROUPS_PER_CU as u64;
-    let d = xielu::dims(big, Dtype::Bf16, 2);
-    assert_eq!(
-        (d.grid[0], d.workgroup_size, d.workgroup_mem_bytes),
-        (2 * TABLE_WORKGROUPS_PER_CU, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES)
-    );
-    // One element fewer: one chunk per thread, but the table's memory all the same.
-    let d = xielu::dims(big - 1, Dtype::Bf16, 2);
-    assert_eq!((d.grid[0] as u64, d.workgroup_size), ((big - 1).div_ceil(WORKGROUP_SIZE as u64 * 8), WORKGROUP_SIZE));
-    assert_eq!(d.workgroup_mem_bytes, BF16_WORKGROUP_MEM_BYTES);
-    for dtype in [Dtype::F32, Dtype::F16] {
+    let one_chunk_a_thread = |n: u64| n.div_ceil(WORKGROUP_SIZE as u64 * 8);
+    for (dtype, mem) in [(Dtype::Bf16, BF16_WORKGROUP_MEM_BYTES), (Dtype::F16, F16_WORKGROUP_MEM_BYTES)] {
         let d = xielu::dims(big, dtype, 2);
-        assert_eq!((d.grid[0] as u64, d.workgroup_mem_bytes), (big.div_ceil(WORKGROUP_SIZE as u64 * 8), 0));
+        assert_eq!(
+            (d.grid[0], d.workgroup_size, d.workgroup_mem_bytes),
+            (2 * TABLE_WORKGROUPS_PER_CU, TABLE_WORKGROUP_SIZE, mem),
+            "{dtype}"
+        );
+        // One element fewer: one chunk per thread; bf16 keeps the table's
+        // memory all the same, f16 (48 KiB, which would cost occupancy) has none.
+        let d = xielu::dims(big - 1, dtype, 2);
+        assert_eq!((d.grid[0] as u64, d.workgroup_size), (one_chunk_a_thread(big - 1), WORKGROUP_SIZE), "{dtype}");
+        assert_eq!(d.workgroup_mem_bytes, if dtype == Dtype::Bf16 { mem } else { 0 }, "{dtype}");
     }
+    let d = xielu::dims(big, Dtype::F32, 2);
+    assert_eq!((d.grid[0] as u64, d.workgroup_mem_bytes), (one_chunk_a_thread(big), 0));
+    // The f16 table holds the magnitudes in [2^-8, 16).
+    assert_eq!(f16::from_bits(F16_TABLE_LO_BITS as u16).to_f32(), 2f32.powi(-8));
+    assert_eq!(f16::from_bits((F16_TABLE_LO_BITS + F16_TABLE_SPAN) as u16).to_f32(), 16.0);
 }
 
 // ----------------------------------------------------------------- specials
@@ -469,21 +535,21 @@ fn edge_the_largest_grid<T: Element>(dev: &Device) {
     }
 }
 
-/// Registers the table-path cases of one length and workgroup size.
+/// Registers the table-path cases of one dtype, length and workgroup size.
 macro_rules! table_cases {
-    ($suite:expr; $($n_index:literal: $size:expr, $size_name:literal);+ $(;)?) => {
+    ($suite:expr; $($t:ident, $n_index:literal: $size:expr, $size_name:literal);+ $(;)?) => {
         $(
             $suite.per_backend(
-                concat!("bf16_table_path_n", $n_index, "_groups_of_", $size_name),
-                the_bf16_table_path_is_bit_exact::<$n_index, { $size }, TABLE>,
+                concat!(stringify!($t), "_table_path_n", $n_index, "_groups_of_", $size_name),
+                the_table_path_is_bit_exact::<$t, $n_index, { $size }, TABLE>,
             );
             $suite.per_backend(
-                concat!("bf16_table_path_in_place_n", $n_index, "_groups_of_", $size_name),
-                the_bf16_table_path_is_bit_exact::<$n_index, { $size }, TABLE_IN_PLACE>,
+                concat!(stringify!($t), "_table_path_in_place_n", $n_index, "_groups_of_", $size_name),
+                the_table_path_is_bit_exact::<$t, $n_index, { $size }, TABLE_IN_PLACE>,
             );
             $suite.per_backend(
-                concat!("bf16_table_grid_eps_zero_n", $n_index, "_groups_of_", $size_name),
-                the_bf16_table_path_is_bit_exact::<$n_index, { $size }, TABLE_GRID_EPS_ZERO>,
+                concat!(stringify!($t), "_table_grid_eps_zero_n", $n_index, "_groups_of_", $size_name),
+                the_table_path_is_bit_exact::<$t, $n_index, { $size }, TABLE_GRID_EPS_ZERO>,
             );
         )+
     };
@@ -507,14 +573,17 @@ fn main() {
         .per_backend("grid_independence_f16_3_groups", the_result_does_not_depend_on_the_grid::<3>)
         .per_backend("grid_independence_f16_64_groups", the_result_does_not_depend_on_the_grid::<64>);
     table_cases!(suite;
-        0: 64, "64"; 0: WORKGROUP_SIZE, "256"; 0: TABLE_WORKGROUP_SIZE, "512";
-        1: 64, "64"; 1: WORKGROUP_SIZE, "256"; 1: TABLE_WORKGROUP_SIZE, "512";
+        bf16, 0: 64, "64"; bf16, 0: WORKGROUP_SIZE, "256"; bf16, 0: TABLE_WORKGROUP_SIZE, "512";
+        bf16, 1: 64, "64"; bf16, 1: WORKGROUP_SIZE, "256"; bf16, 1: TABLE_WORKGROUP_SIZE, "512";
+        f16, 0: 64, "64"; f16, 0: TABLE_WORKGROUP_SIZE, "512";
+        f16, 1: WORKGROUP_SIZE, "256";
     );
     suite
-        .per_backend("bf16_table_path_through_the_launchers_grid", the_bf16_table_path_through_the_launchers_grid)
+        .per_backend("bf16_table_path_through_the_launchers_grid", the_table_path_through_the_launchers_grid::<bf16>)
+        .per_backend("f16_table_path_through_the_launchers_grid", the_table_path_through_the_launchers_grid::<f16>)
         .single(
-            "the_launcher_picks_the_table_grid_only_for_large_bf16",
-            the_launcher_picks_the_table_grid_only_for_large_bf16,
+            "the_launcher_picks_the_table_grid_only_for_large_16_bit_n",
+            the_launcher_picks_the_table_grid_only_for_large_16_bit_n,
         );
     named_cases!(suite;
         per_backend_and_dtype: nan_propagates_and_signed_zeros_follow_the_model,

@@ -76,7 +76,9 @@ const MOE_MAX_WORKGROUP_MEM: u32 = {
 pub const LAUNCH_WORKGROUP_MEM: &[(&str, LaunchMem)] = &[
     ("probe", LaunchMem::Fixed(probe::WORKGROUP_MEM_BYTES)),
     ("xielu_bf16", LaunchMem::Fixed(xielu::BF16_WORKGROUP_MEM_BYTES)),
+    ("xielu_f16", LaunchMem::UpTo(xielu::F16_WORKGROUP_MEM_BYTES)),
     ("add3_layer_norm_", LaunchMem::Fixed(add3_layer_norm::WORKGROUP_MEM_BYTES)),
+    ("mamba1_scan_", LaunchMem::Fixed(mamba1_scan::WORKGROUP_MEM_BYTES)),
     ("moe_fc1_relu2_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
     ("moe_down_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
 ];
@@ -107,6 +109,7 @@ mod tests {
     #[test]
     fn launch_sizes() {
         assert_eq!(workgroup_mem("xielu_bf16"), LaunchMem::Fixed(xielu::BF16_WORKGROUP_MEM_BYTES));
+        assert_eq!(workgroup_mem("xielu_f16"), LaunchMem::UpTo(xielu::F16_WORKGROUP_MEM_BYTES));
         assert_eq!(workgroup_mem("xielu_f32"), LaunchMem::None);
         assert_eq!(workgroup_mem("add3_layer_norm_d4096_f16"), LaunchMem::Fixed(add3_layer_norm::WORKGROUP_MEM_BYTES));
         assert_eq!(workgroup_mem("moe_combine_f32"), LaunchMem::None);
@@ -114,6 +117,7 @@ mod tests {
         assert_eq!(workgroup_mem("probe_extra"), LaunchMem::None);
         assert_eq!(MAX_WORKGROUP_SIZE, xielu::TABLE_WORKGROUP_SIZE.max(256));
         assert_eq!(max_workgroup_size("mamba1_scan_bf16"), mamba1_scan::WORKGROUP_SIZE);
+        assert_eq!(workgroup_mem("mamba1_scan_f16"), LaunchMem::Fixed(mamba1_scan::WORKGROUP_MEM_BYTES));
         assert_eq!(amdgpu_launch_bound("xielu_f16"), None);
         assert_eq!(max_workgroup_size("xielu_f16"), MAX_WORKGROUP_SIZE);
         // Within the 64 KiB an RDNA workgroup may have.

@@ -1,8 +1,8 @@
 //! Launcher of `xielu` (docs/contracts.md).
 
 use kernels_device::geometry::xielu::{
-    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, MAX_N, MAX_WORKGROUPS, TABLE_MIN_ELEMS_PER_WORKGROUP,
-    TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
+    BF16_WORKGROUP_MEM_BYTES, ELEMS_PER_THREAD, F16_WORKGROUP_MEM_BYTES, MAX_N, MAX_WORKGROUPS, TABLE_WORKGROUP_SIZE,
+    TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE, uses_table_grid,
 };
 
 pub use kernels_device::entry::XieluArgs;
@@ -35,28 +35,27 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
 }
 
 /// The launch geometry for `n` elements of `dtype` on a device with
-/// `compute_units`: one chunk per thread, except for bf16 when `n` is large
-/// enough that the kernel's table pays off (few workgroups, each looping over
-/// many chunks; the kernel checks the same condition on the grid it is given).
+/// `compute_units`: one chunk per thread, except for bf16 and f16 when `n` is
+/// large enough that the kernel's table pays off (few workgroups, each looping
+/// over many chunks, with the table's workgroup memory; the kernel checks the
+/// same condition, `uses_table_grid`, on the grid it is given). bf16 launches
+/// get the table's 16 KiB on either grid; f16's 38 KiB only where it is used.
 pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     let per_group = WORKGROUP_SIZE as u64 * ELEMS_PER_THREAD as u64;
     let groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;
-    if dtype != Dtype::Bf16 {
-        return LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 };
-    }
+    let table_mem = match dtype {
+        Dtype::F32 => {
+            return LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 0 };
+        }
+        Dtype::Bf16 => BF16_WORKGROUP_MEM_BYTES,
+        Dtype::F16 => F16_WORKGROUP_MEM_BYTES,
+    };
     let table_groups = compute_units.max(1).saturating_mul(TABLE_WORKGROUPS_PER_CU);
-    if n >= TABLE_MIN_ELEMS_PER_WORKGROUP * table_groups as u64 {
-        LaunchDims {
-            grid: [table_groups, 1, 1],
-            workgroup_size: TABLE_WORKGROUP_SIZE,
-            workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES,
-        }
+    if uses_table_grid(n, table_groups) {
+        LaunchDims { grid: [table_groups, 1, 1], workgroup_size: TABLE_WORKGROUP_SIZE, workgroup_mem_bytes: table_mem }
     } else {
-        LaunchDims {
-            grid: [groups, 1, 1],
-            workgroup_size: WORKGROUP_SIZE,
-            workgroup_mem_bytes: BF16_WORKGROUP_MEM_BYTES,
-        }
+        let mem = if dtype == Dtype::Bf16 || uses_table_grid(n, groups) { table_mem } else { 0 };
+        LaunchDims { grid: [groups, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: mem }
     }
 }
 

@@ -57,10 +57,29 @@ pub mod xielu {
     pub const TABLE_ENTRIES: u32 = 2 * TABLE_SPAN;
     /// Workgroup memory of every bf16 launch, in bytes: the table.
     pub const BF16_WORKGROUP_MEM_BYTES: u32 = TABLE_ENTRIES * 2;
+    /// f16 at large `n`: the table holds xielu of every f16 whose magnitude
+    /// lies in [2^-8, 16) (both signs; a chunk with any value outside runs the
+    /// arithmetic, as in bf16). Its magnitudes start at these f16 bits (2^-8).
+    pub const F16_TABLE_LO_BITS: u32 = (15 - 8) << 10;
+    /// Entries per sign: the magnitudes up to 16.0 (bits `0x4C00`).
+    pub const F16_TABLE_SPAN: u32 = 0x4C00 - F16_TABLE_LO_BITS;
+    /// Entries (both signs, positive first), one f16 each.
+    pub const F16_TABLE_ENTRIES: u32 = 2 * F16_TABLE_SPAN;
+    /// Workgroup memory of an f16 launch that uses the table, in bytes: 48 KiB,
+    /// what a CUDA launch may have without opting in to more, and within an
+    /// RDNA workgroup's 64 KiB.
+    pub const F16_WORKGROUP_MEM_BYTES: u32 = F16_TABLE_ENTRIES * 2;
+    const _: () = assert!(F16_WORKGROUP_MEM_BYTES <= 48 * 1024);
     /// The table pays for itself only when each workgroup then looks up many
     /// elements: the kernel uses it when `n` is at least this many elements per
-    /// workgroup of the launch.
+    /// workgroup of the launch ([`uses_table_grid`]).
     pub const TABLE_MIN_ELEMS_PER_WORKGROUP: u64 = 16 * TABLE_ENTRIES as u64;
+    /// Whether a launch of `workgroups` over `n` elements is large enough for the
+    /// table: the kernel's condition (with its dtype and parameters), and the
+    /// launcher's for giving the f16 table's memory, so they cannot disagree.
+    pub const fn uses_table_grid(n: u64, workgroups: u32) -> bool {
+        n >= TABLE_MIN_ELEMS_PER_WORKGROUP * workgroups as u64
+    }
     /// For such `n` the launcher starts this many workgroups per compute unit,
     /// each of [`TABLE_WORKGROUP_SIZE`] threads: every workgroup builds its own
     /// table, so few and large ones, each looping over many chunks. Both values

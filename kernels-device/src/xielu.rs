@@ -43,11 +43,17 @@
 //! On the H200 this brings bf16 close to the copy bandwidth (the figures are in
 //! `docs/performance.md`); how many chunks each thread has in flight matters
 //! more than the lookups (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
+//!
+//! **f16 at large `n`: a table of the negative values.** Only a negative value
+//! above -16 needs expm1 in f16 (below, its `em` rounds to -1), so the f16
+//! table holds those (geometry::xielu::F16_TABLE_ENTRIES, 38 KiB); every other
+//! value is computed without expm1, and each element takes whichever applies.
+//! The same loop and grid as bf16's.
 
 use crate::geometry::WAVE_SIZE;
 use crate::geometry::xielu::{
-    ELEMS_PER_THREAD, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT, TABLE_ENTRIES, TABLE_LO_BITS,
-    TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_MIN_EXP, TABLE_SPAN,
+    ELEMS_PER_THREAD, F16_TABLE_ENTRIES, F16_TABLE_LO_BITS, F16_TABLE_SPAN, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT,
+    TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_EXP, TABLE_SPAN, uses_table_grid,
 };
 use crate::num::{Elem, expm1, expm1_nonpos, round_to};
 use crate::vector::Vector;
@@ -190,12 +196,30 @@ fn table_value(e: u32) -> u32 {
 /// the bf16 value above it. A power of two, so that it starts a binade.
 const BF16_EXPM1_SATURATES: f32 = 8.0;
 
-/// Whether the kernel uses the table: bf16, [`fast_params`] (the entries are
-/// computed by [`xielu_fast`]), vector accesses, and enough elements per
-/// workgroup to repay building it. Uniform over the launch.
+/// Whether the kernel uses the table: bf16 or f16, [`fast_params`] (the
+/// entries are computed by [`xielu_fast`]), vector accesses, and enough
+/// elements per workgroup to repay building it (`uses_table_grid`, which the
+/// launcher checks too). Uniform over the launch.
 #[inline(always)]
 fn uses_table<T: Elem>(fast: bool, vector: bool, n: u64, workgroups: u32) -> bool {
-    T::BYTES == 2 && T::MANTISSA_BITS == 7 && fast && vector && n >= TABLE_MIN_ELEMS_PER_WORKGROUP * workgroups as u64
+    T::BYTES == 2 && fast && vector && uses_table_grid(n, workgroups)
+}
+
+/// Whether `T` is bf16 (else, for the table, f16; geometry::xielu has both tables).
+#[inline(always)]
+fn is_bf16<T: Elem>() -> bool {
+    T::BYTES == 2 && T::MANTISSA_BITS == 7
+}
+
+/// In f16, `R(expm1(x))` is -1 for every `x <= -F16_EXPM1_SATURATES`:
+/// `expm1(-9) = -0.99988..` lies below -1 + 2^-12, the midpoint between -1
+/// and the f16 value above it.
+const F16_EXPM1_SATURATES: f32 = 9.0;
+
+/// The entries of `T`'s table.
+#[inline(always)]
+fn table_entries<T: Elem>() -> u32 {
+    if is_bf16::<T>() { TABLE_ENTRIES } else { F16_TABLE_ENTRIES }
 }
 
 // Every table value takes the fast path exactly (its range is inside BF16_FAST_V).
@@ -207,8 +231,20 @@ const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i
 /// and one at or below -[`BF16_EXPM1_SATURATES`] has `em = -1`. Both kinds are
 /// made of whole binades (128 consecutive entries), so a wave of 32
 /// consecutive entries takes one way.
+///
+/// In f16 (geometry::xielu::F16_TABLE_*), the same, with -[`F16_EXPM1_SATURATES`].
 #[inline(always)]
 fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
+    if !is_bf16::<T>() {
+        let x = T::from_bits_u32(f16_table_value(e));
+        let v = x.to_f32();
+        let y: T = if e < F16_TABLE_SPAN || v <= -F16_EXPM1_SATURATES {
+            xielu_fast_with_em(v, -1.0, p)
+        } else {
+            xielu_fast(x, p)
+        };
+        return y.to_bits_u32();
+    }
     let x = T::from_bits_u32(table_value(e));
     let v = x.to_f32();
     let y: T =
@@ -220,11 +256,11 @@ fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
 /// caller waits at a barrier before reading it).
 ///
 /// # Safety
-/// `table` holds [`TABLE_ENTRIES`] `u16`; [`uses_table`] holds.
+/// `table` holds [`table_entries`] `u16`; [`uses_table`] holds.
 #[inline(always)]
 unsafe fn build_table<T: Elem>(table: *mut u16, p: Params) {
     let mut e = wave::thread_id();
-    while e < TABLE_ENTRIES {
+    while e < table_entries::<T>() {
         unsafe { table.add(e as usize).write(table_entry::<T>(e, p) as u16) };
         e += wave::workgroup_size();
     }
@@ -278,10 +314,49 @@ unsafe fn lookup_chunk(chunk: Words, table: *const u16) -> (Words, bool) {
     (result, outside & TABLE_OUTSIDE_BITS != 0)
 }
 
+/// The f16 value of f16 table entry `e`: the positive magnitudes from
+/// `F16_TABLE_LO_BITS` on, then the negative ones.
+#[inline(always)]
+fn f16_table_value(e: u32) -> u32 {
+    let negative = e >= F16_TABLE_SPAN;
+    (if negative { 0x8000 } else { 0 }) | (F16_TABLE_LO_BITS + e - if negative { F16_TABLE_SPAN } else { 0 })
+}
+
+/// The f16 table entry of `h` (the bits of an f16) and whether `h` lies
+/// outside the table (then the entry is some other value's).
+#[inline(always)]
+fn f16_table_slot(h: u32) -> (u32, bool) {
+    let d = (h & 0x7FFF).wrapping_sub(F16_TABLE_LO_BITS);
+    let slot = d.wrapping_add(if h & 0x8000 != 0 { F16_TABLE_SPAN } else { 0 });
+    (slot.min(F16_TABLE_ENTRIES - 1), d >= F16_TABLE_SPAN)
+}
+
+/// [`lookup_chunk`] for f16: one chunk from the f16 table, and whether any
+/// of its values lies outside it.
+///
+/// # Safety
+/// As for [`build_table`], after the barrier.
+#[inline(always)]
+unsafe fn f16_lookup_chunk(chunk: Words, table: *const u16) -> (Words, bool) {
+    let mut result = chunk;
+    let mut outside = false;
+    crate::unroll!(i in 0..4 => {
+        let w = chunk.0[i];
+        let (lo, lo_off) = f16_table_slot(w & 0xFFFF);
+        let (hi, hi_off) = f16_table_slot(w >> 16);
+        outside |= lo_off | hi_off;
+        let lo = unsafe { table.add(lo as usize).read() } as u32;
+        let hi = unsafe { table.add(hi as usize).read() } as u32;
+        result.0[i] = lo | hi << 16;
+    });
+    (result, outside)
+}
+
 /// # Safety
 /// `x` and `out` hold `n` elements (they may be the same buffer); both are
-/// aligned to `T`. For bf16 the launch gives each workgroup
-/// `BF16_WORKGROUP_MEM_BYTES` of workgroup memory.
+/// aligned to `T`. A bf16 or f16 launch for which `uses_table_grid` holds gives
+/// each workgroup the table's memory (`BF16_WORKGROUP_MEM_BYTES`,
+/// `F16_WORKGROUP_MEM_BYTES`).
 #[inline(always)]
 pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alpha_n: f32, beta: f32, eps: f32) {
     let p = Params {
@@ -336,7 +411,11 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
             crate::unroll!(u in 0..5 => {
                 if whole(start, u as u64) {
                     count += 1;
-                    let (result, off) = unsafe { lookup_chunk(words[u], table) };
+                    let (result, off) = if is_bf16::<T>() {
+                        unsafe { lookup_chunk(words[u], table) }
+                    } else {
+                        unsafe { f16_lookup_chunk(words[u], table) }
+                    };
                     if off {
                         outside |= 1 << u;
                     } else {
@@ -382,7 +461,9 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::xielu::TABLE_MIN_ELEMS_PER_WORKGROUP;
     use crate::num::Bf16;
+    use std::vec::Vec;
 
     fn params<T: Elem>(ap: f32, an: f32, be: f32, ep: f32) -> Params {
         Params { ap: round_to::<T>(ap), an: round_to::<T>(an), be: round_to::<T>(be), ep: round_to::<T>(ep) }
@@ -577,7 +658,7 @@ mod tests {
         assert!(em(-6.0) > -1.0);
     }
 
-    /// The integration tests (tests/xielu.rs, TABLE_TEST_N) launch bf16 with 2
+    /// The integration tests (tests/xielu.rs, TABLE_TEST_N) launch bf16 and f16 with 2
     /// workgroups and n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405 or + 563,
     /// expecting the table; with eps = 0 (no fast parameters), misaligned
     /// buffers, other dtypes or one element fewer per workgroup, the arithmetic.
@@ -588,7 +669,8 @@ mod tests {
         assert!(fast && uses_table::<Bf16>(fast, true, n, 2) && uses_table::<Bf16>(fast, true, n - 2405 + 563, 2));
         assert!(!uses_table::<Bf16>(fast_params::<Bf16>(params::<Bf16>(0.8731, 0.6042, 0.5, 0.0)), true, n, 2));
         assert!(!uses_table::<Bf16>(fast, false, n, 2));
-        assert!(!uses_table::<f16>(true, true, n, 2) && !uses_table::<f32>(true, true, n, 2));
+        assert!(uses_table::<f16>(true, true, n, 2) && !uses_table::<f16>(false, true, n, 2));
+        assert!(!uses_table::<f32>(true, true, n, 2));
         assert!(!uses_table::<Bf16>(fast, true, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP - 1, 2));
     }
 
@@ -602,5 +684,76 @@ mod tests {
         assert!(!fast_params::<f32>(params::<f32>(0.8, 0.8, 0.5, 1e-6)));
         assert!(!fast_value::<Bf16>(0.0) && !fast_value::<Bf16>(f32::NAN) && !fast_value::<Bf16>(2f32.powi(40)));
         assert!(fast_value::<Bf16>(-2f32.powi(-40)) && fast_value::<f32>(f32::NAN));
+    }
+
+    /// The shortcut of the f16 table's build: `em` is -1 for every f16 at
+    /// or below -F16_EXPM1_SATURATES, -infinity included, and not at -8.
+    #[test]
+    fn f16_expm1_saturates_where_the_table_says() {
+        let em = |v: f32| <f16 as Elem>::round_normal(expm1_nonpos(v));
+        let mut checked = 0;
+        for b in 0x8000u32..=0xFC00 {
+            let v = <f16 as Elem>::from_bits_u32(b).to_f32();
+            if v <= -F16_EXPM1_SATURATES {
+                assert_eq!(em(v), -1.0, "{v:e}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, (0xFC00 - 0xC880 + 1) as usize);
+        assert!(em(-8.0) > -1.0);
+    }
+
+    /// Every f16 pattern, in either half of a word, beside neighbours at the
+    /// edges of the table and beyond: the f16 table holds exactly the
+    /// magnitudes in [2^-8, 16) of either sign, each in its own slot, which
+    /// gives back the value; what is outside is marked; every slot is inside
+    /// the table; and the neighbour changes nothing. Then what `build_table`
+    /// writes, entry by entry, is the model's value.
+    #[test]
+    fn f16_table_slots_and_entries() {
+        let mut seen = [false; F16_TABLE_ENTRIES as usize];
+        let others = [0u32, 0x8000, 0x1BFF, 0x1C00, 0x4BFF, 0x4C00, 0xCBFF, 0xCC00, 0x7C00, 0xFE01];
+        for b in 0u32..=0xFFFF {
+            let v = <f16 as Elem>::from_bits_u32(b).to_f32();
+            let (slot, outside) = f16_table_slot(b);
+            for &other in &others {
+                let words = Words::new([b | other << 16, other | b << 16, 0x3C00_3C00, 0xBC00_3C00]);
+                let (got, off) = unsafe { f16_lookup_chunk(words, [7u16; F16_TABLE_ENTRIES as usize].as_ptr()) };
+                assert_eq!(off, outside || f16_table_slot(other).1, "{b:#06x} beside {other:#06x}");
+                assert_eq!(got.0[0] & 0xFFFF, 7);
+            }
+            assert!(slot < F16_TABLE_ENTRIES, "{b:#06x}: slot {slot}");
+            let inside = v.abs() >= 2f32.powi(-8) && v.abs() < 16.0;
+            assert_eq!(!outside, inside, "{b:#06x} ({v:e})");
+            if inside {
+                assert_eq!(f16_table_value(slot), b, "slot {slot}");
+                assert!(!seen[slot as usize], "slot {slot} twice");
+                seen[slot as usize] = true;
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        let mut checked = 0;
+        for &(ap, an, be, ep) in &PARAM_SETS {
+            let p = params::<f16>(ap, an, be, ep);
+            if !fast_params::<f16>(p) {
+                continue;
+            }
+            let table: Vec<u16> = (0..F16_TABLE_ENTRIES).map(|e| table_entry::<f16>(e, p) as u16).collect();
+            for b in 0u32..=0xFFFF {
+                let (slot, outside) = f16_table_slot(b);
+                if outside {
+                    continue;
+                }
+                let words = Words::new([b | b << 16, 0x3C00 | b << 16, b | 0x3C00 << 16, 0xBC00 | b << 16]);
+                let (got, off) = unsafe { f16_lookup_chunk(words, table.as_ptr()) };
+                let want = xielu_one(<f16 as Elem>::from_bits_u32(b), p).to_bits_u32();
+                assert_eq!(table[slot as usize] as u32, want, "{b:#06x}, params {:?}", (ap, an, be, ep));
+                assert!(!off);
+                let halves = [got.0[0] & 0xFFFF, got.0[0] >> 16, got.0[1] >> 16, got.0[2] & 0xFFFF, got.0[3] >> 16];
+                assert!(halves.iter().all(|&h| h == want), "{b:#06x}, params {:?}", (ap, an, be, ep));
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 7 * F16_TABLE_ENTRIES as usize);
     }
 }

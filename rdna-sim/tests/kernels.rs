@@ -328,25 +328,31 @@ fn case_xielu16(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Cou
         }
         out.push((name.to_string(), counts));
     }
-    // bf16 with the workgroup-memory table (n large enough for one table workgroup).
-    {
+    // bf16 and f16 with the workgroup-memory table (n large enough for one table workgroup).
+    for name in ["xielu_bf16", "xielu_f16"] {
         use kernels_device::geometry::xielu::{
-            BF16_WORKGROUP_MEM_BYTES, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
+            BF16_WORKGROUP_MEM_BYTES, F16_WORKGROUP_MEM_BYTES, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
         };
+        let bf16 = name == "xielu_bf16";
         let n = TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 37;
-        let xs = noise(n, 23, 40.0);
-        let bits: Vec<u8> = xs.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect();
+        let xs = noise(n, 23, if bf16 { 40.0 } else { 20.0 });
+        let bits: Vec<u8> = xs
+            .iter()
+            .flat_map(|x| {
+                if bf16 { (x.to_bits() >> 16) as u16 } else { half::f16::from_f32(*x).to_bits() }.to_le_bytes()
+            })
+            .collect();
         let bufs = vec![bits, vec![0u8; 2 * n]];
         let args = xielu_args(n);
         let mode = mode();
+        let dims =
+            ([1, 1, 1], TABLE_WORKGROUP_SIZE, if bf16 { BF16_WORKGROUP_MEM_BYTES } else { F16_WORKGROUP_MEM_BYTES });
         let (sim, counts) =
-            run_sim(co, "xielu_bf16", ([1, 1, 1], TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES), &args, &bufs, mode)
-                .unwrap_or_else(|e| panic!("{arch} xielu_bf16 (table): {e}"));
-        let emu =
-            run_emulator(co, "xielu_bf16", ([1, 1, 1], TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES), &args, &bufs);
-        assert_eq!(sim[1], emu[1], "{arch} xielu_bf16 (table)");
-        println!("{arch} xielu_bf16 table path ({n} elements): {}", counts.summary());
-        out.push(("xielu_bf16".to_string(), counts));
+            run_sim(co, name, dims, &args, &bufs, mode).unwrap_or_else(|e| panic!("{arch} {name} (table): {e}"));
+        let emu = run_emulator(co, name, dims, &args, &bufs);
+        assert_eq!(sim[1], emu[1], "{arch} {name} (table)");
+        println!("{arch} {name} table path ({n} elements): {}", counts.summary());
+        out.push((name.to_string(), counts));
     }
     out
 }

@@ -151,13 +151,15 @@ fn mamba(ty: &str, n: u32) -> Case {
     Case::new(&format!("mamba1_scan_{ty}"), grid, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, args, bufs)
 }
 
-/// xielu of dtype `ty` on two workgroups; `table`: bf16's workgroup-memory table path.
+/// xielu of dtype `ty` on two workgroups; `table`: the workgroup-memory table
+/// path of bf16 or f16.
 fn xielu(ty: &str, table: bool) -> Case {
     use kernels_device::geometry::xielu::{
-        BF16_WORKGROUP_MEM_BYTES, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
+        BF16_WORKGROUP_MEM_BYTES, F16_WORKGROUP_MEM_BYTES, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_WORKGROUP_SIZE,
     };
     let (n, block, lds) = if table {
-        (2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 37, TABLE_WORKGROUP_SIZE, BF16_WORKGROUP_MEM_BYTES)
+        let lds = if ty == "bf16" { BF16_WORKGROUP_MEM_BYTES } else { F16_WORKGROUP_MEM_BYTES };
+        (2 * TABLE_MIN_ELEMS_PER_WORKGROUP as usize + 37, TABLE_WORKGROUP_SIZE, lds)
     } else {
         (1000, 256, 0)
     };
@@ -305,6 +307,7 @@ clean! {
     xielu_f16 => xielu("f16", false);
     xielu_bf16 => xielu("bf16", false);
     xielu_bf16_table => xielu("bf16", true);
+    xielu_f16_table => xielu("f16", true);
     moe_fc1_relu2_f32_wide_4bit => moe("f32", false, 0);
     moe_fc1_relu2_f32_narrow_8bit => moe("f32", false, 1);
     moe_fc1_relu2_f32_bad_ids => moe("f32", false, 2);
