@@ -20,7 +20,7 @@ exe=$(cargo bench --features cuda --bench kernels --no-run --message-format=json
 for l in sys.stdin:
     try: m = json.loads(l)
     except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -n 1)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "kernels": print(m["executable"])' | tail -n 1)
 cp "$exe" .device-bench/bench-kernels && strip .device-bench/bench-kernels
 # The PTX the library embeds, for benches/launch_cost.c's by-hand launch of the same kernel.
 cp "$(ls -t target/release/build/mlxcel-amdgpu-*/out/kernels_sm_80.ptx | head -n 1)" .device-bench/kernels_sm_80.ptx
