@@ -44,11 +44,10 @@
 //! `docs/performance.md`); how many chunks each thread has in flight matters
 //! more than the lookups (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
 //!
-//! **f16 at large `n`: a table of the negative values.** Only a negative value
-//! above -16 needs expm1 in f16 (below, its `em` rounds to -1), so the f16
-//! table holds those (geometry::xielu::F16_TABLE_ENTRIES, 38 KiB); every other
-//! value is computed without expm1, and each element takes whichever applies.
-//! The same loop and grid as bf16's.
+//! **f16 at large `n`: a table too.** The f16 table holds `xielu_fast`'s output
+//! for every f16 of magnitude in [2^-8, 16), both signs (geometry::xielu::F16_TABLE_*,
+//! 48 KiB, what a CUDA launch may have without opting in to more); as in bf16,
+//! a chunk with a value outside it is computed. The same loop and grid as bf16's.
 
 use crate::geometry::WAVE_SIZE;
 use crate::geometry::xielu::{
@@ -287,7 +286,7 @@ fn compute_chunk<T: Elem>(chunk: Chunk<T>, p: Params, fast: bool) -> Chunk<T> {
     result
 }
 
-/// [`ELEMS_PER_THREAD`] bf16 as the 32-bit words the table path works on.
+/// [`ELEMS_PER_THREAD`] 16-bit values (bf16 or f16) as the 32-bit words the table paths work on.
 type Words = Vector<u32, { ELEMS_PER_THREAD / 2 }>;
 const _: () = assert!(core::mem::size_of::<Words>() == 2 * ELEMS_PER_THREAD && ELEMS_PER_THREAD == 8);
 
@@ -564,6 +563,31 @@ mod tests {
         assert!(checked > 20 * 20480, "only {checked} fast evaluations were checked");
     }
 
+    /// As above for f16, whose fast evaluation (and so its table's entries)
+    /// takes any parameters with `eps <= 0`: parameters of either sign (eps
+    /// not positive) with magnitudes 2^-14 to 2^15, against every f16 value.
+    #[test]
+    fn fast_path_equals_the_model_for_random_f16_parameters() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let mut draw = |signed: bool| {
+            let e = (next() % 30) as i32 - 14;
+            let v = 2f32.powi(e) * (1.0 + (next() % 1024) as f32 / 1024.0);
+            if signed && next() & 1 == 1 { -v } else { v }
+        };
+        for _ in 0..16 {
+            let (ap, an, be, ep) = (draw(true), draw(true), draw(true), -draw(false));
+            let p = params::<f16>(ap, an, be, ep);
+            assert!(fast_params::<f16>(p));
+            for bits in 0u32..=0xFFFF {
+                assert_fast_is_the_model(<f16 as Elem>::from_bits_u32(bits), p, (ap, an, be, ep));
+            }
+        }
+    }
+
     /// The slot of `b` and whether it lies outside, read from `table_slots`
     /// with `b` in the low (`high = false`) or high half of a word beside `other`.
     fn slot_in_word(b: u32, other: u32, high: bool) -> (u32, bool) {
@@ -660,8 +684,8 @@ mod tests {
 
     /// The integration tests (tests/xielu.rs, TABLE_TEST_N) launch bf16 and f16 with 2
     /// workgroups and n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405 or + 563,
-    /// expecting the table; with eps = 0 (no fast parameters), misaligned
-    /// buffers, other dtypes or one element fewer per workgroup, the arithmetic.
+    /// expecting the table; without fast parameters (bf16: eps = 0; f16: eps =
+    /// 0.25), misaligned buffers, f32 or one element fewer per workgroup, the arithmetic.
     #[test]
     fn uses_table_holds_where_the_tests_expect_it() {
         let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405;
@@ -669,7 +693,9 @@ mod tests {
         assert!(fast && uses_table::<Bf16>(fast, true, n, 2) && uses_table::<Bf16>(fast, true, n - 2405 + 563, 2));
         assert!(!uses_table::<Bf16>(fast_params::<Bf16>(params::<Bf16>(0.8731, 0.6042, 0.5, 0.0)), true, n, 2));
         assert!(!uses_table::<Bf16>(fast, false, n, 2));
-        assert!(uses_table::<f16>(true, true, n, 2) && !uses_table::<f16>(false, true, n, 2));
+        let fast16 = fast_params::<f16>(params::<f16>(0.8731, 0.6042, 0.5, -1e-6));
+        assert!(fast16 && uses_table::<f16>(fast16, true, n, 2) && uses_table::<f16>(fast16, true, n - 2405 + 563, 2));
+        assert!(!uses_table::<f16>(fast_params::<f16>(params::<f16>(0.8731, 0.6042, 0.5, 0.25)), true, n, 2));
         assert!(!uses_table::<f32>(true, true, n, 2));
         assert!(!uses_table::<Bf16>(fast, true, 2 * TABLE_MIN_ELEMS_PER_WORKGROUP - 1, 2));
     }
