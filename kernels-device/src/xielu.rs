@@ -664,22 +664,30 @@ mod tests {
         assert_eq!(checked, 5 * TABLE_ENTRIES);
     }
 
-    /// The shortcut of `table_entry`: `em` is -1 for every bf16 at or below
-    /// -BF16_EXPM1_SATURATES (what `min(v, eps)` is there), -infinity included,
-    /// and not just above it (so the constant is where the text says).
-    #[test]
-    fn bf16_expm1_saturates_where_the_table_says() {
-        let em = |v: f32| Bf16::round_normal(expm1_nonpos(v));
+    /// `em` rounds to -1 for every negative `T` at or below -`saturates`
+    /// (bits `first` to `last`, -infinity), and not yet at `not_yet`.
+    fn assert_expm1_saturates<T: Elem>(saturates: f32, (first, last): (u32, u32), not_yet: f32) {
+        let em = |v: f32| T::round_normal(expm1_nonpos(v));
         let mut checked = 0;
-        for b in 0x8000u32..=0xFF80 {
-            let v = Bf16::from_bits_u32(b).to_f32();
-            if v <= -BF16_EXPM1_SATURATES {
-                assert_eq!(em(v), -1.0, "{v:e}");
+        for b in 0x8000u32..=last {
+            let v = T::from_bits_u32(b).to_f32();
+            if v <= -saturates {
+                assert_eq!(em(v), -1.0, "{} {v:e}", T::NAME);
                 checked += 1;
             }
         }
-        assert_eq!(checked, (0xFF80 - 0xC100 + 1) as usize);
-        assert!(em(-6.0) > -1.0);
+        assert_eq!(checked, (last - first + 1) as usize, "{}", T::NAME);
+        assert!(em(not_yet) > -1.0);
+    }
+
+    /// The shortcut of `table_entry`: `em` is -1 for every bf16 at or below
+    /// -BF16_EXPM1_SATURATES (what `min(v, eps)` is there), -infinity included,
+    /// and not just above it (so the constant is where the text says); the
+    /// same for f16 and -F16_EXPM1_SATURATES.
+    #[test]
+    fn expm1_saturates_where_the_tables_say() {
+        assert_expm1_saturates::<Bf16>(BF16_EXPM1_SATURATES, (0xC100, 0xFF80), -6.0);
+        assert_expm1_saturates::<f16>(F16_EXPM1_SATURATES, (0xC880, 0xFC00), -8.0);
     }
 
     /// The integration tests (tests/xielu.rs, TABLE_TEST_N) launch bf16 and f16 with 2
@@ -710,23 +718,6 @@ mod tests {
         assert!(!fast_params::<f32>(params::<f32>(0.8, 0.8, 0.5, 1e-6)));
         assert!(!fast_value::<Bf16>(0.0) && !fast_value::<Bf16>(f32::NAN) && !fast_value::<Bf16>(2f32.powi(40)));
         assert!(fast_value::<Bf16>(-2f32.powi(-40)) && fast_value::<f32>(f32::NAN));
-    }
-
-    /// The shortcut of the f16 table's build: `em` is -1 for every f16 at
-    /// or below -F16_EXPM1_SATURATES, -infinity included, and not at -8.
-    #[test]
-    fn f16_expm1_saturates_where_the_table_says() {
-        let em = |v: f32| <f16 as Elem>::round_normal(expm1_nonpos(v));
-        let mut checked = 0;
-        for b in 0x8000u32..=0xFC00 {
-            let v = <f16 as Elem>::from_bits_u32(b).to_f32();
-            if v <= -F16_EXPM1_SATURATES {
-                assert_eq!(em(v), -1.0, "{v:e}");
-                checked += 1;
-            }
-        }
-        assert_eq!(checked, (0xFC00 - 0xC880 + 1) as usize);
-        assert!(em(-8.0) > -1.0);
     }
 
     /// Every f16 pattern, in either half of a word, beside neighbours at the
