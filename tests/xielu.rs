@@ -173,59 +173,34 @@ fn the_result_does_not_depend_on_the_grid<const GROUPS: u32>(dev: &Device) {
 
 // ------------------------------------------------------- bf16 and f16 table paths
 
-/// bf16 inputs for the table path: every value of the table's range (each
-/// chunk wholly inside it), then every bf16 pattern in order (chunks that mix
-/// in zeros, subnormals, huge values, infinities and NaN, which must take the
+/// Inputs of `T`'s table path: every value of the table's range (each chunk
+/// wholly inside it), then every 16-bit pattern in order (chunks that mix in
+/// zeros, subnormals, huge values, infinities and NaN, which must take the
 /// arithmetic), then the LCG values, up to `n`, with a value outside the table
 /// at every 97th element: at every position in a chunk and in either half of
 /// a 32-bit word, among inside values, and in the last, partial groups too.
-fn table_path_inputs(n: usize) -> Vec<u16> {
-    let mut bits: Vec<u16> = Vec::with_capacity(n);
-    let lo = TABLE_LO_BITS as u16;
-    for sign in [0u16, 0x8000] {
-        bits.extend((lo..lo + TABLE_SPAN as u16).map(|m| sign | m));
-    }
-    bits.extend(0..=u16::MAX);
-    let start = bits.len();
-    let fill = data::lcg_uniform(0x7AB1E, n - start);
-    bits.extend(reference::store_all(Dtype::Bf16, &reference::round_all(Dtype::Bf16, &fill)).iter().map(|&b| b as u16));
-    // Zero, a subnormal, just below the table's bottom and at its top (both
-    // signs), infinity, NaN.
-    let hi = lo + TABLE_SPAN as u16;
-    let outside = [0x0000, 0x8001, lo - 1, hi, 0x8000 | hi, 0x7F80, 0xFFC1, 0x8000 | (lo - 1)];
-    for (k, i) in (start..n).step_by(97).enumerate() {
-        bits[i] = outside[k % outside.len()];
-    }
-    bits
-}
-
-/// f16 inputs for the table path, as [`table_path_inputs`] for bf16: every
-/// value of the table's range (each chunk wholly inside it), then every f16
-/// pattern in order, then the LCG values, up to `n`, with a value outside the
-/// table at every 97th element.
-fn f16_table_path_inputs(n: usize) -> Vec<u16> {
-    let (lo, span) = (F16_TABLE_LO_BITS as u16, F16_TABLE_SPAN as u16);
+fn table_path_inputs<T: Element + TableElement>(n: usize) -> Vec<u16> {
+    let (lo, span) = (T::TABLE_LO_BITS, T::TABLE_SPAN);
     let mut bits: Vec<u16> = Vec::with_capacity(n);
     for sign in [0u16, 0x8000] {
         bits.extend((lo..lo + span).map(|m| sign | m));
     }
     bits.extend(0..=u16::MAX);
     let start = bits.len();
-    let fill = data::lcg_uniform(0xF16, n - start);
-    bits.extend(reference::store_all(Dtype::F16, &reference::round_all(Dtype::F16, &fill)).iter().map(|&b| b as u16));
+    let fill = data::lcg_uniform(T::SEED, n - start);
+    bits.extend(reference::store_all(T::DTYPE, &reference::round_all(T::DTYPE, &fill)).iter().map(|&b| b as u16));
     // Zero, a subnormal, just below the table's bottom and at its top (both
     // signs), infinity, NaN.
     let hi = lo + span;
-    let outside = [0x0000, 0x8001, lo - 1, hi, 0x8000 | hi, 0x7C00, 0xFE01, 0x8000 | (lo - 1)];
+    let outside = [0x0000, 0x8001, lo - 1, hi, 0x8000 | hi, T::INFINITY, T::A_NAN, 0x8000 | (lo - 1)];
     for (k, i) in (start..n).step_by(97).enumerate() {
         bits[i] = outside[k % outside.len()];
     }
     bits
 }
 
-/// Runs `xielu_bf16` on [`table_path_inputs`] or `xielu_f16` on
-/// [`f16_table_path_inputs`] with `dims` and checks the bits; `in_place`
-/// writes the output over the input.
+/// Runs `xielu_bf16` or `xielu_f16` on [`table_path_inputs`] with `dims` and
+/// checks the bits; `in_place` writes the output over the input.
 fn check_table_path<T: Element + TableElement>(
     dev: &Device,
     n: usize,
@@ -235,7 +210,7 @@ fn check_table_path<T: Element + TableElement>(
     what: &str,
 ) {
     let dtype = T::DTYPE;
-    let bits = if dtype == Dtype::Bf16 { table_path_inputs(n) } else { f16_table_path_inputs(n) };
+    let bits = table_path_inputs::<T>(n);
     let input = dev.upload(&bits.iter().map(|&b| T::from_bits(b)).collect::<Vec<T>>()).unwrap();
     let separate = sentinel::<T>(dev, n);
     let out = if in_place { &input } else { &separate };
@@ -256,18 +231,36 @@ trait TableElement {
     fn from_bits(bits: u16) -> Self;
     /// The table's workgroup memory.
     const TABLE_MEM: u32;
+    /// The table's smallest magnitude (bits) and its entries per sign.
+    const TABLE_LO_BITS: u16;
+    const TABLE_SPAN: u16;
+    /// The bits of +infinity and of a NaN.
+    const INFINITY: u16;
+    const A_NAN: u16;
+    /// The LCG seed of [`table_path_inputs`]' fill.
+    const SEED: u64;
 }
 impl TableElement for bf16 {
     fn from_bits(bits: u16) -> Self {
         bf16::from_bits(bits)
     }
     const TABLE_MEM: u32 = BF16_WORKGROUP_MEM_BYTES;
+    const TABLE_LO_BITS: u16 = TABLE_LO_BITS as u16;
+    const TABLE_SPAN: u16 = TABLE_SPAN as u16;
+    const INFINITY: u16 = 0x7F80;
+    const A_NAN: u16 = 0xFFC1;
+    const SEED: u64 = 0x7AB1E;
 }
 impl TableElement for f16 {
     fn from_bits(bits: u16) -> Self {
         f16::from_bits(bits)
     }
     const TABLE_MEM: u32 = F16_WORKGROUP_MEM_BYTES;
+    const TABLE_LO_BITS: u16 = F16_TABLE_LO_BITS as u16;
+    const TABLE_SPAN: u16 = F16_TABLE_SPAN as u16;
+    const INFINITY: u16 = 0x7C00;
+    const A_NAN: u16 = 0xFE01;
+    const SEED: u64 = 0xF16;
 }
 
 /// Lengths for the table path with 2 workgroups (also in the device crate's
