@@ -602,7 +602,6 @@ mod tests {
     /// looked up by; and the neighbour changes nothing (no borrow between halves).
     #[test]
     fn table_slots_cover_exactly_the_table_range_once() {
-        let mut seen = [false; TABLE_ENTRIES as usize];
         let (lo, hi) = (2f32.powi(TABLE_MIN_EXP), 2f32.powi(TABLE_MIN_EXP + TABLE_BINADES as i32));
         let edges = [
             0,
@@ -622,22 +621,39 @@ mod tests {
             others[2 * i + 1] = m | 0x8000;
         }
         for b in 0u32..=0xFFFF {
-            let v = Bf16::from_bits_u32(b).to_f32();
-            let (slot, outside) = slot_in_word(b, 0, false);
+            let own = slot_in_word(b, 0, false);
             for &other in &others {
-                assert_eq!(slot_in_word(b, other, false), (slot, outside), "{b:#06x} low, beside {other:#06x}");
-                assert_eq!(slot_in_word(b, other, true), (slot, outside), "{b:#06x} high, beside {other:#06x}");
+                assert_eq!(slot_in_word(b, other, false), own, "{b:#06x} low, beside {other:#06x}");
+                assert_eq!(slot_in_word(b, other, true), own, "{b:#06x} high, beside {other:#06x}");
             }
-            assert!(slot < TABLE_ENTRIES, "{b:#06x}: slot {slot}");
+        }
+        assert_slots_cover::<Bf16>(TABLE_ENTRIES, (lo, hi), |b| slot_in_word(b, 0, false), table_value);
+    }
+
+    /// For every 16-bit pattern `b` of `T`: `slot(b)` is inside a table of
+    /// `entries`, and marks `b` outside exactly when its magnitude lies outside
+    /// [lo, hi); the values inside take every slot once, and `value` gives each
+    /// back from its slot.
+    fn assert_slots_cover<T: Elem>(
+        entries: u32,
+        (lo, hi): (f32, f32),
+        slot: impl Fn(u32) -> (u32, bool),
+        value: impl Fn(u32) -> u32,
+    ) {
+        let mut seen = std::vec![false; entries as usize];
+        for b in 0u32..=0xFFFF {
+            let v = T::from_bits_u32(b).to_f32();
+            let (slot, outside) = slot(b);
+            assert!(slot < entries, "{} {b:#06x}: slot {slot}", T::NAME);
             let inside = v.abs() >= lo && v.abs() < hi;
-            assert_eq!(!outside, inside, "{b:#06x} ({v:e})");
+            assert_eq!(!outside, inside, "{} {b:#06x} ({v:e})", T::NAME);
             if inside {
-                assert_eq!(table_value(slot), b, "slot {slot}");
-                assert!(!seen[slot as usize], "slot {slot} twice");
+                assert_eq!(value(slot), b, "{} slot {slot}", T::NAME);
+                assert!(!seen[slot as usize], "{} slot {slot} twice", T::NAME);
                 seen[slot as usize] = true;
             }
         }
-        assert!(seen.iter().all(|&s| s));
+        assert!(seen.iter().all(|&s| s), "{}", T::NAME);
     }
 
     /// What `build_table` writes, entry by entry, is the model's value.
@@ -728,27 +744,17 @@ mod tests {
     /// writes, entry by entry, is the model's value.
     #[test]
     fn f16_table_slots_and_entries() {
-        let mut seen = [false; F16_TABLE_ENTRIES as usize];
         let others = [0u32, 0x8000, 0x1BFF, 0x1C00, 0x4BFF, 0x4C00, 0xCBFF, 0xCC00, 0x7C00, 0xFE01];
         for b in 0u32..=0xFFFF {
-            let v = <f16 as Elem>::from_bits_u32(b).to_f32();
-            let (slot, outside) = f16_table_slot(b);
+            let outside = f16_table_slot(b).1;
             for &other in &others {
                 let words = Words::new([b | other << 16, other | b << 16, 0x3C00_3C00, 0xBC00_3C00]);
                 let (got, off) = unsafe { f16_lookup_chunk(words, [7u16; F16_TABLE_ENTRIES as usize].as_ptr()) };
                 assert_eq!(off, outside || f16_table_slot(other).1, "{b:#06x} beside {other:#06x}");
                 assert_eq!(got.0[0] & 0xFFFF, 7);
             }
-            assert!(slot < F16_TABLE_ENTRIES, "{b:#06x}: slot {slot}");
-            let inside = v.abs() >= 2f32.powi(-8) && v.abs() < 16.0;
-            assert_eq!(!outside, inside, "{b:#06x} ({v:e})");
-            if inside {
-                assert_eq!(f16_table_value(slot), b, "slot {slot}");
-                assert!(!seen[slot as usize], "slot {slot} twice");
-                seen[slot as usize] = true;
-            }
         }
-        assert!(seen.iter().all(|&s| s));
+        assert_slots_cover::<f16>(F16_TABLE_ENTRIES, (2f32.powi(-8), 16.0), f16_table_slot, f16_table_value);
         let mut checked = 0;
         for &(ap, an, be, ep) in &PARAM_SETS {
             let p = params::<f16>(ap, an, be, ep);
