@@ -523,17 +523,21 @@ mod tests {
         assert!(n > 6 * 4_000_000, "f32 took the fast path {n} times");
     }
 
+    /// A 64-bit LCG from `seed`: each call steps it and returns bits 33..64.
+    fn lcg(mut state: u64) -> impl FnMut() -> u32 {
+        move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        }
+    }
+
     /// Parameters drawn across the whole range the bf16 fast path accepts
     /// (magnitudes 2^-20 .. 2^20, either sign for ap and be), against every
     /// bf16 value: the fixed sets above cannot cover the corners of the range
     /// argument in the module documentation.
     #[test]
     fn fast_path_equals_the_model_for_random_bf16_parameters() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 33) as u32
-        };
+        let mut next = lcg(0x9E37_79B9_7F4A_7C15u64);
         let magnitude = |next: &mut dyn FnMut() -> u32| {
             // 2^e * (1 + f), e in [-20, 19]: the whole accepted range, edges included.
             let e = (next() % 40) as i32 - 20;
@@ -568,11 +572,7 @@ mod tests {
     /// not positive) with magnitudes 2^-14 to 2^15, against every f16 value.
     #[test]
     fn fast_path_equals_the_model_for_random_f16_parameters() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 33) as u32
-        };
+        let mut next = lcg(0x2545_F491_4F6C_DD1Du64);
         let mut draw = |signed: bool| {
             let e = (next() % 30) as i32 - 14;
             let v = 2f32.powi(e) * (1.0 + (next() % 1024) as f32 / 1024.0);
