@@ -51,8 +51,10 @@
 //! `gs >= values_per_chunk`), `sum_j x_j (q_j s + b) = s * sum_j x_j q_j + b * sum_j x_j`:
 //! one fma per value, two per chunk, with `sum_j x_j` staged beside the chunk.
 //! Codes become f32 exactly: `v_cvt_f32_ubyte*` on AMD; on NVIDIA, where an
-//! integer-to-float conversion runs at a quarter rate, a `prmt` puts the code
-//! under the exponent of 2^23 and one add removes 2^23. The lane partial sums the
+//! integer-to-float conversion runs at a quarter rate, a `prmt` puts an 8-bit
+//! code under the exponent of 2^23 and one add removes 2^23, and a 4-bit code
+//! becomes `(q + 16) / 32` with a `prmt` alone, the offset removed per chunk
+//! through its staged sum ([`code_affine`]). The lane partial sums the
 //! chunks in the order the lane owns them; the wave sum is a xor butterfly.
 //!
 //! # Out-of-range expert ids
@@ -108,25 +110,79 @@ fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
     }
 }
 
-/// `sum_j x_j * q_j` over the values of one word `w`, whose x start at `xs`
-/// (8 values at 4 bits, 4 at 8 bits), from +0.0 in value order.
+/// The 4-bit code in byte `SHIFT / 8` of `t`, where it sits at bits 3..6 of the
+/// byte, as the f32 `0.5 + q / 32` (see [`code_affine`]): the byte becomes bits
+/// 16..23 of `0x3F00_0000` (0.5), so the code lands at mantissa bits 19..22.
+/// One `prmt`, exact.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn nibble_f32<const SHIFT: u32>(t: u32) -> f32 {
+    unsafe extern "C" {
+        #[link_name = "llvm.nvvm.prmt"]
+        fn prmt(a: u32, b: u32, selector: u32) -> u32;
+    }
+    // Selector: bytes 0 and 1 from 0x3F00_0000 (zero), byte 2 from `t`, byte 3 (0x3F) from 0x3F00_0000.
+    f32::from_bits(unsafe { prmt(t, 0x3F00_0000, 0x7054 | ((SHIFT / 8) << 8)) })
+}
+
+/// `(scale, offset)` such that a code `q` is `scale * c - offset`, where `c` is
+/// the float [`word_dot`] multiplies the activation by. On NVIDIA a 4-bit code
+/// becomes `c = (q + 16) / 32` in one `prmt` (instead of a `prmt` and an add):
+/// `x * c` is exact when x came from a 16-bit value (8 + 5 significant bits;
+/// fc1) and rounded once, as `x * q` is, when x is f32 (down), and the chunk's
+/// staged sum removes the offset (`sum x q = 32 sum x c - 16 sum x`: a few more
+/// f32 roundings than summing `x q`, far inside the tolerance). Elsewhere
+/// `c = q` (AMD converts a byte in one instruction).
+#[inline(always)]
+const fn code_affine<const BITS: u32>() -> (f32, f32) {
+    if cfg!(target_arch = "nvptx64") && BITS == 4 { (32.0, 16.0) } else { (1.0, 0.0) }
+}
+
+/// The factors of a group's `sum_j x_j c_j` and `sum_j x_j` given its scale `s`
+/// and bias `b`: `s * sum x q + b * sum x = (scale s) sum x c + (b - offset s) sum x`.
+#[inline(always)]
+fn group_factors<const BITS: u32>(s: f32, b: f32) -> (f32, f32) {
+    let (scale, offset) = code_affine::<BITS>();
+    if offset == 0.0 { (s * scale, b) } else { (s * scale, mul_add(-offset, s, b)) }
+}
+
+/// `sum_j x_j * c_j` over the values of one word `w` (`c_j` the code `q_j`, or
+/// an affine image of it: [`code_affine`]), whose x start at `xs` (8 values at
+/// 4 bits, 4 at 8 bits), from +0.0 in value order.
 #[inline(always)]
 unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     unsafe {
         if BITS == 4 {
-            // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
-            let lo = w & 0x0F0F_0F0F;
-            let hi = (w >> 4) & 0x0F0F_0F0F;
             let a = (xs as *const F32x4).read().0;
             let b = (xs.add(4) as *const F32x4).read().0;
-            let d = a[0] * byte_f32::<0>(lo);
-            let d = mul_add(a[1], byte_f32::<0>(hi), d);
-            let d = mul_add(a[2], byte_f32::<8>(lo), d);
-            let d = mul_add(a[3], byte_f32::<8>(hi), d);
-            let d = mul_add(b[0], byte_f32::<16>(lo), d);
-            let d = mul_add(b[1], byte_f32::<16>(hi), d);
-            let d = mul_add(b[2], byte_f32::<24>(lo), d);
-            mul_add(b[3], byte_f32::<24>(hi), d)
+            #[cfg(target_arch = "nvptx64")]
+            {
+                // Nibbles 0, 2, 4, 6 at bits 3..6 of the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
+                let lo = (w << 3) & 0x7878_7878;
+                let hi = (w >> 1) & 0x7878_7878;
+                let d = a[0] * nibble_f32::<0>(lo);
+                let d = mul_add(a[1], nibble_f32::<0>(hi), d);
+                let d = mul_add(a[2], nibble_f32::<8>(lo), d);
+                let d = mul_add(a[3], nibble_f32::<8>(hi), d);
+                let d = mul_add(b[0], nibble_f32::<16>(lo), d);
+                let d = mul_add(b[1], nibble_f32::<16>(hi), d);
+                let d = mul_add(b[2], nibble_f32::<24>(lo), d);
+                mul_add(b[3], nibble_f32::<24>(hi), d)
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
+                let lo = w & 0x0F0F_0F0F;
+                let hi = (w >> 4) & 0x0F0F_0F0F;
+                let d = a[0] * byte_f32::<0>(lo);
+                let d = mul_add(a[1], byte_f32::<0>(hi), d);
+                let d = mul_add(a[2], byte_f32::<8>(lo), d);
+                let d = mul_add(a[3], byte_f32::<8>(hi), d);
+                let d = mul_add(b[0], byte_f32::<16>(lo), d);
+                let d = mul_add(b[1], byte_f32::<16>(hi), d);
+                let d = mul_add(b[2], byte_f32::<24>(lo), d);
+                mul_add(b[3], byte_f32::<24>(hi), d)
+            }
         } else {
             let a = (xs as *const F32x4).read().0;
             let d = a[0] * byte_f32::<0>(w);
@@ -299,10 +355,16 @@ unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
 ) -> f32 {
     let chunk = values_per_chunk(BITS);
     let per_word = values_per_word(BITS) as usize;
-    let first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32 + lane;
+    let wave_first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
     crate::unroll!(u in 0..QUADS_PER_BATCH, at most 4 => {
-        let qd = first + wave::WAVE_SIZE * u as u32;
-        if qd < n_quads {
+        // The slot test of `load_batch` (uniform); a lane past the row's end
+        // works on the quad that `load_batch` read for it and keeps its sum, so
+        // that the wave does not branch apart (measured faster on an H200).
+        let slot = wave_first + wave::WAVE_SIZE * u as u32;
+        if slot < n_quads {
+            let qd = slot + lane;
+            let live = qd < n_quads;
+            let qd = if live { qd } else { n_quads - 1 };
             unsafe {
                 let xs = lds.add(staged_chunk(qd, BITS) as usize);
                 let q = batch.q[u].0;
@@ -313,8 +375,12 @@ unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
                 let dot = (d0 + d1) + (d2 + d3);
                 let xsum = xs.add(chunk as usize).read();
                 let g = first_g + group_of_quad(qd, BITS, gs_shift);
-                acc = mul_add(widen_raw::<T, PAIRED>(batch.s[u], g), dot, acc);
-                acc = mul_add(widen_raw::<T, PAIRED>(batch.b[u], g), xsum, acc);
+                let (fd, fx) = group_factors::<BITS>(
+                    widen_raw::<T, PAIRED>(batch.s[u], g),
+                    widen_raw::<T, PAIRED>(batch.b[u], g),
+                );
+                let sum = mul_add(fx, xsum, mul_add(fd, dot, acc));
+                acc = if live { sum } else { acc };
             }
         }
     });
@@ -404,8 +470,9 @@ unsafe fn row_partial_words<T: Elem, const BITS: u32>(
             for j in 0..per_word as usize {
                 xsum = xsum + xs.add(j).read();
             }
-            acc = mul_add(sc, dot, acc);
-            acc = mul_add(bi, xsum, acc);
+            let (fd, fx) = group_factors::<BITS>(sc, bi);
+            acc = mul_add(fd, dot, acc);
+            acc = mul_add(fx, xsum, acc);
         }
         p += step;
     }
