@@ -124,7 +124,7 @@ fn empty_launch_us(dev: &Device) -> f64 {
 /// xielu over `n` elements: the section-1 LCG values (uniform in [-12, 12)),
 /// or with `normal`, standard normal values (Box-Muller over the same LCG),
 /// closer to an activation's and with more values near zero, where the 16-bit
-/// tables end (2^-16 in bf16, 2^-8 in f16) and the kernel computes instead.
+/// tables end (2^-16 in bf16, 2^-11 in f16) and the kernel computes instead.
 fn bench_xielu<T: Element>(dev: &Device, rows: &mut Vec<Row>, n: usize, normal: bool) {
     let dtype = T::DTYPE;
     let m = n.min(1 << 20);

@@ -39,7 +39,7 @@ pub fn available(device: &Device, dtype: Dtype) -> bool {
 /// large enough that the kernel's table pays off (few workgroups, each looping
 /// over many chunks, with the table's workgroup memory; the kernel checks the
 /// same condition, `uses_table_grid`, on the grid it is given). bf16 launches
-/// get the table's 16 KiB on either grid; f16's 48 KiB only where it is used.
+/// get the table's 16 KiB on either grid; f16's 60 KiB only where it is used.
 pub fn dims(n: u64, dtype: Dtype, compute_units: u32) -> LaunchDims {
     let per_group = WORKGROUP_SIZE as u64 * ELEMS_PER_THREAD as u64;
     let groups = n.div_ceil(per_group).min(MAX_WORKGROUPS as u64) as u32;

@@ -45,9 +45,10 @@
 //! more than the lookups (geometry::xielu::TABLE_CHUNKS_IN_FLIGHT).
 //!
 //! **f16 at large `n`: a table too.** The f16 table holds `xielu_fast`'s output
-//! for every f16 of magnitude in [2^-8, 16), both signs (geometry::xielu::F16_TABLE_*,
-//! 48 KiB, what a CUDA launch may have without opting in to more); as in bf16,
-//! a chunk with a value outside it is computed. The same loop and grid as bf16's.
+//! for every f16 of magnitude in [2^-11, 16), both signs (geometry::xielu::F16_TABLE_*,
+//! 60 KiB: within an RDNA workgroup's 64 KiB; CUDA launches opt in to more than
+//! 48 KiB); as in bf16, a chunk with a value outside it is computed. The same
+//! loop and grid as bf16's.
 
 use crate::geometry::WAVE_SIZE;
 use crate::geometry::xielu::{
@@ -398,8 +399,11 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
             });
             words
         };
-        // The first group travels from memory while the table is built.
+        // The first group travels from memory while the table is built; in
+        // f16, whose table takes longer to build, the second group too (in
+        // bf16 that measured slower).
         let mut words = load(start);
+        let mut ahead = if is_bf16::<T>() { None } else { Some(load(start + U as u64 * stride)) };
         let table = wave::workgroup_mem::<u16>();
         unsafe { build_table::<T>(table, p) };
         wave::barrier();
@@ -435,7 +439,10 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
                 break;
             }
             start += U as u64 * stride;
-            words = load(start);
+            words = match ahead.take() {
+                Some(w) => w,
+                None => load(start),
+            };
         }
         const { assert!(U == 5, "the loops above unroll exactly 5 chunks") };
     }
@@ -738,13 +745,14 @@ mod tests {
 
     /// Every f16 pattern, in either half of a word, beside neighbours at the
     /// edges of the table and beyond: the f16 table holds exactly the
-    /// magnitudes in [2^-8, 16) of either sign, each in its own slot, which
+    /// magnitudes in [2^-11, 16) of either sign, each in its own slot, which
     /// gives back the value; what is outside is marked; every slot is inside
     /// the table; and the neighbour changes nothing. Then what `build_table`
     /// writes, entry by entry, is the model's value.
     #[test]
     fn f16_table_slots_and_entries() {
-        let others = [0u32, 0x8000, 0x1BFF, 0x1C00, 0x4BFF, 0x4C00, 0xCBFF, 0xCC00, 0x7C00, 0xFE01];
+        let (lo, hi) = (F16_TABLE_LO_BITS, F16_TABLE_LO_BITS + F16_TABLE_SPAN);
+        let others = [0u32, 0x8000, lo - 1, lo, hi - 1, hi, 0x8000 | (hi - 1), 0x8000 | hi, 0x7C00, 0xFE01];
         for b in 0u32..=0xFFFF {
             let outside = f16_table_slot(b).1;
             for &other in &others {
@@ -754,7 +762,7 @@ mod tests {
                 assert_eq!(got.0[0] & 0xFFFF, 7);
             }
         }
-        assert_slots_cover::<f16>(F16_TABLE_ENTRIES, (2f32.powi(-8), 16.0), f16_table_slot, f16_table_value);
+        assert_slots_cover::<f16>(F16_TABLE_ENTRIES, (2f32.powi(-11), 16.0), f16_table_slot, f16_table_value);
         let mut checked = 0;
         for &(ap, an, be, ep) in &PARAM_SETS {
             let p = params::<f16>(ap, an, be, ep);
