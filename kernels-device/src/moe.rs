@@ -138,12 +138,21 @@ const fn code_affine<const BITS: u32>() -> (f32, f32) {
     if cfg!(target_arch = "nvptx64") && BITS == 4 { (32.0, 16.0) } else { (1.0, 0.0) }
 }
 
-/// The factors of a group's `sum_j x_j c_j` and `sum_j x_j` given its scale `s`
-/// and bias `b`: `s * sum x q + b * sum x = (scale s) sum x c + (b - offset s) sum x`.
+/// A group's factor of `sum_j x_j c_j` given its scale `s`: `scale * s`
+/// ([`code_affine`]), since `s * sum x q + b * sum x = (scale s) sum x c +
+/// (b - offset s) sum x`.
 #[inline(always)]
-fn group_factors<const BITS: u32>(s: f32, b: f32) -> (f32, f32) {
-    let (scale, offset) = code_affine::<BITS>();
-    if offset == 0.0 { (s * scale, b) } else { (s * scale, mul_add(-offset, s, b)) }
+fn code_scale<const BITS: u32>(s: f32) -> f32 {
+    let (scale, _) = code_affine::<BITS>();
+    if scale == 1.0 { s } else { s * scale }
+}
+
+/// A group's factor of `sum_j x_j` given its scale `s` and bias `b`:
+/// `b - offset * s` ([`code_scale`]).
+#[inline(always)]
+fn code_bias<const BITS: u32>(s: f32, b: f32) -> f32 {
+    let (_, offset) = code_affine::<BITS>();
+    if offset == 0.0 { b } else { mul_add(-offset, s, b) }
 }
 
 /// `sum_j x_j * c_j` over the values of one word `w` (`c_j` the code `q_j`, or
@@ -153,13 +162,13 @@ fn group_factors<const BITS: u32>(s: f32, b: f32) -> (f32, f32) {
 unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     unsafe {
         if BITS == 4 {
-            let a = (xs as *const F32x4).read().0;
-            let b = (xs.add(4) as *const F32x4).read().0;
             #[cfg(target_arch = "nvptx64")]
             {
                 // Nibbles 0, 2, 4, 6 at bits 3..6 of the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
                 let lo = (w << 3) & 0x7878_7878;
                 let hi = (w >> 1) & 0x7878_7878;
+                let a = (xs as *const F32x4).read().0;
+                let b = (xs.add(4) as *const F32x4).read().0;
                 let d = a[0] * nibble_f32::<0>(lo);
                 let d = mul_add(a[1], nibble_f32::<0>(hi), d);
                 let d = mul_add(a[2], nibble_f32::<8>(lo), d);
@@ -174,6 +183,8 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
                 // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
                 let lo = w & 0x0F0F_0F0F;
                 let hi = (w >> 4) & 0x0F0F_0F0F;
+                let a = (xs as *const F32x4).read().0;
+                let b = (xs.add(4) as *const F32x4).read().0;
                 let d = a[0] * byte_f32::<0>(lo);
                 let d = mul_add(a[1], byte_f32::<0>(hi), d);
                 let d = mul_add(a[2], byte_f32::<8>(lo), d);
@@ -340,8 +351,44 @@ fn widen_raw<T: Elem, const PAIRED: bool>(word: u32, g: u32) -> f32 {
     if PAIRED { T::from_bits_u32((word >> ((g & 1) * 16)) & 0xFFFF).to_f32() } else { T::from_bits_u32(word).to_f32() }
 }
 
+/// `acc` plus quad `u` of `batch` (the lane's quad `qd` of the row) against
+/// its staged chunk: `s * sum_j x_j q_j + b * sum_j x_j`.
+#[inline(always)]
+unsafe fn quad_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
+    batch: &Batch,
+    u: usize,
+    qd: u32,
+    lds: *const f32,
+    first_g: u32,
+    gs_shift: u32,
+    acc: f32,
+) -> f32 {
+    let chunk = values_per_chunk(BITS);
+    let per_word = values_per_word(BITS) as usize;
+    unsafe {
+        let xs = lds.add(staged_chunk(qd, BITS) as usize);
+        let q = batch.q[u].0;
+        let d0 = word_dot::<BITS>(q[0], xs);
+        let d1 = word_dot::<BITS>(q[1], xs.add(per_word));
+        let d2 = word_dot::<BITS>(q[2], xs.add(2 * per_word));
+        let d3 = word_dot::<BITS>(q[3], xs.add(3 * per_word));
+        let dot = (d0 + d1) + (d2 + d3);
+        let xsum = xs.add(chunk as usize).read();
+        let g = first_g + group_of_quad(qd, BITS, gs_shift);
+        let sc = widen_raw::<T, PAIRED>(batch.s[u], g);
+        let acc = mul_add(code_scale::<BITS>(sc), dot, acc);
+        mul_add(code_bias::<BITS>(sc, widen_raw::<T, PAIRED>(batch.b[u], g)), xsum, acc)
+    }
+}
+
 /// Adds this lane's part of batch `j` of a row to `acc`: for each of its quads,
-/// `s * sum_j x_j q_j + b * sum_j x_j` against the staged chunk.
+/// [`quad_dot`].
+///
+/// A lane whose quad of a live slot is past the row's end: on NVIDIA it works
+/// on the quad that [`load_batch`] read for it and keeps its sum, so that the
+/// warp does not branch apart (measured faster on an H200); on AMD it skips
+/// (masking lanes is cheap there, and the other form took more VGPRs and
+/// instructions in the gfx1151 prediction).
 #[inline(always)]
 unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
     batch: &Batch,
@@ -353,35 +400,19 @@ unsafe fn batch_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
     gs_shift: u32,
     mut acc: f32,
 ) -> f32 {
-    let chunk = values_per_chunk(BITS);
-    let per_word = values_per_word(BITS) as usize;
-    let wave_first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32;
+    let first = j * wave::WAVE_SIZE * QUADS_PER_BATCH as u32 + lane;
     crate::unroll!(u in 0..QUADS_PER_BATCH, at most 4 => {
-        // The slot test of `load_batch` (uniform); a lane past the row's end
-        // works on the quad that `load_batch` read for it and keeps its sum, so
-        // that the wave does not branch apart (measured faster on an H200).
-        let slot = wave_first + wave::WAVE_SIZE * u as u32;
-        if slot < n_quads {
-            let qd = slot + lane;
+        let qd = first + wave::WAVE_SIZE * u as u32;
+        #[cfg(target_arch = "nvptx64")]
+        if qd - lane < n_quads {
             let live = qd < n_quads;
-            let qd = if live { qd } else { n_quads - 1 };
-            unsafe {
-                let xs = lds.add(staged_chunk(qd, BITS) as usize);
-                let q = batch.q[u].0;
-                let d0 = word_dot::<BITS>(q[0], xs);
-                let d1 = word_dot::<BITS>(q[1], xs.add(per_word));
-                let d2 = word_dot::<BITS>(q[2], xs.add(2 * per_word));
-                let d3 = word_dot::<BITS>(q[3], xs.add(3 * per_word));
-                let dot = (d0 + d1) + (d2 + d3);
-                let xsum = xs.add(chunk as usize).read();
-                let g = first_g + group_of_quad(qd, BITS, gs_shift);
-                let (fd, fx) = group_factors::<BITS>(
-                    widen_raw::<T, PAIRED>(batch.s[u], g),
-                    widen_raw::<T, PAIRED>(batch.b[u], g),
-                );
-                let sum = mul_add(fx, xsum, mul_add(fd, dot, acc));
-                acc = if live { sum } else { acc };
-            }
+            let sum =
+                unsafe { quad_dot::<T, BITS, PAIRED>(batch, u, if live { qd } else { n_quads - 1 }, lds, first_g, gs_shift, acc) };
+            acc = if live { sum } else { acc };
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        if qd < n_quads {
+            acc = unsafe { quad_dot::<T, BITS, PAIRED>(batch, u, qd, lds, first_g, gs_shift, acc) };
         }
     });
     acc
@@ -470,9 +501,8 @@ unsafe fn row_partial_words<T: Elem, const BITS: u32>(
             for j in 0..per_word as usize {
                 xsum = xsum + xs.add(j).read();
             }
-            let (fd, fx) = group_factors::<BITS>(sc, bi);
-            acc = mul_add(fd, dot, acc);
-            acc = mul_add(fx, xsum, acc);
+            acc = mul_add(code_scale::<BITS>(sc), dot, acc);
+            acc = mul_add(code_bias::<BITS>(sc, bi), xsum, acc);
         }
         p += step;
     }
