@@ -87,6 +87,18 @@ type Quad = U32x4;
 /// The values one thread stages per pass (one or two 16-byte loads).
 type Stage<T> = Vector<T, { STAGE_VALUES as usize }>;
 
+/// NVIDIA's byte permute (`prmt.b32`): byte `i` of the result is byte
+/// `(selector >> 4 i) & 7` of `b:a` (`a` bytes 0-3, `b` bytes 4-7).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn prmt(a: u32, b: u32, selector: u32) -> u32 {
+    unsafe extern "C" {
+        #[link_name = "llvm.nvvm.prmt"]
+        fn prmt(a: u32, b: u32, selector: u32) -> u32;
+    }
+    unsafe { prmt(a, b, selector) }
+}
+
 /// Byte `SHIFT / 8` of `t` as an f32, exactly.
 #[inline(always)]
 fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
@@ -97,11 +109,7 @@ fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
         // four values) and one add, instead of a shift, a mask and a
         // quarter-rate I2F. Exact (b < 2^8). Selector: byte SHIFT/8 of `t`, two
         // zero bytes and the 0x4B of 0x4B000000.
-        unsafe extern "C" {
-            #[link_name = "llvm.nvvm.prmt"]
-            fn prmt(a: u32, b: u32, selector: u32) -> u32;
-        }
-        f32::from_bits(unsafe { prmt(t, 0x4B00_0000, 0x7440 | (SHIFT / 8)) }) - 8_388_608.0
+        f32::from_bits(prmt(t, 0x4B00_0000, 0x7440 | (SHIFT / 8))) - 8_388_608.0
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -110,19 +118,22 @@ fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
     }
 }
 
-/// The 4-bit code in byte `SHIFT / 8` of `t`, where it sits at bits 3..6 of the
-/// byte, as the f32 `0.5 + q / 32` (see [`code_affine`]): the byte becomes bits
-/// 16..23 of `0x3F00_0000` (0.5), so the code lands at mantissa bits 19..22.
-/// One `prmt`, exact.
-#[cfg(target_arch = "nvptx64")]
+/// The 4-bit code in byte `SHIFT / 8` of `t` (placed there by [`word_dot`]'s
+/// masks) as the f32 that `word_dot` multiplies by. On NVIDIA the code sits at
+/// bits 3..6 of the byte, which becomes bits 16..23 of `0x3F00_0000` (0.5): the
+/// code lands at mantissa bits 19..22, giving `0.5 + q / 32` ([`code_affine`])
+/// in one `prmt`, exactly. Elsewhere it is the byte, as [`byte_f32`].
 #[inline(always)]
 fn nibble_f32<const SHIFT: u32>(t: u32) -> f32 {
-    unsafe extern "C" {
-        #[link_name = "llvm.nvvm.prmt"]
-        fn prmt(a: u32, b: u32, selector: u32) -> u32;
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // Selector: bytes 0 and 1 from 0x3F00_0000 (zero), byte 2 from `t`, byte 3 (0x3F) from 0x3F00_0000.
+        f32::from_bits(prmt(t, 0x3F00_0000, 0x7054 | ((SHIFT / 8) << 8)))
     }
-    // Selector: bytes 0 and 1 from 0x3F00_0000 (zero), byte 2 from `t`, byte 3 (0x3F) from 0x3F00_0000.
-    f32::from_bits(unsafe { prmt(t, 0x3F00_0000, 0x7054 | ((SHIFT / 8) << 8)) })
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        byte_f32::<SHIFT>(t)
+    }
 }
 
 /// `(scale, offset)` such that a code `q` is `scale * c - offset`, where `c` is
@@ -162,38 +173,22 @@ fn code_bias<const BITS: u32>(s: f32, b: f32) -> f32 {
 unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     unsafe {
         if BITS == 4 {
+            // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`: at
+            // bits 3..6 of each byte on NVIDIA, at bits 0..3 elsewhere (`nibble_f32`).
             #[cfg(target_arch = "nvptx64")]
-            {
-                // Nibbles 0, 2, 4, 6 at bits 3..6 of the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
-                let lo = (w << 3) & 0x7878_7878;
-                let hi = (w >> 1) & 0x7878_7878;
-                let a = (xs as *const F32x4).read().0;
-                let b = (xs.add(4) as *const F32x4).read().0;
-                let d = a[0] * nibble_f32::<0>(lo);
-                let d = mul_add(a[1], nibble_f32::<0>(hi), d);
-                let d = mul_add(a[2], nibble_f32::<8>(lo), d);
-                let d = mul_add(a[3], nibble_f32::<8>(hi), d);
-                let d = mul_add(b[0], nibble_f32::<16>(lo), d);
-                let d = mul_add(b[1], nibble_f32::<16>(hi), d);
-                let d = mul_add(b[2], nibble_f32::<24>(lo), d);
-                mul_add(b[3], nibble_f32::<24>(hi), d)
-            }
+            let (lo, hi) = ((w << 3) & 0x7878_7878, (w >> 1) & 0x7878_7878);
             #[cfg(not(target_arch = "nvptx64"))]
-            {
-                // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`.
-                let lo = w & 0x0F0F_0F0F;
-                let hi = (w >> 4) & 0x0F0F_0F0F;
-                let a = (xs as *const F32x4).read().0;
-                let b = (xs.add(4) as *const F32x4).read().0;
-                let d = a[0] * byte_f32::<0>(lo);
-                let d = mul_add(a[1], byte_f32::<0>(hi), d);
-                let d = mul_add(a[2], byte_f32::<8>(lo), d);
-                let d = mul_add(a[3], byte_f32::<8>(hi), d);
-                let d = mul_add(b[0], byte_f32::<16>(lo), d);
-                let d = mul_add(b[1], byte_f32::<16>(hi), d);
-                let d = mul_add(b[2], byte_f32::<24>(lo), d);
-                mul_add(b[3], byte_f32::<24>(hi), d)
-            }
+            let (lo, hi) = (w & 0x0F0F_0F0F, (w >> 4) & 0x0F0F_0F0F);
+            let a = (xs as *const F32x4).read().0;
+            let b = (xs.add(4) as *const F32x4).read().0;
+            let d = a[0] * nibble_f32::<0>(lo);
+            let d = mul_add(a[1], nibble_f32::<0>(hi), d);
+            let d = mul_add(a[2], nibble_f32::<8>(lo), d);
+            let d = mul_add(a[3], nibble_f32::<8>(hi), d);
+            let d = mul_add(b[0], nibble_f32::<16>(lo), d);
+            let d = mul_add(b[1], nibble_f32::<16>(hi), d);
+            let d = mul_add(b[2], nibble_f32::<24>(lo), d);
+            mul_add(b[3], nibble_f32::<24>(hi), d)
         } else {
             let a = (xs as *const F32x4).read().0;
             let d = a[0] * byte_f32::<0>(w);
