@@ -30,7 +30,10 @@ pub mod xielu {
     /// element's byte offset (`index * size_of::<T>()`, at most 4 bytes an
     /// element) must stay below `isize::MAX`, as pointer offsets must, and the
     /// grid-stride loops form indices up to `n + TABLE_CHUNKS_IN_FLIGHT *
-    /// stride`, with `stride` below 2^45 elements for any grid (at most 2^32
+    /// stride` (f16's second group, loaded before the table loop, reaches
+    /// `2 * TABLE_CHUNKS_IN_FLIGHT * stride`, below that bound as the table is
+    /// used only when `n` is larger than one round of groups), with `stride`
+    /// below 2^45 elements for any grid (at most 2^32
     /// workgroups of at most 1024 threads of 8 elements), which must not wrap
     /// 64 bits. 2^60 meets both with room (4 * 2^60 = 2^62; 2^60 + 5 * 2^45 <
     /// 2^61), and is beyond any memory (2^62 bytes of f32).

@@ -118,6 +118,25 @@ fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
     }
 }
 
+/// NVIDIA's 4-bit codes: [`word_dot`] masks nibbles 0, 2, 4, 6 of a word with
+/// `(w << 3) & NIBBLE_MASK` and 1, 3, 5, 7 with `(w >> 1) & NIBBLE_MASK`, which
+/// leaves each at bits 3..6 of a byte; [`nibble_f32`] moves the byte under
+/// [`NIBBLE_MAGIC`] (0.5) with [`nibble_selector`].
+#[cfg_attr(not(any(target_arch = "nvptx64", test)), allow(dead_code))]
+const NIBBLE_MASK: u32 = 0x7878_7878;
+/// See [`NIBBLE_MASK`].
+#[cfg_attr(not(any(target_arch = "nvptx64", test)), allow(dead_code))]
+const NIBBLE_MAGIC: u32 = 0x3F00_0000;
+/// The `prmt` selector that puts byte `byte` of the first operand at bits
+/// 16..23 of [`NIBBLE_MAGIC`]: bytes 0 and 1 from the magic (zero), byte 2 from
+/// the operand, byte 3 (0x3F) from the magic.
+#[cfg_attr(not(any(target_arch = "nvptx64", test)), allow(dead_code))]
+const fn nibble_selector(byte: u32) -> u32 {
+    0x7054 | (byte << 8)
+}
+/// [`code_affine`] of NVIDIA's 4-bit codes: `q = 32 c - 16`.
+const NIBBLE_AFFINE: (f32, f32) = (32.0, 16.0);
+
 /// The 4-bit code in byte `SHIFT / 8` of `t` (placed there by [`word_dot`]'s
 /// masks) as the f32 that `word_dot` multiplies by. On NVIDIA the code sits at
 /// bits 3..6 of the byte, which becomes bits 16..23 of `0x3F00_0000` (0.5): the
@@ -127,8 +146,7 @@ fn byte_f32<const SHIFT: u32>(t: u32) -> f32 {
 fn nibble_f32<const SHIFT: u32>(t: u32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
     {
-        // Selector: bytes 0 and 1 from 0x3F00_0000 (zero), byte 2 from `t`, byte 3 (0x3F) from 0x3F00_0000.
-        f32::from_bits(prmt(t, 0x3F00_0000, 0x7054 | ((SHIFT / 8) << 8)))
+        f32::from_bits(prmt(t, NIBBLE_MAGIC, nibble_selector(SHIFT / 8)))
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -139,14 +157,15 @@ fn nibble_f32<const SHIFT: u32>(t: u32) -> f32 {
 /// `(scale, offset)` such that a code `q` is `scale * c - offset`, where `c` is
 /// the float [`word_dot`] multiplies the activation by. On NVIDIA a 4-bit code
 /// becomes `c = (q + 16) / 32` in one `prmt` (instead of a `prmt` and an add):
-/// `x * c` is exact when x came from a 16-bit value (8 + 5 significant bits;
-/// fc1) and rounded once, as `x * q` is, when x is f32 (down), and the chunk's
+/// `x * c` is exact when x came from a 16-bit value (at most 11 + 5
+/// significant bits; fc1) and rounded once, as `x * q` is, when x is f32
+/// (down), and the chunk's
 /// staged sum removes the offset (`sum x q = 32 sum x c - 16 sum x`: a few more
 /// f32 roundings than summing `x q`, far inside the tolerance). Elsewhere
 /// `c = q` (AMD converts a byte in one instruction).
 #[inline(always)]
 const fn code_affine<const BITS: u32>() -> (f32, f32) {
-    if cfg!(target_arch = "nvptx64") && BITS == 4 { (32.0, 16.0) } else { (1.0, 0.0) }
+    if cfg!(target_arch = "nvptx64") && BITS == 4 { NIBBLE_AFFINE } else { (1.0, 0.0) }
 }
 
 /// A group's factor of `sum_j x_j c_j` given its scale `s`: `scale * s`
@@ -176,7 +195,7 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
             // Nibbles 0, 2, 4, 6 in the bytes of `lo`, 1, 3, 5, 7 in those of `hi`: at
             // bits 3..6 of each byte on NVIDIA, at bits 0..3 elsewhere (`nibble_f32`).
             #[cfg(target_arch = "nvptx64")]
-            let (lo, hi) = ((w << 3) & 0x7878_7878, (w >> 1) & 0x7878_7878);
+            let (lo, hi) = ((w << 3) & NIBBLE_MASK, (w >> 1) & NIBBLE_MASK);
             #[cfg(not(target_arch = "nvptx64"))]
             let (lo, hi) = (w & 0x0F0F_0F0F, (w >> 4) & 0x0F0F_0F0F);
             let a = (xs as *const F32x4).read().0;
@@ -299,8 +318,9 @@ impl<T: Elem> RowPtrs<T> {
 
 /// The quads of batch `j` of a row. Slots past the end of the row for the whole
 /// wave are skipped (a uniform branch); a lane whose quad of a live slot is past
-/// the end loads the row's last quad instead (a cache hit, never used), so that
-/// the loads of a batch follow each other with no branch and no wait between.
+/// the end loads the row's last quad instead (a cache hit; on AMD never used,
+/// on NVIDIA computed and discarded, see [`batch_dot`]), so that the loads of a
+/// batch follow each other with no branch and no wait between.
 ///
 /// Scales and biases stay raw. With `PAIRED` (16-bit T, `s` and `b` 4-byte
 /// aligned) each is read as the aligned u32 that holds it and its neighbour: a
@@ -722,4 +742,71 @@ pub unsafe fn moe_combine<T: Elem>(part: *const f32, out: *mut T, k: u32, din: u
         j += 1;
     }
     unsafe { out.add(h).write(T::from_f32(acc)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PTX `prmt.b32` in its default mode, from the PTX ISA: byte `i` of the
+    /// result is byte `(selector >> 4 i) & 7` of `b:a` (`a` bytes 0-3); the
+    /// selectors used here never set the sign-replicate bit.
+    fn prmt_model(a: u32, b: u32, selector: u32) -> u32 {
+        let bytes = (b as u64) << 32 | a as u64;
+        (0..4).fold(0, |r, i| {
+            let s = (selector >> (4 * i)) & 0xF;
+            assert!(s < 8, "sign replication is not modelled");
+            r | (((bytes >> (8 * s)) & 0xFF) as u32) << (8 * i)
+        })
+    }
+
+    /// NVIDIA's 4-bit path, as `word_dot` and `nibble_f32` write it but with
+    /// `prmt` modelled: every code in every nibble of a word, beside other
+    /// nibbles, becomes `c` with `32 c - 16 = q` exactly, in the value order
+    /// of the AMD path; and `x * c` is exact for every x of 11 significant bits.
+    #[test]
+    fn nvidia_4bit_codes_are_exact_affine_images() {
+        let (scale, offset) = NIBBLE_AFFINE;
+        for j in 0..8u32 {
+            for q in 0..16u32 {
+                for other in [0u32, 0xFFFF_FFFF, 0x9E37_79B1] {
+                    let w = (other & !(0xF << (4 * j))) | q << (4 * j);
+                    let (lo, hi) = ((w << 3) & NIBBLE_MASK, (w >> 1) & NIBBLE_MASK);
+                    let src = if j % 2 == 0 { lo } else { hi };
+                    let c = f32::from_bits(prmt_model(src, NIBBLE_MAGIC, nibble_selector(j / 2)));
+                    assert_eq!(c, (q as f32 + 16.0) / 32.0, "nibble {j} = {q} of {w:#010x}");
+                    assert_eq!(scale * c - offset, q as f32);
+                    let x = f32::from_bits(0x3F80_0000 | 0x7FE000); // 11 significant bits
+                    assert_eq!((x as f64 * c as f64) as f32 as f64, x as f64 * c as f64);
+                }
+            }
+        }
+    }
+
+    /// `code_scale` and `code_bias` with NVIDIA's affine: `s sum x q + b sum x`
+    /// equals `(32 s) sum x c + (b - 16 s) sum x` to f32 rounding.
+    #[test]
+    fn nvidia_group_factors_give_the_same_sum() {
+        let (scale, offset) = NIBBLE_AFFINE;
+        let mut r = 0x2545_F491_u32;
+        let mut next = || {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            r
+        };
+        for _ in 0..1000 {
+            let s = (next() % 1000) as f32 / 65536.0 + 1e-4;
+            let b = -((next() % 1000) as f32) / 8192.0;
+            let xs: [f32; 8] = core::array::from_fn(|_| (next() % 2001) as f32 / 1000.0 - 1.0);
+            let qs: [u32; 8] = core::array::from_fn(|_| next() % 16);
+            let want: f64 = xs.iter().zip(&qs).map(|(&x, &q)| x as f64 * (s as f64 * q as f64 + b as f64)).sum();
+            let dot_c: f32 = xs.iter().zip(&qs).map(|(&x, &q)| x * ((q as f32 + offset) / scale)).sum();
+            let xsum: f32 = xs.iter().sum();
+            let got = mul_add(mul_add(-offset, s, b), xsum, (s * scale) * dot_c);
+            let size: f64 =
+                xs.iter().zip(&qs).map(|(&x, &q)| (x as f64 * (s as f64 * q as f64 + b as f64)).abs()).sum();
+            assert!((got as f64 - want).abs() <= 1e-5 * size.max(1e-3), "{got} against {want}");
+        }
+    }
 }
