@@ -139,7 +139,7 @@ const NIBBLE_AFFINE: (f32, f32) = (32.0, 16.0);
 
 /// The 4-bit code in byte `SHIFT / 8` of `t` (placed there by [`word_dot`]'s
 /// masks) as the f32 that `word_dot` multiplies by. On NVIDIA the code sits at
-/// bits 3..6 of the byte, which becomes bits 16..23 of `0x3F00_0000` (0.5): the
+/// bits 3..6 of the byte, which becomes bits 16..23 of [`NIBBLE_MAGIC`] (0.5): the
 /// code lands at mantissa bits 19..22, giving `0.5 + q / 32` ([`code_affine`])
 /// in one `prmt`, exactly. Elsewhere it is the byte, as [`byte_f32`].
 #[inline(always)]
@@ -156,13 +156,12 @@ fn nibble_f32<const SHIFT: u32>(t: u32) -> f32 {
 
 /// `(scale, offset)` such that a code `q` is `scale * c - offset`, where `c` is
 /// the float [`word_dot`] multiplies the activation by. On NVIDIA a 4-bit code
-/// becomes `c = (q + 16) / 32` in one `prmt` (instead of a `prmt` and an add):
-/// `x * c` is exact when x came from a 16-bit value (at most 11 + 5
-/// significant bits; fc1) and rounded once, as `x * q` is, when x is f32
-/// (down), and the chunk's
-/// staged sum removes the offset (`sum x q = 32 sum x c - 16 sum x`: a few more
-/// f32 roundings than summing `x q`, far inside the tolerance). Elsewhere
-/// `c = q` (AMD converts a byte in one instruction).
+/// becomes `c = (q + 16) / 32` in one `prmt` (instead of a `prmt` and an add).
+/// `x * c` is exact when x came from a 16-bit value (at most 11 + 5 significant
+/// bits; fc1), and rounded once, as `x * q` is, when x is f32 (down). The
+/// chunk's staged sum removes the offset (`sum x q = 32 sum x c - 16 sum x`: a
+/// few more f32 roundings than summing `x q`, far inside the tolerance).
+/// Elsewhere `c = q` (AMD converts a byte in one instruction).
 #[inline(always)]
 const fn code_affine<const BITS: u32>() -> (f32, f32) {
     if cfg!(target_arch = "nvptx64") && BITS == 4 { NIBBLE_AFFINE } else { (1.0, 0.0) }
