@@ -167,20 +167,18 @@ const fn code_affine<const BITS: u32>() -> (f32, f32) {
     if cfg!(target_arch = "nvptx64") && BITS == 4 { NIBBLE_AFFINE } else { (1.0, 0.0) }
 }
 
-/// A group's factor of `sum_j x_j c_j` given its scale `s`: `scale * s`
-/// ([`code_affine`]), since `s * sum x q + b * sum x = (scale s) sum x c +
-/// (b - offset s) sum x`.
+/// A group's factor of `sum_j x_j c_j` given its scale `s` and the codes'
+/// `(scale, offset)` ([`code_affine`]): `scale * s`, since `s * sum x q + b *
+/// sum x = (scale s) sum x c + (b - offset s) sum x`.
 #[inline(always)]
-fn code_scale<const BITS: u32>(s: f32) -> f32 {
-    let (scale, _) = code_affine::<BITS>();
+fn code_scale(s: f32, (scale, _): (f32, f32)) -> f32 {
     if scale == 1.0 { s } else { s * scale }
 }
 
-/// A group's factor of `sum_j x_j` given its scale `s` and bias `b`:
-/// `b - offset * s` ([`code_scale`]).
+/// A group's factor of `sum_j x_j` given its scale `s`, its bias `b` and the
+/// codes' `(scale, offset)`: `b - offset * s` ([`code_scale`]).
 #[inline(always)]
-fn code_bias<const BITS: u32>(s: f32, b: f32) -> f32 {
-    let (_, offset) = code_affine::<BITS>();
+fn code_bias(s: f32, b: f32, (_, offset): (f32, f32)) -> f32 {
     if offset == 0.0 { b } else { mul_add(-offset, s, b) }
 }
 
@@ -390,8 +388,8 @@ unsafe fn quad_dot<T: Elem, const BITS: u32, const PAIRED: bool>(
         let xsum = xs.add(chunk as usize).read();
         let g = first_g + group_of_quad(qd, BITS, gs_shift);
         let sc = widen_raw::<T, PAIRED>(batch.s[u], g);
-        let acc = mul_add(code_scale::<BITS>(sc), dot, acc);
-        mul_add(code_bias::<BITS>(sc, widen_raw::<T, PAIRED>(batch.b[u], g)), xsum, acc)
+        let acc = mul_add(code_scale(sc, code_affine::<BITS>()), dot, acc);
+        mul_add(code_bias(sc, widen_raw::<T, PAIRED>(batch.b[u], g), code_affine::<BITS>()), xsum, acc)
     }
 }
 
@@ -515,8 +513,8 @@ unsafe fn row_partial_words<T: Elem, const BITS: u32>(
             for j in 0..per_word as usize {
                 xsum = xsum + xs.add(j).read();
             }
-            acc = mul_add(code_scale::<BITS>(sc), dot, acc);
-            acc = mul_add(code_bias::<BITS>(sc, bi), xsum, acc);
+            acc = mul_add(code_scale(sc, code_affine::<BITS>()), dot, acc);
+            acc = mul_add(code_bias(sc, bi, code_affine::<BITS>()), xsum, acc);
         }
         p += step;
     }
@@ -802,7 +800,7 @@ mod tests {
             let want: f64 = xs.iter().zip(&qs).map(|(&x, &q)| x as f64 * (s as f64 * q as f64 + b as f64)).sum();
             let dot_c: f32 = xs.iter().zip(&qs).map(|(&x, &q)| x * ((q as f32 + offset) / scale)).sum();
             let xsum: f32 = xs.iter().sum();
-            let got = mul_add(mul_add(-offset, s, b), xsum, (s * scale) * dot_c);
+            let got = mul_add(code_bias(s, b, NIBBLE_AFFINE), xsum, code_scale(s, NIBBLE_AFFINE) * dot_c);
             let size: f64 =
                 xs.iter().zip(&qs).map(|(&x, &q)| (x as f64 * (s as f64 * q as f64 + b as f64)).abs()).sum();
             assert!((got as f64 - want).abs() <= 1e-5 * size.max(1e-3), "{got} against {want}");

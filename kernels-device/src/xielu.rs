@@ -467,7 +467,7 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::xielu::TABLE_MIN_ELEMS_PER_WORKGROUP;
+    use crate::geometry::xielu::{F16_TABLE_MIN_EXP, TABLE_MIN_ELEMS_PER_WORKGROUP};
     use crate::num::Bf16;
     use std::vec::Vec;
 
@@ -762,7 +762,12 @@ mod tests {
                 assert_eq!(got.0[0] & 0xFFFF, 7);
             }
         }
-        assert_slots_cover::<f16>(F16_TABLE_ENTRIES, (2f32.powi(-11), 16.0), f16_table_slot, f16_table_value);
+        assert_slots_cover::<f16>(
+            F16_TABLE_ENTRIES,
+            (2f32.powi(F16_TABLE_MIN_EXP), 16.0),
+            f16_table_slot,
+            f16_table_value,
+        );
         let mut checked = 0;
         for &(ap, an, be, ep) in &PARAM_SETS {
             let p = params::<f16>(ap, an, be, ep);
