@@ -3,8 +3,10 @@
 //!
 //! Everything here uses only IEEE operations (`+ - * /`, `mul_add`, `sqrt`,
 //! `round_ties_even`, comparisons, conversions and bit casts) from `core`, so the
-//! same source gives the same bits on amdgpu, nvptx and the host. Nothing here
-//! can panic.
+//! same source gives the same bits on amdgpu, nvptx and the host. One exception:
+//! on NVIDIA a rounding to bf16 is the hardware's `cvt.rn.bf16.f32`, which gives
+//! the same bits except for a NaN's payload (the contracts compare NaN-ness).
+//! Nothing here can panic.
 
 use core::f32::math::{mul_add, round_ties_even};
 
@@ -137,10 +139,30 @@ impl Bf16 {
     }
 }
 
+/// NVIDIA's conversion to bf16, `cvt.rn.bf16.f32` (sm_80 and later): nearest,
+/// ties to even, overflow to infinity, subnormals kept; a NaN gives the
+/// canonical NaN (the contracts compare NaN-ness, not payloads). One
+/// instruction where [`Bf16::from_f32`] takes six integer ones.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn cvt_rn_bf16(v: f32) -> u16 {
+    unsafe extern "C" {
+        #[link_name = "llvm.nvvm.f2bf16.rn"]
+        fn f2bf16_rn(v: f32) -> u16;
+    }
+    unsafe { f2bf16_rn(v) }
+}
+
 impl Elem for Bf16 {
     const NAME: &'static str = "bf16";
     const BYTES: usize = 2;
     const MANTISSA_BITS: u32 = 7;
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn round_f32(v: f32) -> f32 {
+        f32::from_bits((cvt_rn_bf16(v) as u32) << 16)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
     #[inline(always)]
     fn round_f32(v: f32) -> f32 {
         f32::from_bits(Bf16::round_bits(v.to_bits()) & 0xFFFF_0000)
@@ -149,7 +171,8 @@ impl Elem for Bf16 {
     fn from_rounded(v: f32) -> Self {
         Bf16((v.to_bits() >> 16) as u16)
     }
-    const ROUND_NORMAL_IS_PARTIAL: bool = true;
+    // On NVIDIA `round_normal` is the hardware's rounding, exact everywhere.
+    const ROUND_NORMAL_IS_PARTIAL: bool = !cfg!(target_arch = "nvptx64");
     /// Veltkamp's split with `C = 2^16 + 1`: `g = C v; hi = g + (v - g)` keeps the
     /// top 8 significant bits of `v`, rounded to nearest, ties to even: three
     /// floating-point operations instead of five or six integer ones (on NVIDIA
@@ -157,9 +180,13 @@ impl Elem for Bf16 {
     /// it is what bounds xielu in bf16). Checked against [`Elem::round_f32`] on
     /// every f32 (`tests/num.rs`): equal for `+0.0` and for every normal value
     /// with `|v| < 2^111`; wrong for `-0.0` (gives `+0.0`), subnormals, `C v`
-    /// overflowing (from just below 2^112), infinities and NaN.
+    /// overflowing (from just below 2^112), infinities and NaN. On NVIDIA it is
+    /// [`Elem::round_f32`], one conversion (`cvt.rn.bf16.f32`), exact everywhere.
     #[inline(always)]
     fn round_normal(v: f32) -> f32 {
+        if cfg!(target_arch = "nvptx64") {
+            return Self::round_f32(v);
+        }
         let g = 65537.0 * v;
         g + (v - g)
     }
@@ -169,6 +196,9 @@ impl Elem for Bf16 {
     }
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        return Bf16(cvt_rn_bf16(v));
+        #[cfg(not(target_arch = "nvptx64"))]
         Bf16::from_f32(v)
     }
     #[inline(always)]

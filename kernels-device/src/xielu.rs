@@ -17,9 +17,9 @@
 //!   branch's), which gives the chosen branch's bits;
 //! - `expm1` through [`expm1_nonpos`] (equal to [`expm1`] for every `x <= 0`,
 //!   which `min(v, eps)` is when `eps <= 0`);
-//! - in bf16, each rounding by [`Elem::round_normal`] (three float operations
-//!   instead of five or six integer ones), exact for `+0.0` and for normal
-//!   values below 2^111. [`BF16_FAST_V`] and [`BF16_FAST_PARAM`] keep every
+//! - in bf16, each rounding by [`Elem::round_normal`] (on AMD three float
+//!   operations instead of five or six integer ones, exact for `+0.0` and for
+//!   normal values below 2^111; on NVIDIA one conversion, exact everywhere). [`BF16_FAST_V`] and [`BF16_FAST_PARAM`] keep every
 //!   rounded value there: with `|v|` in [2^-40, 2^40), `|ap|, |an|, |be|, |eps|`
 //!   in [2^-20, 2^20], `an > 0` and `eps < 0`: `v*v` and `v*be` lie in
 //!   [2^-80, 2^80]; `em = expm1(min(v, eps))` in [-1, -2^-21]; `em - v` is
