@@ -278,8 +278,7 @@ const TABLE_GRID_NOT_FAST: u8 = 2;
 // checks that for these n and grid, since the bits cannot show which path
 // ran), also in place, where chunks outside the table are read again after
 // their group's other chunks were stored; with parameters the fast
-// evaluation does not take (bf16: eps = 0; f16: eps > 0) the same grid takes
-// the model. Neither a whole number of groups nor of chunks: in the last
+// evaluation does not take (`NOT_FAST_EPS`) the same grid takes the model. Neither a whole number of groups nor of chunks: in the last
 // round some threads end on a partial group, of 3 or 4 chunks for the
 // first n and of 1 or 2 for the second (at every size here: the chunks
 // left over fill waves of TABLE_CHUNKS_IN_FLIGHT x 32 in order), and the
@@ -311,7 +310,7 @@ fn the_table_path_is_bit_exact<T: Element + TableElement, const N_INDEX: usize, 
             &format!("xielu {dtype} table in place, n = {n}, 2 workgroups of {SIZE}"),
         ),
         _ => {
-            let eps = if dtype == Dtype::Bf16 { 0.0 } else { 0.25 };
+            let eps = NOT_FAST_EPS;
             check_table_path::<T>(
                 dev,
                 n,
@@ -409,12 +408,17 @@ fn every_f16_input_is_bit_exact(dev: &Device) {
     }
 }
 
+/// An `eps` the fast evaluation never takes, in any dtype on any target: it
+/// needs `eps <= 0` (bf16's parameter ranges apply on AMD and the emulator
+/// only; NVIDIA rounds bf16 exactly everywhere, so `eps = 0` would take it there).
+const NOT_FAST_EPS: f32 = 0.25;
+
 /// With `eps > 0` the kernel evaluates every element by the model itself, in
 /// whole vector chunks and in the tail (the fast evaluation needs `eps <= 0`);
 /// specials sit inside whole chunks.
 fn a_positive_eps_takes_the_models_path_bit_exactly<T: Element>(dev: &Device) {
     let dtype = T::DTYPE;
-    let p = XieluParams { eps: 0.25, ..P };
+    let p = XieluParams { eps: NOT_FAST_EPS, ..P };
     let mut x = tail_data(dtype);
     let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0, 0.1, 0.3, -70000.0];
     for (i, v) in specials.iter().enumerate() {
@@ -424,7 +428,7 @@ fn a_positive_eps_takes_the_models_path_bit_exactly<T: Element>(dev: &Device) {
     let input = upload::<T>(dev, &x);
     let mut out = sentinel::<T>(dev, x.len());
     xielu::run(dev, &input, &mut out, x.len(), p, Stream::DEFAULT).unwrap();
-    let what = format!("xielu eps=0.25 {}", label::<T>(dev));
+    let what = format!("xielu eps={NOT_FAST_EPS} {}", label::<T>(dev));
     metrics::assert_bits_equal(dtype, &download_bits(&out), &reference_bits(dtype, &x, p), &what);
 }
 
