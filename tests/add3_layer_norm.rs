@@ -209,8 +209,9 @@ fn nan_inf_and_signed_zero_rows<T: Element>(dev: &Device) {
         inp.b[2 * d + i] = -0.0;
         inp.x[2 * d + i] = if i % 2 == 0 { -0.0 } else { 0.0 };
     }
-    // row 3: finite values so large (bf16) that the fast rounding
-    // gives NaN or, just above 2^111, still the exact result.
+    // row 3: finite values so large (bf16) that the fast rounding (AMD and
+    // the emulator; NVIDIA rounds exactly) gives NaN or, just above 2^111,
+    // still the exact result.
     // (Rounded to the dtype, as every input is: in f16 they are infinities.)
     inp.a[3 * d + 7] = reference::round(dtype, 1.5 * 2f32.powi(111));
     inp.b[3 * d + 20] = reference::round(dtype, -1.7 * 2f32.powi(125));
@@ -222,9 +223,10 @@ fn nan_inf_and_signed_zero_rows<T: Element>(dev: &Device) {
 }
 
 fn huge_weights_and_bias_round_exactly<T: Element>(dev: &Device) {
-    // h itself near the top of the range: in bf16 the fast rounding of such a
-    // value gives NaN (or, just above 2^111, the exact result), and the quad must
-    // be recomputed; also infinities from overflow.
+    // h itself near the top of the range: in bf16 the fast rounding (AMD and
+    // the emulator; NVIDIA rounds exactly) of such a value gives NaN (or, just
+    // above 2^111, the exact result), and the quad must be recomputed; also
+    // infinities from overflow.
     let dtype = T::DTYPE;
     let (rows, d) = (2, 96);
     let mut inp = data::add3_inputs(dtype, rows, d, true, 77);

@@ -110,8 +110,9 @@ impl Bf16 {
     }
 
     /// The f32 bits of `v` rounded to bf16, in the upper half (the lower half is
-    /// garbage). Branch-free: this runs seven times per element in xielu, and a
-    /// branch per conversion costs more than the arithmetic.
+    /// garbage). Branch-free: this runs seven times per element in xielu's model
+    /// (on AMD and the host), and a branch per conversion costs more than the
+    /// arithmetic.
     #[inline(always)]
     const fn round_bits(bits: u32) -> u32 {
         let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
@@ -175,9 +176,8 @@ impl Elem for Bf16 {
     const ROUND_NORMAL_IS_PARTIAL: bool = !cfg!(target_arch = "nvptx64");
     /// Veltkamp's split with `C = 2^16 + 1`: `g = C v; hi = g + (v - g)` keeps the
     /// top 8 significant bits of `v`, rounded to nearest, ties to even: three
-    /// floating-point operations instead of five or six integer ones (on NVIDIA
-    /// the integer unit issues at half the rate of the floating-point one, and
-    /// it is what bounds xielu in bf16). Checked against [`Elem::round_f32`] on
+    /// floating-point operations instead of five or six integer ones. Checked
+    /// against [`Elem::round_f32`] on
     /// every f32 (`tests/num.rs`): equal for `+0.0` and for every normal value
     /// with `|v| < 2^111`; wrong for `-0.0` (gives `+0.0`), subnormals, `C v`
     /// overflowing (from just below 2^112), infinities and NaN. On NVIDIA it is

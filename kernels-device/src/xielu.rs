@@ -9,8 +9,9 @@
 //!
 //! **Two evaluations, the same bits.** `xielu_one` is the model, step for step.
 //! `xielu_fast` is what the 8-element chunks run when the parameters allow it
-//! (checked once per launch) and, in bf16, when all 8 values lie in a range
-//! (checked per chunk; otherwise that chunk runs the model). It differs in three
+//! (checked once per launch) and, in bf16 on AMD and the host, when all 8 values
+//! lie in a range (checked per chunk; otherwise that chunk runs the model; NVIDIA
+//! rounds bf16 exactly, with one conversion, and needs no range). It differs in three
 //! ways, each exact where it is used:
 //! - the branch not taken by `v > 0` is not rounded: the two branches are
 //!   selected before their roundings (`R(R(a) * m)` with `a, m` the chosen
@@ -29,8 +30,9 @@
 //!   (`an > 0` is a simplification: a `-0.0` there would be lost only in `sel`,
 //!   and `sel + bx` with `bx` never zero would not show it.)
 //!
-//! Why: on an H200 the model in bf16 is bound by the integer pipeline, seven
-//! roundings per element at five or six integer instructions each.
+//! Why: the model's bf16 roundings are five or six integer instructions each on
+//! AMD, seven per element (on an H200 that bound the model by the integer
+//! pipeline, before NVIDIA rounded with `cvt.rn.bf16.f32`).
 //! `docs/performance.md` has the measurements (kept there, with their runs, so
 //! that this text does not carry figures that go stale).
 //!
@@ -113,7 +115,8 @@ fn xielu_one<T: Elem>(x: T, p: Params) -> T {
 }
 
 /// Whether [`xielu_fast`] may run at all with these parameters (uniform over the
-/// launch): `eps <= 0` for [`expm1_nonpos`], and for bf16 the ranges above.
+/// launch): `eps <= 0` for [`expm1_nonpos`], and for bf16 on AMD and the host
+/// the ranges above.
 #[inline(always)]
 fn fast_params<T: Elem>(p: Params) -> bool {
     let moderate = |m: f32| m.abs() >= BF16_FAST_PARAM.0 && m.abs() <= BF16_FAST_PARAM.1;
@@ -123,7 +126,8 @@ fn fast_params<T: Elem>(p: Params) -> bool {
 }
 
 /// Whether [`xielu_fast`] gives the model's bits for the value `v` (given
-/// [`fast_params`]): always, except in bf16 outside [`BF16_FAST_V`] (NaN included).
+/// [`fast_params`]): always, except in bf16 on AMD and the host outside
+/// [`BF16_FAST_V`] (NaN included).
 #[inline(always)]
 fn fast_value<T: Elem>(v: f32) -> bool {
     !T::ROUND_NORMAL_IS_PARTIAL || (v.abs() >= BF16_FAST_V.0 && v.abs() < BF16_FAST_V.1)
@@ -481,8 +485,8 @@ mod tests {
         (1e-3, 50.0, 3.0, -1.0),
         (0.5, 2.0, 0.25, -10.0), // eps below -BF16_EXPM1_SATURATES: min(v, eps) = eps there
         (-0.5, 0.3, 1.0, -1e-4),
-        (0.8, 0.8, 0.5, 0.0),    // eps = 0: fast in f32 and f16 only
-        (0.8, -0.8, 0.5, -1e-6), // an < 0: fast in f32 and f16 only
+        (0.8, 0.8, 0.5, 0.0),    // eps = 0: fast in f32 and f16 only (here, on the host)
+        (0.8, -0.8, 0.5, -1e-6), // an < 0: fast in f32 and f16 only (here, on the host)
     ];
 
     /// The fast evaluation of `x` has the model's bits (NaN-ness for NaN); the
@@ -715,8 +719,8 @@ mod tests {
 
     /// The integration tests (tests/xielu.rs, TABLE_TEST_N) launch bf16 and f16 with 2
     /// workgroups and n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405 or + 563,
-    /// expecting the table; without fast parameters (bf16: eps = 0; f16: eps =
-    /// 0.25), misaligned buffers, f32 or one element fewer per workgroup, the arithmetic.
+    /// expecting the table; without fast parameters (eps = 0.25, `NOT_FAST_EPS`
+    /// there), misaligned buffers, f32 or one element fewer per workgroup, the arithmetic.
     #[test]
     fn uses_table_holds_where_the_tests_expect_it() {
         let n = 2 * TABLE_MIN_ELEMS_PER_WORKGROUP + 2405;
