@@ -278,8 +278,8 @@ const TABLE_GRID_NOT_FAST: u8 = 2;
 // checks that for these n and grid, since the bits cannot show which path
 // ran), also in place, where chunks outside the table are read again after
 // their group's other chunks were stored; with parameters the fast
-// evaluation does not take (`NOT_FAST_EPS`) the same grid takes the model. Neither a whole number of groups nor of chunks: in the last
-// round some threads end on a partial group, of 3 or 4 chunks for the
+// evaluation does not take (`NOT_FAST_EPS`) the same grid takes the model.
+// Neither a whole number of groups nor of chunks: in the last round some threads end on a partial group, of 3 or 4 chunks for the
 // first n and of 1 or 2 for the second (at every size here: the chunks
 // left over fill waves of TABLE_CHUNKS_IN_FLIGHT x 32 in order), and the
 // last partial chunk takes the loop after.

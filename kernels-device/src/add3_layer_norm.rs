@@ -72,8 +72,9 @@ fn pack2x2<T: Elem>(v: [T; 4]) -> [u32; 2] {
 ///   `fma(r, 0, acc)` is NaN once any `r` is NaN or infinite.
 ///
 /// A NaN input also fails the second check (its quad takes the exact rounding,
-/// which on AMD and the host keeps NaN payloads as the model does). When a check fails the quad is
-/// recomputed with the exact rounding; both ways give the same bits. The fast
+/// which on AMD and the host keeps NaN payloads as the model does). When a
+/// check fails the quad is recomputed with the exact rounding; both ways give
+/// the same bits. The fast
 /// one is 3 float operations per rounding instead of 5 or 6 integer ones. (On
 /// NVIDIA bf16 rounds with one conversion, exact everywhere, and both checks
 /// compile away.)

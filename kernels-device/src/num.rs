@@ -158,11 +158,7 @@ impl Elem for Bf16 {
     const NAME: &'static str = "bf16";
     const BYTES: usize = 2;
     const MANTISSA_BITS: u32 = 7;
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn round_f32(v: f32) -> f32 {
-        f32::from_bits((cvt_rn_bf16(v) as u32) << 16)
-    }
+    // On NVIDIA the trait's `from_f32(v).to_f32()`: the conversion, widened.
     #[cfg(not(target_arch = "nvptx64"))]
     #[inline(always)]
     fn round_f32(v: f32) -> f32 {

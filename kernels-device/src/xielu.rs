@@ -9,10 +9,10 @@
 //!
 //! **Two evaluations, the same bits.** `xielu_one` is the model, step for step.
 //! `xielu_fast` is what the 8-element chunks run when the parameters allow it
-//! (checked once per launch) and, in bf16 on AMD and the host, when all 8 values
-//! lie in a range (checked per chunk; otherwise that chunk runs the model; NVIDIA
-//! rounds bf16 exactly, with one conversion, and needs no range). It differs in three
-//! ways, each exact where it is used:
+//! (checked once per launch) and, in bf16 on AMD and the host, when all 8
+//! values lie in a range (checked per chunk; otherwise that chunk runs the
+//! model; NVIDIA rounds bf16 exactly, with one conversion, and needs no range).
+//! It differs in three ways, each exact where it is used:
 //! - the branch not taken by `v > 0` is not rounded: the two branches are
 //!   selected before their roundings (`R(R(a) * m)` with `a, m` the chosen
 //!   branch's), which gives the chosen branch's bits;
@@ -20,10 +20,10 @@
 //!   which `min(v, eps)` is when `eps <= 0`);
 //! - in bf16, each rounding by [`Elem::round_normal`] (on AMD three float
 //!   operations instead of five or six integer ones, exact for `+0.0` and for
-//!   normal values below 2^111; on NVIDIA one conversion, exact everywhere). [`BF16_FAST_V`] and [`BF16_FAST_PARAM`] keep every
-//!   rounded value there: with `|v|` in [2^-40, 2^40), `|ap|, |an|, |be|, |eps|`
-//!   in [2^-20, 2^20], `an > 0` and `eps < 0`: `v*v` and `v*be` lie in
-//!   [2^-80, 2^80]; `em = expm1(min(v, eps))` in [-1, -2^-21]; `em - v` is
+//!   normal values below 2^111; on NVIDIA one conversion, exact everywhere).
+//!   [`BF16_FAST_V`] and [`BF16_FAST_PARAM`] keep every rounded value there:
+//!   with `|v|` in [2^-40, 2^40), `|ap|, |an|, |be|, |eps|` in [2^-20, 2^20],
+//!   `an > 0` and `eps < 0`: `v*v` and `v*be` lie in [2^-80, 2^80]; `em = expm1(min(v, eps))` in [-1, -2^-21]; `em - v` is
 //!   `+0.0` or at least an ulp of a value >= 2^-40 (2^-47); `R(a) * m` is `+0.0`
 //!   (`+0 * an`, `an > 0`) or in [2^-100, 2^100]; and the final sum of two such
 //!   bf16 values is `+0.0` (an exact cancellation) or in [2^-107, 2^101].
