@@ -341,12 +341,55 @@ pub mod moe {
         values_per_chunk(bits) + PAD
     }
 
-    /// Dynamic workgroup memory of `moe_fc1_relu2` / `moe_down` for rows of
-    /// `cols` values at `bits` bits (`cols` a multiple of the group size):
-    /// `cols / values_per_chunk * chunk_stride` floats.
-    pub const fn workgroup_mem_bytes(cols: u32, bits: u32) -> u32 {
-        cols / values_per_chunk(bits) * chunk_stride(bits) * 4
+    /// Floats of the staged row: `cols / values_per_chunk * chunk_stride`
+    /// (`cols` a multiple of the group size). Both schedules stage one chunk
+    /// per quad at [`staged_chunk`], with its sum at `+ values_per_chunk`.
+    pub const fn staged_floats(cols: u32, bits: u32) -> u32 {
+        cols / values_per_chunk(bits) * chunk_stride(bits)
     }
+
+    /// Dynamic workgroup memory of `moe_fc1_relu2` / `moe_down` for rows of
+    /// `cols` values at `bits` bits: the staged row, then what the
+    /// tensor-core schedule adds ([`MMA_EXTRA_FLOATS`]; unused elsewhere).
+    pub const fn workgroup_mem_bytes(cols: u32, bits: u32) -> u32 {
+        (staged_floats(cols, bits) + MMA_EXTRA_FLOATS) * 4
+    }
+
+    // The tensor-core schedule (NVIDIA, `moe::tensor_cores`): a wave
+    // multiplies a tile of MMA_ROWS rows by one `mma.m16n8k16` per 16 codes
+    // of each row, over one of MMA_SLICES column slices of the rows.
+
+    /// Rows of one tile: the M of `mma.m16n8k16`.
+    pub const MMA_ROWS: u32 = 16;
+    /// Tiles of a workgroup's rows.
+    pub const MMA_TILES: u32 = ROWS_PER_WORKGROUP / MMA_ROWS;
+    /// Waves that share a tile, each over a slice of its blocks (a block is 4
+    /// quads of each row of the tile, one per lane of a fragment's row).
+    pub const MMA_SLICES: u32 = WAVES / MMA_TILES;
+    /// Quads of a row in one block: the 4 lanes that hold a row of an `mma`
+    /// fragment take one quad each.
+    pub const MMA_BLOCK_QUADS: u32 = 4;
+    /// Floats after the staged row: 4 zeros (the fragments of lanes that hold
+    /// no codes of theirs), then the partial sums of the slices,
+    /// `[MMA_SLICES][ROWS_PER_WORKGROUP]`.
+    pub const MMA_EXTRA_FLOATS: u32 = 4 + MMA_SLICES * ROWS_PER_WORKGROUP;
+    const _: () = assert!(MMA_TILES * MMA_ROWS == ROWS_PER_WORKGROUP && MMA_SLICES * MMA_TILES == WAVES);
+
+    /// Where the 4 zero floats of the tensor-core schedule start (16-byte
+    /// aligned: every chunk stride is a multiple of 4 floats).
+    pub const fn mma_zeros(cols: u32, bits: u32) -> u32 {
+        staged_floats(cols, bits)
+    }
+
+    /// Where the slices' partial sums start, in floats.
+    pub const fn mma_partials(cols: u32, bits: u32) -> u32 {
+        staged_floats(cols, bits) + 4
+    }
+    const _: () = assert!(chunk_stride(BITS[0]).is_multiple_of(4) && chunk_stride(BITS[1]).is_multiple_of(4));
+    const _: () = assert!(
+        workgroup_mem_bytes(MAX_COLS, BITS[0]) <= 65536 && workgroup_mem_bytes(MAX_COLS, BITS[1]) <= 65536,
+        "the longest row's workgroup memory must fit in 64 KiB"
+    );
 
     /// Workgroups along x for `rows` output rows.
     pub const fn workgroups(rows: u32) -> u32 {
@@ -474,7 +517,11 @@ mod tests {
                     assert_eq!(group_of_word(QUAD_WORDS * q + 3, bits, shift), group_of_quad(q, bits, shift));
                 }
             }
-            assert_eq!(workgroup_mem_bytes(2688, bits), staged_chunk(2688 / values_per_chunk(bits), bits) * 4);
+            assert_eq!(staged_floats(2688, bits), staged_chunk(2688 / values_per_chunk(bits), bits));
+            assert_eq!(
+                workgroup_mem_bytes(2688, bits),
+                (mma_partials(2688, bits) + MMA_SLICES * ROWS_PER_WORKGROUP) * 4
+            );
         }
     }
 }

@@ -17,7 +17,7 @@
 )]
 #![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
 #![cfg_attr(target_arch = "amdgpu", feature(link_llvm_intrinsics))]
-#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, link_llvm_intrinsics))]
+#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, link_llvm_intrinsics, abi_unadjusted, repr_simd, simd_ffi))]
 #![feature(f16, core_float_math)]
 #![allow(internal_features)]
 

@@ -24,6 +24,12 @@
 //! When the weight pointer is not 16-byte aligned, the same mapping runs on
 //! single words (lane `l` takes words `l, l + 32, ...`), without the pipeline.
 //!
+//! On NVIDIA, 4-bit codes in 16-byte aligned weights take another schedule
+//! ([`tensor_cores`]): the codes are multiplied on the tensor cores, 16 rows
+//! at a time, with the same grid, workgroup and staged chunks. Everything
+//! below describes the f32 schedule, which AMD runs for every width and NVIDIA
+//! for 8-bit codes and unaligned weights.
+//!
 //! # Where the activations live
 //!
 //! The row being multiplied (x for fc1, `act[k]` for down) is staged once per
@@ -80,6 +86,13 @@ use crate::geometry::moe::{
 use crate::num::Elem;
 use crate::vector::{F32x4, U32x4, Vector};
 use crate::wave;
+
+mod tensor_cores;
+
+/// Whether 4-bit codes in 16-byte aligned weights go through the tensor-core
+/// schedule ([`tensor_cores`]): on NVIDIA only. AMD keeps the f32 schedule,
+/// which the gfx1151 prediction finds memory-bound there.
+pub const TENSOR_CORES: bool = cfg!(target_arch = "nvptx64");
 
 /// Four packed words: one 16-byte global load.
 type Quad = U32x4;
@@ -605,7 +618,7 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
 /// (an earlier shared function measured 5-7% slower).
 macro_rules! expert_gemv {
     (
-        $T:ty, $slot:ident; cols $cols:ident, rows $rows:ident, $bits:ident, $group_size:ident;
+        $T:ty, $tensor:ident, $slot:ident; cols $cols:ident, rows $rows:ident, $bits:ident, $group_size:ident;
         $idx:ident, $n_experts:ident, $k:ident, $status:ident;
         w $w:ident, s $s:ident, b $b:ident; out $out:ident;
         stage $x:ident: $src:ty, finish $finish:ident;
@@ -629,7 +642,9 @@ macro_rules! expert_gemv {
             let b = $b.add(expert_rows * l.groups as usize);
             $($prep)*
             let wide = ($w as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
-            if $bits == 4 {
+            if $tensor && wide && $bits == 4 {
+                tensor_cores::compute_rows::<$T, $src>(w, s, b, $x, lds, $rows, l, $finish)
+            } else if $bits == 4 {
                 let st = || stage::<$src, 4>($x, $cols, lds);
                 if wide {
                     compute_rows::<$T, 4, true>(w, s, b, lds, $rows, l, st, $finish)
@@ -672,8 +687,38 @@ pub unsafe fn moe_fc1_relu2<T: Elem>(
     group_size: u32,
     status: *mut u32,
 ) {
+    unsafe {
+        moe_fc1_relu2_scheduled::<T, TENSOR_CORES>(
+            x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status,
+        )
+    }
+}
+
+/// [`moe_fc1_relu2`] with the schedule named: `TENSOR` sends 4-bit codes in
+/// 16-byte aligned weights to [`tensor_cores`]. The kernels pass
+/// [`TENSOR_CORES`]; the emulator's tests of that schedule pass `true`.
+///
+/// # Safety
+/// As [`moe_fc1_relu2`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_fc1_relu2_scheduled<T: Elem, const TENSOR: bool>(
+    x: *const T,
+    idx: *const u32,
+    w1: *const u32,
+    s1: *const T,
+    b1: *const T,
+    act: *mut f32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
     expert_gemv! {
-        T, slot; cols din, rows dff, bits, group_size; idx, n_experts, k, status;
+        T, TENSOR, slot; cols din, rows dff, bits, group_size; idx, n_experts, k, status;
         w w1, s s1, b b1; out act;
         stage x: T, finish finish;
         let out = act.add(slot as usize * dff as usize);
@@ -709,8 +754,37 @@ pub unsafe fn moe_down<T: Elem>(
     group_size: u32,
     status: *mut u32,
 ) {
+    unsafe {
+        moe_down_scheduled::<T, TENSOR_CORES>(
+            idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status,
+        )
+    }
+}
+
+/// [`moe_down`] with the schedule named (see [`moe_fc1_relu2_scheduled`]).
+///
+/// # Safety
+/// As [`moe_down`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_down_scheduled<T: Elem, const TENSOR: bool>(
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const T,
+    b2: *const T,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
     expert_gemv! {
-        T, slot; cols dff, rows din, bits, group_size; idx, n_experts, k, status;
+        T, TENSOR, slot; cols dff, rows din, bits, group_size; idx, n_experts, k, status;
         w w2, s s2, b b2; out part;
         stage a: f32, finish finish;
         let a = act.add(slot as usize * dff as usize);

@@ -124,6 +124,62 @@ pub fn wave_sum_f32(v: f32) -> f32 {
     v + shfl_xor_f32::<1>(v)
 }
 
+/// A wave's matrix product with accumulation, `D = A B + C`, where A is 16 x 16
+/// and B 16 x 8 in bf16 and C, D 16 x 8 in f32, spread over the 32 lanes as
+/// NVIDIA's `mma.m16n8k16` spreads them (PTX ISA, "Matrix Fragments for
+/// mma.m16n8k16"). Lane `l = 4 g + t` holds, two bf16 to a word with the
+/// lower-numbered element in the low half:
+/// - `a[0]`: A[g][2t, 2t+1], `a[1]`: A[g+8][2t, 2t+1], `a[2]`: A[g][2t+8, 2t+9],
+///   `a[3]`: A[g+8][2t+8, 2t+9];
+/// - `b[0]`: B[2t, 2t+1][g], `b[1]`: B[2t+8, 2t+9][g];
+/// - `c`, and the result: C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+///
+/// On nvptx one tensor-core instruction (products exact, sums in f32 in an
+/// order the hardware chooses). Elsewhere a model made of lane exchanges that
+/// sums in k order; the tensor-core schedule of the MoE kernels uses it on the
+/// host to test its fragments, and nothing runs it on amdgpu. All 32 lanes
+/// must call it.
+#[inline(always)]
+pub fn mma_bf16_16x8x16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        arch::mma_bf16(a, b, c)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        mma_bf16_model(a, b, c)
+    }
+}
+
+/// [`mma_bf16_16x8x16`] from lane exchanges (see there).
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+fn mma_bf16_model(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let lane = lane_id();
+    let (g, t) = (lane / 4, lane % 4);
+    let bf16 = |word: u32, high: bool| f32::from_bits(if high { word & 0xFFFF_0000 } else { word << 16 });
+    // a_rows[r][k]: row g (r = 0) or g + 8 (r = 1); b_cols[n][k]: column 2t + n.
+    let mut a_rows = [[0.0f32; 16]; 2];
+    let mut b_cols = [[0.0f32; 16]; 2];
+    for owner in 0..4 {
+        let a_words = a.map(|w| shfl_idx_u32(w, 4 * g + owner));
+        let b_words = [0, 1].map(|n| b.map(|w| shfl_idx_u32(w, 4 * (2 * t + n) + owner)));
+        for e in 0..2 {
+            let k = (2 * owner + e) as usize;
+            for r in 0..2 {
+                a_rows[r][k] = bf16(a_words[r], e == 1);
+                a_rows[r][k + 8] = bf16(a_words[r + 2], e == 1);
+            }
+            for n in 0..2 {
+                b_cols[n][k] = bf16(b_words[n][0], e == 1);
+                b_cols[n][k + 8] = bf16(b_words[n][1], e == 1);
+            }
+        }
+    }
+    let dot = |r: usize, n: usize, acc: f32| (0..16).fold(acc, |acc, k| acc + a_rows[r][k] * b_cols[n][k]);
+    [dot(0, 0, c[0]), dot(0, 1, c[1]), dot(1, 0, c[2]), dot(1, 1, c[3])]
+}
+
 /// A workgroup barrier that also orders workgroup memory: every store before it
 /// is visible to every thread of the workgroup after it. All threads must call it.
 #[inline(always)]

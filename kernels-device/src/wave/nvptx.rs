@@ -74,6 +74,33 @@ pub fn sync_lanes() {
     unsafe { bar_warp_sync(FULL) }
 }
 
+/// The four f32 of an `mma` result, as LLVM's intrinsic returns them.
+#[repr(C)]
+struct F32x4Result(f32, f32, f32, f32);
+
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.nvvm.mma.m16n8k16.row.col.bf16"]
+    fn mma_m16n8k16_bf16(
+        a0: u32,
+        a1: u32,
+        a2: u32,
+        a3: u32,
+        b0: u32,
+        b1: u32,
+        c0: f32,
+        c1: f32,
+        c2: f32,
+        c3: f32,
+    ) -> F32x4Result;
+}
+
+/// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` (sm_80).
+#[inline(always)]
+pub fn mma_bf16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let r = unsafe { mma_m16n8k16_bf16(a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]) };
+    [r.0, r.1, r.2, r.3]
+}
+
 #[inline(always)]
 pub fn uniform_u64(v: u64) -> u64 {
     v
