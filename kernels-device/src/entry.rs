@@ -373,7 +373,7 @@ families! {
 
     /// `moe_fc1_relu2`: `act[k, f] = relu(x . w1[idx[k], f])^2` for every slot k.
     family MoeFc1Relu2Args {
-        instances { moe_fc1_relu2_f32, moe_fc1_relu2_f16, moe_fc1_relu2_bf16 => crate::moe::moe_fc1_relu2::<T>; }
+        instances { moe_fc1_relu2_f32, moe_fc1_relu2_f16, moe_fc1_relu2_bf16 => crate::moe::moe_fc1_relu2::<T, { crate::moe::TENSOR_CORES }>; }
         params {
             x: read T [din],
             idx: read u32 [k],
@@ -386,7 +386,7 @@ families! {
 
     /// `moe_down`: `part[k, h] = scores[k] * (act[k] . w2[idx[k], h])` for every slot k.
     family MoeDownArgs {
-        instances { moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T>; }
+        instances { moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T, { crate::moe::TENSOR_CORES }>; }
         params {
             idx: read u32 [k],
             w2: read u32 [n_experts, din, dff / values_per_word(bits)],

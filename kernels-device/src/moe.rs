@@ -228,6 +228,26 @@ unsafe fn word_dot<const BITS: u32>(w: u32, xs: *const f32) -> f32 {
     }
 }
 
+/// The [`STAGE_VALUES`] values of `src` from `first`, widened to f32: one
+/// [`Stage`] load when `vector` (`src` aligned to it), else one load each.
+#[inline(always)]
+unsafe fn stage_values<T: Elem>(src: *const T, first: u32, vector: bool) -> [f32; STAGE_VALUES as usize] {
+    let mut v = [0.0f32; STAGE_VALUES as usize];
+    unsafe {
+        if vector {
+            let s = (src.add(first as usize) as *const Stage<T>).read();
+            for j in 0..STAGE_VALUES as usize {
+                v[j] = s.0[j].to_f32();
+            }
+        } else {
+            for j in 0..STAGE_VALUES as usize {
+                v[j] = src.add(first as usize + j).read().to_f32();
+            }
+        }
+    }
+    v
+}
+
 /// Stages `cols` values of `src` in workgroup memory as f32 chunks of
 /// `values_per_chunk(BITS)` values, each followed by its sum (then padding), and
 /// waits for the whole workgroup. Thread `t` takes values `8 (t + 256 p) .. + 8` in pass `p`; the
@@ -246,18 +266,7 @@ unsafe fn stage<T: Elem, const BITS: u32>(src: *const T, cols: u32, lds: *mut f3
         let active = first < cols;
         let mut v = [0.0f32; STAGE_VALUES as usize];
         if active {
-            unsafe {
-                if vector {
-                    let s = (src.add(first as usize) as *const Stage<T>).read();
-                    for j in 0..STAGE_VALUES as usize {
-                        v[j] = s.0[j].to_f32();
-                    }
-                } else {
-                    for j in 0..STAGE_VALUES as usize {
-                        v[j] = src.add(first as usize + j).read().to_f32();
-                    }
-                }
-            }
+            v = unsafe { stage_values(src, first, vector) };
         }
         let mut sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
         // Every lane takes part in the exchanges, active or not.
@@ -669,40 +678,12 @@ macro_rules! expert_gemv {
 /// `x [din]`, `idx [k]`, `w1 [n_experts, dff, din*bits/32]` (u32), `s1, b1
 /// [n_experts, dff, din/group_size]`, `act [k, dff]` (f32), `status` null or one
 /// u32. Launched with grid `(workgroups(dff), 1, k)`, [`WORKGROUP_SIZE`] threads
-/// and `workgroup_mem_bytes(din, bits)` bytes of workgroup memory.
+/// and `workgroup_mem_bytes(din, bits)` bytes of workgroup memory. `TENSOR`
+/// sends 4-bit codes in 16-byte aligned weights to [`tensor_cores`]: the
+/// kernels pass [`TENSOR_CORES`], the emulator's tests of that schedule `true`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn moe_fc1_relu2<T: Elem>(
-    x: *const T,
-    idx: *const u32,
-    w1: *const u32,
-    s1: *const T,
-    b1: *const T,
-    act: *mut f32,
-    n_experts: u32,
-    k: u32,
-    din: u32,
-    dff: u32,
-    bits: u32,
-    group_size: u32,
-    status: *mut u32,
-) {
-    unsafe {
-        moe_fc1_relu2_scheduled::<T, TENSOR_CORES>(
-            x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status,
-        )
-    }
-}
-
-/// [`moe_fc1_relu2`] with the schedule named: `TENSOR` sends 4-bit codes in
-/// 16-byte aligned weights to [`tensor_cores`]. The kernels pass
-/// [`TENSOR_CORES`]; the emulator's tests of that schedule pass `true`.
-///
-/// # Safety
-/// As [`moe_fc1_relu2`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-pub unsafe fn moe_fc1_relu2_scheduled<T: Elem, const TENSOR: bool>(
+pub unsafe fn moe_fc1_relu2<T: Elem, const TENSOR: bool>(
     x: *const T,
     idx: *const u32,
     w1: *const u32,
@@ -736,38 +717,10 @@ pub unsafe fn moe_fc1_relu2_scheduled<T: Elem, const TENSOR: bool>(
 /// dff/group_size]`, `act [k, dff]`, `scores [k]`, `part [k, din]` (f32), `status`
 /// null or one u32. Launched with grid `(workgroups(din), 1, k)`, [`WORKGROUP_SIZE`]
 /// threads and `workgroup_mem_bytes(dff, bits)` bytes of workgroup memory.
+/// `TENSOR` as for [`moe_fc1_relu2`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn moe_down<T: Elem>(
-    idx: *const u32,
-    w2: *const u32,
-    s2: *const T,
-    b2: *const T,
-    act: *const f32,
-    scores: *const f32,
-    part: *mut f32,
-    n_experts: u32,
-    k: u32,
-    din: u32,
-    dff: u32,
-    bits: u32,
-    group_size: u32,
-    status: *mut u32,
-) {
-    unsafe {
-        moe_down_scheduled::<T, TENSOR_CORES>(
-            idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status,
-        )
-    }
-}
-
-/// [`moe_down`] with the schedule named (see [`moe_fc1_relu2_scheduled`]).
-///
-/// # Safety
-/// As [`moe_down`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-pub unsafe fn moe_down_scheduled<T: Elem, const TENSOR: bool>(
+pub unsafe fn moe_down<T: Elem, const TENSOR: bool>(
     idx: *const u32,
     w2: *const u32,
     s2: *const T,

@@ -51,7 +51,7 @@ use crate::num::{Bf16, Elem};
 use crate::vector::U32x4;
 use crate::wave;
 
-use super::Stage;
+use super::{Stage, stage_values};
 
 /// The only width this schedule takes.
 const BITS: u32 = 4;
@@ -127,18 +127,7 @@ unsafe fn stage<S: Elem>(src: *const S, cols: u32, lds: *mut f32) {
         let active = first < cols;
         let mut v = [0.0f32; STAGE_VALUES as usize];
         if active {
-            unsafe {
-                if vector {
-                    let s = (src.add(first as usize) as *const Stage<S>).read();
-                    for j in 0..STAGE_VALUES as usize {
-                        v[j] = s.0[j].to_f32();
-                    }
-                } else {
-                    for j in 0..STAGE_VALUES as usize {
-                        v[j] = src.add(first as usize + j).read().to_f32();
-                    }
-                }
-            }
+            v = unsafe { stage_values(src, first, vector) };
         }
         let split = v.map(split_bf16);
         let widen = |bits: u32| Bf16::from_bits_u32(bits).to_f32();
@@ -337,7 +326,7 @@ mod tests {
     use super::*;
     use crate::emulator::{LaunchConfig, launch};
     use crate::geometry::moe::{row_layout, workgroup_mem_bytes, workgroups};
-    use crate::moe::{moe_down_scheduled, moe_fc1_relu2_scheduled};
+    use crate::moe::{moe_down, moe_fc1_relu2};
     use crate::vector::U32x4;
 
     struct Rng(u32);
@@ -419,7 +408,7 @@ mod tests {
             act.as_mut_ptr() as usize,
         );
         emulate([workgroups(rows), 1, 1], cols, bits, &|| unsafe {
-            moe_fc1_relu2_scheduled::<T, true>(
+            moe_fc1_relu2::<T, true>(
                 xp as _,
                 ip as _,
                 wp as _,
@@ -453,7 +442,7 @@ mod tests {
         let mut part = std::vec![f32::NAN; rows as usize];
         let (app, scp, pp) = (a.as_ptr() as usize, score.as_ptr() as usize, part.as_mut_ptr() as usize);
         emulate([workgroups(rows), 1, 1], cols, bits, &|| unsafe {
-            moe_down_scheduled::<T, true>(
+            moe_down::<T, true>(
                 ip as _,
                 wp as _,
                 sp as _,
