@@ -307,7 +307,8 @@ pub mod moe {
     /// Consecutive values each thread stages per pass.
     pub const STAGE_VALUES: u32 = 8;
     /// The longest row (Din for `moe_fc1_relu2`, Dff for `moe_down`): its staged
-    /// copy must fit in 64 KiB of workgroup memory (60 KiB at 8 bits).
+    /// copy (and the tensor-core schedule's 528 bytes) must fit in 64 KiB of
+    /// workgroup memory (60.5 KiB at 8 bits).
     pub const MAX_COLS: u32 = 12288;
     /// Supported bits per value.
     pub const BITS: [u32; 2] = [4, 8];
@@ -357,7 +358,8 @@ pub mod moe {
 
     // The tensor-core schedule (NVIDIA, `moe::tensor_cores`): a wave
     // multiplies a tile of MMA_ROWS rows by one `mma.m16n8k16` per 16 codes
-    // of each row, over one of MMA_SLICES column slices of the rows.
+    // of each row, over one of MMA_SLICES slices of the rows' blocks (slice
+    // s takes blocks s, s + MMA_SLICES, ...).
 
     /// Rows of one tile: the M of `mma.m16n8k16`.
     pub const MMA_ROWS: u32 = 16;

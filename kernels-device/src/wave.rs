@@ -134,11 +134,12 @@ pub fn wave_sum_f32(v: f32) -> f32 {
 /// - `b[0]`: B[2t, 2t+1][g], `b[1]`: B[2t+8, 2t+9][g];
 /// - `c`, and the result: C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
 ///
-/// On nvptx one tensor-core instruction (products exact, sums in f32 in an
-/// order the hardware chooses). Elsewhere a model made of lane exchanges that
-/// sums in k order; the tensor-core schedule of the MoE kernels uses it on the
-/// host to test its fragments, and nothing runs it on amdgpu. All 32 lanes
-/// must call it.
+/// On nvptx one tensor-core instruction: products exact, sums in f32 in an
+/// order the hardware chooses and not rounded to nearest (they truncate).
+/// Elsewhere a model made of lane exchanges that sums in k order, rounding to
+/// nearest: it checks fragments, not the hardware's rounding, which only the
+/// GPU tests see. The tensor-core schedule of the MoE kernels uses it on the
+/// host, and nothing runs it on amdgpu. All 32 lanes must call it.
 #[inline(always)]
 pub fn mma_bf16_16x8x16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     #[cfg(target_arch = "nvptx64")]

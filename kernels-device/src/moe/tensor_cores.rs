@@ -101,9 +101,13 @@ fn codes(w: u32, s: u32) -> u32 {
 /// `(hi, lo)`: the bf16 bits of `x` and of what remains, `x - hi`.
 #[inline(always)]
 fn split_bf16(x: f32) -> (u32, u32) {
-    let hi = Bf16::from_f32(x);
-    let lo = Bf16::from_f32(x - hi.to_f32());
-    (hi.to_bits_u32(), lo.to_bits_u32())
+    let rounded = Bf16::from_f32(x).to_bits_u32();
+    // A finite x that rounds to infinity keeps the largest bf16 of its sign
+    // (its top half), and an infinite or NaN x is all in hi: so hi + lo is
+    // never inf - inf where x is finite, and stays x where it is not.
+    let hi = if x.is_finite() && rounded & 0x7FFF == 0x7F80 { x.to_bits() >> 16 } else { rounded };
+    let lo = if x.is_finite() { Bf16::from_f32(x - Bf16::from_bits_u32(hi).to_f32()).to_bits_u32() } else { 0 };
+    (hi, lo)
 }
 
 /// Stages `cols` values of `src` as B fragments (see the module
@@ -248,6 +252,10 @@ pub(super) unsafe fn compute_rows<T: Elem, S: Elem>(
     let (wave_id, lane_id) = (wave::wave_id(), wave::lane_id());
     let (g, t) = (lane_id / 4, lane_id % 4);
     let (tile, slice) = (wave_id / MMA_SLICES, wave_id % MMA_SLICES);
+    // Uniform over the workgroup: no row to clamp to (the host never launches this).
+    if rows == 0 {
+        return;
+    }
     let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP;
     let row = first_row + tile * MMA_ROWS + g;
     // Rows past the end compute on the last row and are never written.
@@ -280,7 +288,7 @@ pub(super) unsafe fn compute_rows<T: Elem, S: Elem>(
         wave::schedule_fence();
         let (q, live) = lane.quad(j);
         let chunk = staged_chunk(q, BITS);
-        // Lanes 8t and 8t + 4 hold quad t's hi and lo columns; the others, zeros.
+        // Lanes 9t and 9t + 4 (g = 2t, 2t + 1) hold quad t's hi and lo columns; the others, zeros.
         let (frags, step) = if live && g / 2 == t {
             (unsafe { lds.add((chunk + (g % 2) * FRAGMENT_WORDS) as usize) as *const f32 }, 4)
         } else {
@@ -392,10 +400,17 @@ mod tests {
     /// expert in one slot, against f64 sums of the dequantized weights: the
     /// pre-activation within `2e-5` of the sum of the terms' sizes.
     fn check<T: Elem>(bits: u32, gs: u32, cols: u32, rows: u32, seed: u32) {
+        check_with::<T>(bits, gs, cols, rows, seed, 0);
+    }
+
+    /// [`check`] with x starting `x_offset` elements into its buffer (1: not
+    /// aligned for the vector staging loads).
+    fn check_with<T: Elem>(bits: u32, gs: u32, cols: u32, rows: u32, seed: u32, x_offset: usize) {
         let mut rng = Rng(seed);
         assert!(row_layout(cols, bits, gs).is_some());
         let m = Matrix::<T>::random(rows, cols, bits, gs, &mut rng);
-        let x: Vec<T> = (0..cols).map(|_| T::from_f32(rng.unit())).collect();
+        let x_buffer: Vec<T> = (0..cols as usize + x_offset).map(|_| T::from_f32(rng.unit())).collect();
+        let x = &x_buffer[x_offset..];
         let xf: Vec<f64> = x.iter().map(|v| v.to_f32() as f64).collect();
         let idx = [0u32];
         let mut act = std::vec![f32::NAN; rows as usize];
@@ -471,11 +486,12 @@ mod tests {
         }
     }
 
-    /// Row lengths with a part-empty last block (352, 448 at 4 bits), whole
-    /// blocks (384), and several batches per wave (2688); row counts with a
-    /// part-empty last tile and workgroup.
-    fn shapes() -> [(u32, u32, u32); 4] {
-        [(32, 352, 40), (64, 448, 21), (128, 384, 33), (64, 2688, 48)]
+    /// Row lengths with a part-empty last block (352, 448), whole blocks
+    /// (384), fewer quads than a block (32, 96: waves with no block), blocks
+    /// spread unevenly over the slices (2688) and the longest rows (12288);
+    /// row counts with a part-empty last tile and workgroup, and one row.
+    fn shapes() -> [(u32, u32, u32); 7] {
+        [(32, 352, 40), (64, 448, 21), (128, 384, 33), (32, 32, 1), (32, 96, 17), (64, 2688, 48), (128, 12288, 3)]
     }
 
     #[test]
@@ -497,6 +513,45 @@ mod tests {
         for (i, (gs, cols, rows)) in shapes().into_iter().enumerate() {
             check::<f16>(4, gs, cols, rows, 31 + i as u32);
         }
+    }
+
+    /// x not aligned for the staging's vector loads: one load per value.
+    #[test]
+    fn tensor_schedule_unaligned_x() {
+        check_with::<Bf16>(4, 64, 448, 21, 71, 1);
+        check_with::<f32>(4, 32, 352, 40, 72, 1);
+    }
+
+    /// The split of x into two bf16: exact for bf16 and f16 values, 16
+    /// significant bits of an f32 (from 2^-100 up), both halves finite for a
+    /// finite x (so never `inf - inf`), and all of a non-finite x in hi.
+    #[test]
+    fn split_bf16_edges() {
+        let widen = |bits: u32| Bf16::from_bits_u32(bits).to_f32();
+        let sum = |x: f32| {
+            let (hi, lo) = split_bf16(x);
+            widen(hi) + widen(lo)
+        };
+        for x in [1.0f32, -0.0, 3.140625, f16::MAX as f32, (f16::MIN_POSITIVE as f32) / 1024.0, 1.0009765625] {
+            assert_eq!(sum(x), x, "{x} is a bf16 or an f16 value");
+        }
+        let mut r = Rng(5);
+        for _ in 0..10000 {
+            let x = f32::from_bits(r.next() & 0x7F7F_FFFF | (r.next() & 0x8000_0000));
+            if x.abs() < 2.0f32.powi(-100) {
+                continue; // lo may be subnormal there: fewer bits, within 2^-133 of x
+            }
+            assert!(((sum(x) - x) / x).abs() <= 2.0f32.powi(-16), "{x}");
+        }
+        for x in [f32::MAX, -f32::MAX, f32::from_bits(0x7F7F_8000)] {
+            let (hi, lo) = split_bf16(x);
+            assert_eq!(hi, x.to_bits() >> 16, "{x}: the largest bf16 of its sign");
+            assert!(widen(lo).is_finite() && widen(lo).abs() <= 2.0f32.powi(120), "{x}");
+        }
+        assert_eq!(split_bf16(f32::INFINITY), (0x7F80, 0));
+        assert_eq!(split_bf16(f32::NEG_INFINITY), (0xFF80, 0));
+        let (hi, lo) = split_bf16(f32::from_bits(0x7F80_0001));
+        assert!(widen(hi).is_nan() && lo == 0, "a NaN stays a NaN");
     }
 
     /// 8-bit codes with the tensor-core schedule named: the f32 schedule runs.
