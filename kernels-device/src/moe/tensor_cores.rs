@@ -532,7 +532,8 @@ mod tests {
             let (hi, lo) = split_bf16(x);
             widen(hi) + widen(lo)
         };
-        for x in [1.0f32, -0.0, 3.140625, f16::MAX as f32, (f16::MIN_POSITIVE as f32) / 1024.0, 1.0009765625] {
+        for x in [1.0f32, -0.0, 3.140625, f16::MAX as f32, (f16::MIN_POSITIVE as f32) / 1024.0, 1.0 + 2.0f32.powi(-10)]
+        {
             assert_eq!(sum(x), x, "{x} is a bf16 or an f16 value");
         }
         let mut r = Rng(5);
