@@ -96,3 +96,40 @@ fn an_unknown_kernel_is_unavailable_with_a_reason() {
     let err = dev.kernel("xielu_f64").unwrap_err();
     assert_eq!(err.to_string(), "kernel xielu_f64 is not available: no kernel of that name exists in this library");
 }
+
+/// A device whose workgroups get less workgroup memory than some kernel's
+/// launches ask for has that kernel unavailable, with both numbers, so that
+/// no launch after a true predicate is refused for it; the others stay.
+#[test]
+fn too_little_workgroup_memory_makes_exactly_those_kernels_unavailable() {
+    let dev = Device::cpu_with_workgroup_mem(48 * 1024);
+    for name in ["xielu_f16", "moe_fc1_relu2_bf16", "moe_down_f32"] {
+        match dev.kernel(name) {
+            Err(Error::Unavailable { kernel, reason }) => {
+                assert_eq!(kernel, name);
+                assert!(reason.contains("workgroup memory") && reason.contains("allows 49152"), "{reason}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    for name in ["xielu_f32", "xielu_bf16", "add3_layer_norm_f16", "add3_layer_norm_d4096_bf16", "mamba1_scan_bf16"] {
+        assert!(dev.is_available(name), "{name}");
+    }
+    assert!(!xielu::available(&dev, Dtype::F16) && xielu::available(&dev, Dtype::Bf16));
+    assert!(!moe::available(&dev, Dtype::Bf16));
+    // The launch takes the same lookup: unavailable before the (invalid) pointers are touched.
+    let err = unsafe { xielu::launch::<f16>(&dev, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    // A launch asking for more than the device gives, of an available kernel, is refused by name.
+    let k = dev.kernel("probe").unwrap();
+    let dims =
+        mlxcel_amdgpu::runtime::LaunchDims { grid: [1, 1, 1], workgroup_size: 64, workgroup_mem_bytes: 48 * 1024 + 4 };
+    match dev.check_workgroup_mem(&k, &dims) {
+        Err(Error::Unavailable { kernel, reason }) => {
+            assert_eq!(kernel, "probe");
+            assert!(reason.contains("needs 49156 bytes") && reason.contains("allows 49152"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

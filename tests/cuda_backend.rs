@@ -243,5 +243,25 @@ mod with_cuda {
         dev.synchronize().unwrap();
         unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) }.unwrap();
         dev.synchronize().unwrap();
+
+        // More workgroup memory than the device's opt-in maximum is refused by
+        // name before the driver sees it (sm_80 and later have at least 99 KiB).
+        let max = dev.info().max_workgroup_mem_bytes;
+        assert!(max >= 99 * 1024, "{max}");
+        let too_much = LaunchDims { workgroup_mem_bytes: max + 16, ..dims };
+        match unsafe { dev.launch(&kernel, too_much, &args, Stream::DEFAULT) } {
+            Err(Error::Unavailable { kernel, reason }) => {
+                assert_eq!(kernel, "probe");
+                assert!(
+                    reason.contains(&format!("needs {} bytes", max + 16)) && reason.contains(&format!("allows {max}")),
+                    "{reason}"
+                );
+                println!("timing: too much workgroup memory: {reason}");
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        unsafe { dev.launch(&kernel, LaunchDims { workgroup_mem_bytes: max, ..dims }, &args, Stream::DEFAULT) }
+            .unwrap();
+        dev.synchronize().unwrap();
     }
 }

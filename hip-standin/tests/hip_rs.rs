@@ -28,6 +28,36 @@ fn the_simulated_gfx1151_opens_with_its_code_object() {
 }
 
 #[test]
+fn too_much_workgroup_memory_is_refused_by_name() {
+    use mlxcel_amdgpu::Error;
+    use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+    let d = device();
+    // The stand-in reports RDNA's 64 KiB (`sharedMemPerBlock`).
+    assert_eq!(d.info().max_workgroup_mem_bytes, 64 * 1024);
+    let k = d.kernel("probe").unwrap();
+    let words = WORKGROUP_SIZE as usize * WORDS_PER_LANE;
+    let out = d.upload(&vec![0xDEAD_BEEFu32; words]).unwrap();
+    let args = mlxcel_amdgpu::kernels_device::entry::ProbeArgs { out: out.ptr() };
+    let dims = LaunchDims { grid: [1, 1, 1], workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: 64 * 1024 + 4 };
+    match unsafe { d.launch(&k, dims, &args.values(), Stream::DEFAULT) } {
+        Err(Error::Unavailable { kernel, reason }) => {
+            assert_eq!(kernel, "probe");
+            assert!(
+                reason.contains("needs 65540 bytes of workgroup memory") && reason.contains("allows 65536"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    d.synchronize().unwrap();
+    assert!(out.download().unwrap().iter().all(|&w| w == 0xDEAD_BEEF), "nothing was launched");
+    let fits = LaunchDims { workgroup_mem_bytes: WORKGROUP_MEM_BYTES, ..dims };
+    unsafe { d.launch(&k, fits, &args.values(), Stream::DEFAULT) }.unwrap();
+    d.synchronize().unwrap();
+    assert!(out.download().unwrap().iter().any(|&w| w != 0xDEAD_BEEF), "the probe ran");
+}
+
+#[test]
 fn memory_round_trips_and_events_keep_order() {
     let d = device();
     let data: Vec<u32> = (0..4099).map(|i| i * 3 + 1).collect();

@@ -27,6 +27,43 @@ macro_rules! pointers_of {
     };
 }
 
+/// The most workgroup memory any launch of the kernel `name` (a symbol of
+/// `kernels_device::entry::KERNELS`) asks for, from the geometry its launcher
+/// uses: a device must give a workgroup that much for the kernel to be
+/// available, so that no launch after a true predicate is refused for it
+/// ([`crate::Device::check_workgroup_mem`]). `None` for a name not listed here.
+pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
+    use kernels_device::geometry as g;
+    // `base_dtype` of an instance: its dtype if `name` is `base` plus one.
+    let dtype_of = |base: &str| {
+        name.strip_prefix(base).and_then(|rest| rest.strip_prefix('_')).filter(|d| ["f32", "f16", "bf16"].contains(d))
+    };
+    let moe_gemv = || g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
+    if name == "probe" {
+        return Some(g::probe::WORKGROUP_MEM_BYTES);
+    }
+    if name == "empty" || name == "read_stream" || dtype_of("moe_combine").is_some() {
+        return Some(0);
+    }
+    if let Some(dtype) = dtype_of("xielu") {
+        return Some(match dtype {
+            "f16" => g::xielu::F16_WORKGROUP_MEM_BYTES,
+            "bf16" => g::xielu::BF16_WORKGROUP_MEM_BYTES,
+            _ => 0,
+        });
+    }
+    if dtype_of("add3_layer_norm").or(dtype_of("add3_layer_norm_d4096")).is_some() {
+        return Some(g::add3_layer_norm::WORKGROUP_MEM_BYTES);
+    }
+    if dtype_of("mamba1_scan").is_some() {
+        return Some(g::mamba1_scan::WORKGROUP_MEM_BYTES);
+    }
+    if dtype_of("moe_fc1_relu2").or(dtype_of("moe_down")).is_some() {
+        return moe_gemv();
+    }
+    None
+}
+
 pub mod add3_layer_norm;
 pub mod mamba1_scan;
 pub mod moe;
@@ -210,6 +247,19 @@ mod tests {
     fn xielu(x: u64, out: u64, n: u64) -> Result<()> {
         let args = XieluArgs { x, out, n, alpha_p: 1.0, alpha_n: 1.0, beta: 0.5, eps: -1e-6 };
         check_buffers(&xielu_f32::SPEC, &args.extents(), &[])
+    }
+
+    /// Every kernel has a bound, and the bounds are those of the launchers.
+    #[test]
+    fn every_kernel_has_its_most_workgroup_mem() {
+        for spec in kernels_device::entry::KERNELS {
+            assert!(most_workgroup_mem(spec.name).is_some(), "{}", spec.name);
+        }
+        assert_eq!(most_workgroup_mem("moe_down_bf16"), Some(61_968));
+        assert_eq!(most_workgroup_mem("xielu_f16"), Some(61_440));
+        assert_eq!(most_workgroup_mem("xielu_f32"), Some(0));
+        assert_eq!(most_workgroup_mem("add3_layer_norm_d4096_f16"), most_workgroup_mem("add3_layer_norm_f16"));
+        assert_eq!(most_workgroup_mem("xielu_f64"), None);
     }
 
     #[test]

@@ -416,6 +416,10 @@ fn enqueue_routed(
     refuse_overlap(&launches[..2], out, &[], |name| {
         Error::invalid("out", format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1))
     })?;
+    // Both GEMVs' workgroup memory before the first launch, so that a device
+    // with too little enqueues nothing.
+    device.check_workgroup_mem(&kernels[0], &fc1_dims(shape))?;
+    device.check_workgroup_mem(&kernels[1], &down_dims(shape))?;
     unsafe {
         device.launch(&kernels[0], fc1_dims(shape), &fc1.values(), stream)?;
         device.launch(&kernels[1], down_dims(shape), &down.values(), stream)?;

@@ -21,12 +21,14 @@ pub(crate) struct CpuBackend {
 
 impl CpuBackend {
     pub(crate) fn new() -> CpuBackend {
-        Self::with_wavefront(kernels_device::geometry::WAVE_SIZE)
+        Self::posing_as(kernels_device::geometry::WAVE_SIZE, u32::MAX)
     }
 
-    /// An emulator that reports `wavefront_size`-lane waves: what the library does
-    /// on a wave64 device can then be tested without one.
-    pub(crate) fn with_wavefront(wavefront_size: u32) -> CpuBackend {
+    /// An emulator that reports `wavefront_size`-lane waves and
+    /// `max_workgroup_mem_bytes` of workgroup memory: what the library does on a
+    /// wave64 device, or one with little workgroup memory, can then be tested
+    /// without one.
+    pub(crate) fn posing_as(wavefront_size: u32, max_workgroup_mem_bytes: u32) -> CpuBackend {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         CpuBackend {
             info: DeviceInfo {
@@ -35,6 +37,7 @@ impl CpuBackend {
                 arch: "host".into(),
                 wavefront_size,
                 compute_units: threads,
+                max_workgroup_mem_bytes,
                 kernels: Ok("host (the kernel source compiled for this CPU)".into()),
             },
             allocations: Mutex::new(HashMap::new()),

@@ -247,6 +247,7 @@ impl CudaBackend {
                 arch: format!("sm_{major}{minor}"),
                 wavefront_size: warp.max(0) as u32,
                 compute_units: sms.max(0) as u32,
+                max_workgroup_mem_bytes: smem_optin.max(0) as u32,
                 kernels: Err("not loaded yet".into()),
             },
             device,

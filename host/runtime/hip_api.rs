@@ -39,6 +39,7 @@ pub struct hipDeviceProp_tR0600 {
 
 impl hipDeviceProp_tR0600 {
     const NAME: usize = 0;
+    const SHARED_MEM_PER_BLOCK: usize = 296;
     const WARP_SIZE: usize = 308;
     const MULTI_PROCESSOR_COUNT: usize = 388;
     const GCN_ARCH_NAME: usize = 1160;
@@ -66,6 +67,13 @@ impl hipDeviceProp_tR0600 {
     /// `gcnArchName`: `gfx1151:sramecc-:xnack-`.
     pub fn gcn_arch_name(&self) -> String {
         self.c_string(Self::GCN_ARCH_NAME)
+    }
+
+    /// `sharedMemPerBlock` (a `size_t`): the LDS one workgroup may use.
+    pub fn shared_mem_per_block(&self) -> usize {
+        usize::from_ne_bytes(
+            self.bytes[Self::SHARED_MEM_PER_BLOCK..Self::SHARED_MEM_PER_BLOCK + 8].try_into().expect("8 bytes"),
+        )
     }
 
     /// `warpSize`: 32 on RDNA, 64 on CDNA.

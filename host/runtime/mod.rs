@@ -70,6 +70,11 @@ pub struct DeviceInfo {
     pub wavefront_size: u32,
     /// Compute units (AMD), streaming multiprocessors (NVIDIA), host threads (CPU).
     pub compute_units: u32,
+    /// The most workgroup memory (LDS, shared memory) one launch may ask for,
+    /// in bytes: HIP's `sharedMemPerBlock`, CUDA's opt-in maximum per block,
+    /// `u32::MAX` on the CPU emulator. A launch that asks for more is refused
+    /// with [`Error::Unavailable`] before anything is enqueued.
+    pub max_workgroup_mem_bytes: u32,
     /// The kernel binary loaded for this device (`gfx1151`, `gfx11-generic`,
     /// `PTX sm_80`, `host`), or why none could be: then no kernel is available.
     pub kernels: std::result::Result<String, String>,
@@ -267,7 +272,17 @@ impl Device {
     /// testing what happens on hardware this library does not support (wave64).
     #[doc(hidden)]
     pub fn cpu_with_wavefront(wavefront_size: u32) -> Device {
-        Device::with_backend(Arc::new(cpu::CpuBackend::with_wavefront(wavefront_size)))
+        Device::with_backend(Arc::new(cpu::CpuBackend::posing_as(wavefront_size, u32::MAX)))
+    }
+
+    /// The CPU emulator posing as a device that gives a workgroup at most
+    /// `max_workgroup_mem_bytes` of workgroup memory.
+    #[doc(hidden)]
+    pub fn cpu_with_workgroup_mem(max_workgroup_mem_bytes: u32) -> Device {
+        Device::with_backend(Arc::new(cpu::CpuBackend::posing_as(
+            kernels_device::geometry::WAVE_SIZE,
+            max_workgroup_mem_bytes,
+        )))
     }
 
     /// The device of `backend`, with every kernel looked up once (see
@@ -286,7 +301,16 @@ impl Device {
                 if let Err(why) = &info.kernels {
                     return Err(why.clone());
                 }
-                Ok(Kernel { spec, function: backend.function(spec.name)? })
+                let function = backend.function(spec.name)?;
+                let most = crate::kernels::most_workgroup_mem(spec.name)
+                    .ok_or_else(|| format!("no launcher of this library launches {}", spec.name))?;
+                if most > info.max_workgroup_mem_bytes {
+                    return Err(format!(
+                        "its launches ask for up to {most} bytes of workgroup memory and {} ({}) allows {} a workgroup",
+                        info.name, info.arch, info.max_workgroup_mem_bytes
+                    ));
+                }
+                Ok(Kernel { spec, function })
             })
             .collect();
         Device { backend, kernels }
@@ -339,6 +363,25 @@ impl Device {
         self.kernel(name).is_ok()
     }
 
+    /// Refuses `dims` for `kernel` when they ask for more workgroup memory than
+    /// this device gives a launch ([`DeviceInfo::max_workgroup_mem_bytes`]),
+    /// naming both; the runtimes would report only an invalid argument.
+    pub fn check_workgroup_mem(&self, kernel: &Kernel, dims: &LaunchDims) -> Result<()> {
+        let max = self.info().max_workgroup_mem_bytes;
+        if dims.workgroup_mem_bytes > max {
+            return Err(Error::Unavailable {
+                kernel: kernel.name().to_string(),
+                reason: format!(
+                    "this launch needs {} bytes of workgroup memory and {} ({}) allows {max} a workgroup",
+                    dims.workgroup_mem_bytes,
+                    self.info().name,
+                    self.info().arch
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Launches `kernel` with `args`, which must match its parameter list.
     ///
     /// # Safety
@@ -350,6 +393,7 @@ impl Device {
         args: &[(&str, ArgValue)],
         stream: Stream,
     ) -> Result<()> {
+        self.check_workgroup_mem(kernel, &dims)?;
         let packed = PackedArgs::pack(kernel.spec, args)?;
         unsafe { self.backend.launch(Launch { function: kernel.function, dims, args: &packed }, stream) }
     }
