@@ -121,15 +121,35 @@ fn too_little_workgroup_memory_makes_exactly_those_kernels_unavailable() {
     let err = unsafe { xielu::launch::<f16>(&dev, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
-    // A launch asking for more than the device gives, of an available kernel, is refused by name.
-    let k = dev.kernel("probe").unwrap();
-    let dims =
-        mlxcel_amdgpu::runtime::LaunchDims { grid: [1, 1, 1], workgroup_size: 64, workgroup_mem_bytes: 48 * 1024 + 4 };
-    match dev.check_workgroup_mem(&k, &dims) {
+    // The bounds are exact: the MoE GEMVs ask for up to 61,968 bytes, xielu f16 for 61,440.
+    for (bytes, moe_ok, f16_ok) in
+        [(61_968, true, true), (61_967, false, true), (61_440, false, true), (61_439, false, false)]
+    {
+        let d = Device::cpu_with_workgroup_mem(bytes);
+        assert_eq!(moe::available(&d, Dtype::Bf16), moe_ok, "{bytes}");
+        assert_eq!(xielu::available(&d, Dtype::F16), f16_ok, "{bytes}");
+    }
+    // Through `Device::launch`: a probe launch at exactly the device's maximum runs,
+    // one asking for more is refused by name before it runs.
+    use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_SIZE};
+    let small = Device::cpu_with_workgroup_mem(4096);
+    let k = small.kernel("probe").unwrap();
+    let out = small.upload(&vec![0xDEAD_BEEFu32; WORKGROUP_SIZE as usize * WORDS_PER_LANE]).unwrap();
+    let args = mlxcel_amdgpu::kernels_device::entry::ProbeArgs { out: out.ptr() }.values();
+    let dims = |bytes: u32| mlxcel_amdgpu::runtime::LaunchDims {
+        grid: [1, 1, 1],
+        workgroup_size: WORKGROUP_SIZE,
+        workgroup_mem_bytes: bytes,
+    };
+    match unsafe { small.launch(&k, dims(4100), &args, Stream::DEFAULT) } {
         Err(Error::Unavailable { kernel, reason }) => {
             assert_eq!(kernel, "probe");
-            assert!(reason.contains("needs 49156 bytes") && reason.contains("allows 49152"), "{reason}");
+            assert!(reason.contains("needs 4100 bytes") && reason.contains("allows 4096"), "{reason}");
         }
         other => panic!("{other:?}"),
     }
+    assert!(out.download().unwrap().iter().all(|&w| w == 0xDEAD_BEEF), "nothing ran");
+    unsafe { small.launch(&k, dims(4096), &args, Stream::DEFAULT) }.unwrap();
+    small.synchronize().unwrap();
+    assert!(out.download().unwrap().iter().any(|&w| w != 0xDEAD_BEEF), "the probe ran");
 }

@@ -118,6 +118,14 @@ impl CodeObject {
             if k.uses_dynamic_stack {
                 problem("uses a dynamic stack".to_string());
             }
+            // Workgroup memory is sized at launch only: the host's availability
+            // bound (the most a launch asks for) counts no static LDS.
+            if k.group_segment_fixed_size != 0 {
+                problem(format!(
+                    "uses {} bytes of static LDS, expected 0 (workgroup memory is sized at launch)",
+                    k.group_segment_fixed_size
+                ));
+            }
             if k.sgpr_spill_count != 0 {
                 problem(format!("spills {} SGPRs", k.sgpr_spill_count));
             }
@@ -350,6 +358,7 @@ mod tests {
                 ".wavefront_size" => *v = Mp::U(64),
                 ".private_segment_fixed_size" => *v = Mp::U(16),
                 ".uses_dynamic_stack" => *v = Mp::B(true),
+                ".group_segment_fixed_size" => *v = Mp::U(256),
                 ".sgpr_spill_count" => *v = Mp::U(2),
                 ".vgpr_spill_count" => *v = Mp::U(3),
                 ".kernarg_segment_size" => *v = Mp::U(8),
@@ -367,6 +376,7 @@ mod tests {
             "kernel `probe`: wavefront size is 64, expected 32",
             "kernel `probe`: uses 16 bytes of scratch (private segment) per work-item, expected 0",
             "kernel `probe`: uses a dynamic stack",
+            "kernel `probe`: uses 256 bytes of static LDS, expected 0 (workgroup memory is sized at launch)",
             "kernel `probe`: spills 2 SGPRs",
             "kernel `probe`: spills 3 VGPRs",
             "kernel `probe`: arg 0 (`out`): size 4, expected 8",

@@ -321,7 +321,7 @@ mod tests {
         let k = &m.kernels[0];
         assert_eq!((k.name.as_str(), k.symbol.as_str()), ("probe", "probe.kd"));
         assert_eq!(k.wavefront_size, 32);
-        assert_eq!(k.group_segment_fixed_size, 256);
+        assert_eq!(k.group_segment_fixed_size, 0);
         assert_eq!(k.private_segment_fixed_size, 0);
         assert!(!k.uses_dynamic_stack);
         assert_eq!((k.sgpr_count, k.vgpr_count, k.agpr_count), (12, 21, 0));

@@ -89,7 +89,7 @@ pub(crate) fn named_arg(name: &'static str, offset: u64, size: u64, kind: &'stat
 pub(crate) fn kernel_map(name: &'static str, symbol: &'static str, args: Vec<Mp>) -> Vec<(&'static str, Mp)> {
     vec![
         (".args", Mp::A(args)),
-        (".group_segment_fixed_size", Mp::U(256)),
+        (".group_segment_fixed_size", Mp::U(0)),
         (".kernarg_segment_align", Mp::U(8)),
         (".kernarg_segment_size", Mp::U(272)),
         (".max_flat_workgroup_size", Mp::U(1024)),

@@ -27,9 +27,10 @@ macro_rules! pointers_of {
     };
 }
 
-/// The most workgroup memory any launch of the kernel `name` (a symbol of
-/// `kernels_device::entry::KERNELS`) asks for, from the geometry its launcher
-/// uses: a device must give a workgroup that much for the kernel to be
+/// The most workgroup memory this library's launchers ask for with the kernel
+/// `name` (a symbol of `kernels_device::entry::KERNELS`; for `probe`, `empty`
+/// and `read_stream`, which only tests and benchmarks launch, their own
+/// geometry's), from the geometry the launchers use: a device must give a workgroup that much for the kernel to be
 /// available, so that no launch after a true predicate is refused for it
 /// ([`crate::Device::check_workgroup_mem`]). `None` for a name not listed here.
 pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
@@ -260,6 +261,50 @@ mod tests {
         assert_eq!(most_workgroup_mem("xielu_f32"), Some(0));
         assert_eq!(most_workgroup_mem("add3_layer_norm_d4096_f16"), most_workgroup_mem("add3_layer_norm_f16"));
         assert_eq!(most_workgroup_mem("xielu_f64"), None);
+    }
+
+    /// No launcher asks for more than its kernel's bound, and each bound is
+    /// reached by some launch.
+    #[test]
+    fn launchers_stay_within_their_bounds() {
+        use crate::reference::Dtype;
+        use kernels_device::geometry::moe::{BITS, GROUP_SIZES, MAX_COLS};
+        let mut reached = std::collections::HashMap::new();
+        let mut see = |name: String, dims: crate::runtime::LaunchDims| {
+            let most = most_workgroup_mem(&name).unwrap();
+            assert!(dims.workgroup_mem_bytes <= most, "{name}: {} > {most}", dims.workgroup_mem_bytes);
+            let r = reached.entry(name).or_insert(0);
+            *r = (*r).max(dims.workgroup_mem_bytes);
+        };
+        for dtype in Dtype::ALL {
+            for n in [1u64, 1000, 1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 30] {
+                for cus in [1, 16, 40, 132] {
+                    see(symbol("xielu", dtype), xielu::dims(n, dtype, cus));
+                }
+            }
+            for rows in [1, 8192] {
+                see(symbol("add3_layer_norm", dtype), add3_layer_norm::dims(rows));
+                see(symbol("add3_layer_norm_d4096", dtype), add3_layer_norm::dims(rows));
+            }
+            for mapping in [
+                kernels_device::geometry::mamba1_scan::Mapping::AMD,
+                kernels_device::geometry::mamba1_scan::Mapping::NVIDIA,
+            ] {
+                see(symbol("mamba1_scan", dtype), mamba1_scan::dims(mapping, 1, 5120, 16));
+            }
+            for bits in BITS {
+                for cols in [GROUP_SIZES[2], 2688, 4096, MAX_COLS] {
+                    let shape =
+                        moe::MoeShape { n_experts: 8, k: 6, din: cols, dff: cols, bits, group_size: GROUP_SIZES[2] };
+                    see(symbol("moe_fc1_relu2", dtype), moe::fc1_dims(&shape));
+                    see(symbol("moe_down", dtype), moe::down_dims(&shape));
+                    see(symbol("moe_combine", dtype), moe::combine_dims(cols));
+                }
+            }
+        }
+        for (name, most) in reached {
+            assert_eq!(Some(most), most_workgroup_mem(&name), "{name}: the bound is never reached");
+        }
     }
 
     #[test]

@@ -417,7 +417,8 @@ fn enqueue_routed(
         Error::invalid("out", format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1))
     })?;
     // Both GEMVs' workgroup memory before the first launch, so that a device
-    // with too little enqueues nothing.
+    // with too little enqueues nothing. A safeguard: where the kernels are
+    // available, every shape `validate` takes fits (`most_workgroup_mem`).
     device.check_workgroup_mem(&kernels[0], &fc1_dims(shape))?;
     device.check_workgroup_mem(&kernels[1], &down_dims(shape))?;
     unsafe {

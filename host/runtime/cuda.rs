@@ -345,8 +345,9 @@ impl CudaBackend {
         // SAFETY: the module is loaded; `cname` is NUL-terminated.
         cu!(cuModuleGetFunction(&mut function, self.module, cname.as_ptr()))
             .map_err(|e| format!("the PTX module has no usable {name}: {e}"))?;
-        // The dynamic limit is what the block may have beyond the kernel's static
-        // shared memory (none for these kernels, but a static array would count).
+        // Shared memory is sized at launch only: the availability bound (the
+        // most a launch asks for, against the opt-in maximum) counts no static
+        // shared memory, so a kernel with some is refused.
         let mut static_smem: c_int = 0;
         cu!(cuFuncGetAttribute(
             &mut static_smem,
@@ -354,6 +355,11 @@ impl CudaBackend {
             function
         ))
         .map_err(|e| format!("{name}: {e}"))?;
+        if static_smem > 0 {
+            return Err(format!(
+                "{name} uses {static_smem} bytes of static shared memory; refused, as shared memory is sized at launch"
+            ));
+        }
         // No local memory (register spills or a stack), as no scratch on AMD: a
         // kernel that needs it is slower than its design and is refused.
         let mut local: c_int = 0;

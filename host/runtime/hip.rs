@@ -284,7 +284,7 @@ impl HipBackend {
         let arch = processor_of(&props.gcn_arch_name()).to_string();
         let wavefront_size = props.warp_size().max(0) as u32;
         let compute_units = props.multi_processor_count().max(0) as u32;
-        let max_workgroup_mem_bytes = props.shared_mem_per_block().min(u32::MAX as usize) as u32;
+        let max_workgroup_mem_bytes = props.shared_mem_per_block().min(u32::MAX as u64) as u32;
 
         // A code object the runtime refuses leaves the device open without kernels,
         // with the reason (the predicates then answer false and say why).

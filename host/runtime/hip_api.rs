@@ -70,8 +70,8 @@ impl hipDeviceProp_tR0600 {
     }
 
     /// `sharedMemPerBlock` (a `size_t`): the LDS one workgroup may use.
-    pub fn shared_mem_per_block(&self) -> usize {
-        usize::from_ne_bytes(
+    pub fn shared_mem_per_block(&self) -> u64 {
+        u64::from_ne_bytes(
             self.bytes[Self::SHARED_MEM_PER_BLOCK..Self::SHARED_MEM_PER_BLOCK + 8].try_into().expect("8 bytes"),
         )
     }

@@ -326,7 +326,9 @@ impl Device {
 
     /// The one lookup behind both availability and launch: the kernel `name`
     /// can run here when the device has 32-lane waves, a kernel binary for its
-    /// architecture is loaded, and that binary has the symbol.
+    /// architecture is loaded, that binary has the symbol, and the device
+    /// gives a workgroup the most workgroup memory this library's launchers
+    /// ask for with that kernel.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         match kernels_device::entry::KERNELS.iter().position(|k| k.name == name) {
             Some(i) => self.kernel_at(i, name),
