@@ -30,8 +30,9 @@ macro_rules! pointers_of {
 /// The most workgroup memory this library's launchers ask for with the kernel
 /// `name` (a symbol of `kernels_device::entry::KERNELS`; for `probe`, `empty`
 /// and `read_stream`, which only tests and benchmarks launch, their own
-/// geometry's), from the geometry the launchers use: a device must give a workgroup that much for the kernel to be
-/// available, so that no launch after a true predicate is refused for it
+/// geometry's), from the geometry the launchers use. A device must give a
+/// workgroup that much for the kernel to be available, so that no launch
+/// after a true predicate is refused for it
 /// ([`crate::Device::check_workgroup_mem`]). `None` for a name not listed here.
 pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
     use kernels_device::geometry as g;
@@ -39,7 +40,6 @@ pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
     let dtype_of = |base: &str| {
         name.strip_prefix(base).and_then(|rest| rest.strip_prefix('_')).filter(|d| ["f32", "f16", "bf16"].contains(d))
     };
-    let moe_gemv = || g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
     if name == "probe" {
         return Some(g::probe::WORKGROUP_MEM_BYTES);
     }
@@ -60,7 +60,7 @@ pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
         return Some(g::mamba1_scan::WORKGROUP_MEM_BYTES);
     }
     if dtype_of("moe_fc1_relu2").or(dtype_of("moe_down")).is_some() {
-        return moe_gemv();
+        return g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
     }
     None
 }

@@ -419,11 +419,12 @@ fn enqueue_routed(
     // Both GEMVs' workgroup memory before the first launch, so that a device
     // with too little enqueues nothing. A safeguard: where the kernels are
     // available, every shape `validate` takes fits (`most_workgroup_mem`).
-    device.check_workgroup_mem(&kernels[0], &fc1_dims(shape))?;
-    device.check_workgroup_mem(&kernels[1], &down_dims(shape))?;
+    let (fc1_dims, down_dims) = (fc1_dims(shape), down_dims(shape));
+    device.check_workgroup_mem(&kernels[0], &fc1_dims)?;
+    device.check_workgroup_mem(&kernels[1], &down_dims)?;
     unsafe {
-        device.launch(&kernels[0], fc1_dims(shape), &fc1.values(), stream)?;
-        device.launch(&kernels[1], down_dims(shape), &down.values(), stream)?;
+        device.launch(&kernels[0], fc1_dims, &fc1.values(), stream)?;
+        device.launch(&kernels[1], down_dims, &down.values(), stream)?;
         device.launch(&kernels[2], combine_dims(shape.din), &combine.values(), stream)
     }
 }

@@ -206,6 +206,18 @@ impl Kernel {
     }
 }
 
+/// `"{bytes} bytes of workgroup memory and {device} ({arch}) allows {max} a
+/// workgroup"` when `bytes` is more than `info`'s device gives a workgroup:
+/// the one comparison behind availability and launch.
+fn workgroup_mem_excess(info: &DeviceInfo, bytes: u32) -> Option<String> {
+    (bytes > info.max_workgroup_mem_bytes).then(|| {
+        format!(
+            "{bytes} bytes of workgroup memory and {} ({}) allows {} a workgroup",
+            info.name, info.arch, info.max_workgroup_mem_bytes
+        )
+    })
+}
+
 impl Device {
     /// The default device: `MLXCEL_AMDGPU_BACKEND` if set (an error if that
     /// backend is absent), else the first HIP device, else the first CUDA device
@@ -304,11 +316,8 @@ impl Device {
                 let function = backend.function(spec.name)?;
                 let most = crate::kernels::most_workgroup_mem(spec.name)
                     .ok_or_else(|| format!("no launcher of this library launches {}", spec.name))?;
-                if most > info.max_workgroup_mem_bytes {
-                    return Err(format!(
-                        "its launches ask for up to {most} bytes of workgroup memory and {} ({}) allows {} a workgroup",
-                        info.name, info.arch, info.max_workgroup_mem_bytes
-                    ));
+                if let Some(excess) = workgroup_mem_excess(info, most) {
+                    return Err(format!("its launches ask for up to {excess}"));
                 }
                 Ok(Kernel { spec, function })
             })
@@ -369,19 +378,13 @@ impl Device {
     /// this device gives a launch ([`DeviceInfo::max_workgroup_mem_bytes`]),
     /// naming both; the runtimes would report only an invalid argument.
     pub fn check_workgroup_mem(&self, kernel: &Kernel, dims: &LaunchDims) -> Result<()> {
-        let max = self.info().max_workgroup_mem_bytes;
-        if dims.workgroup_mem_bytes > max {
-            return Err(Error::Unavailable {
+        match workgroup_mem_excess(self.info(), dims.workgroup_mem_bytes) {
+            Some(excess) => Err(Error::Unavailable {
                 kernel: kernel.name().to_string(),
-                reason: format!(
-                    "this launch needs {} bytes of workgroup memory and {} ({}) allows {max} a workgroup",
-                    dims.workgroup_mem_bytes,
-                    self.info().name,
-                    self.info().arch
-                ),
-            });
+                reason: format!("this launch needs {excess}"),
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Launches `kernel` with `args`, which must match its parameter list.
