@@ -42,10 +42,12 @@
 //!                                         # rounded once
 //! ```
 //!
-//! **Schedule.** The time loop is unrolled by [`UNROLL`] = 8 steps. dt and x of
-//! the next 8 steps (the bytes that come from memory) are loaded before the
-//! arithmetic of the current 8, after the current steps' B and C (cache hits;
-//! issued first so that waiting for them never waits for the next steps' loads).
+//! **Schedule.** The time loop is unrolled by [`UNROLL`] = 8 steps. dt, x, B
+//! and C of the next 8 steps are loaded before the arithmetic of the current 8
+//! (whose B and C come from workgroup memory) in every iteration, the last one
+//! included, which loads its own steps again and does not use them: with a
+//! branch around the loads, the H200 waited for all of them at the chunk's first
+//! fused multiply-add (`docs/performance.md`).
 //! The 8 steps' lane sums are exchanged transposed: at each of the first three
 //! levels a lane sends the half of its per-step values it does not keep (two
 //! lanes: one exchange per two steps and lane instead of one per step), and each
@@ -406,12 +408,11 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         }
         for chunk in 0..chunks {
             let cur = next;
-            let more = chunk + 1 < chunks;
-            let mut next_stage = ([bm.read(); STAGE], [cm.read(); STAGE]);
-            if more {
-                next = load_dt_x(t + UNROLL);
-                next_stage = load_stage(t + UNROLL);
-            }
+            // The next chunk's inputs; on the last chunk this chunk's again,
+            // loaded and not used, so that no branch joins after the loads.
+            let ahead = if chunk + 1 < chunks { t + UNROLL } else { t };
+            next = load_dt_x(ahead);
+            let next_stage = load_stage(ahead);
             wave::schedule_fence();
             let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
             crate::unroll!(k in 0..8 => {
@@ -442,9 +443,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                     }
                 });
             }
-            if more {
-                store_stage(next_stage);
-            }
+            store_stage(next_stage);
             t += UNROLL;
         }
         // The last len % UNROLL steps: the same operations, one step at a time.
