@@ -405,8 +405,8 @@ pub fn exp(x: f32) -> f32 {
 /// `2^x` for the Mamba scan's decay `exp(dt * A) = 2^(dt * (A log2 e))`, through
 /// the GPU's own approximation: `v_exp_f32` on amdgpu (which flushes results
 /// below 2^-126 to zero) and `ex2.approx.ftz.f32` on nvptx (relative error
-/// below 2^-22, results below 2^-126 flushed to zero likewise). On the host (the emulator and the references) it is
-/// [`exp`]`(x * ln 2)`.
+/// below 2^-22, results below 2^-126 flushed to zero likewise). On the host
+/// (the emulator and the references) it is [`exp`]`(x * ln 2)`.
 ///
 /// numerics.md allows a hardware approximation only where the tolerance tests
 /// still pass on every backend and with a measured reason. The reason: the
@@ -431,8 +431,8 @@ pub fn exp2_fast(x: f32) -> f32 {
     }
     #[cfg(target_arch = "nvptx64")]
     {
-        // The flushing form is one MUFU.EX2; without `.ftz` ptxas wraps it in a
-        // compare and two multiplies to produce denormal results.
+        // The flushing form is one MUFU.EX2 in the SASS; without `.ftz` ptxas
+        // adds instructions around it to produce denormal results.
         unsafe extern "C" {
             #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
             fn ex2_approx(x: f32) -> f32;
