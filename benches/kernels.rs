@@ -203,6 +203,23 @@ fn bench_mamba<T: Element>(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: us
     rows.push(Row::timed(format!("mamba1_scan {dtype}"), format!("B=1 Dm={dm} N={n} L={len}"), ms, bytes));
 }
 
+/// The mamba group's shapes `(Dm, L)`: the consumer shapes, or those listed in
+/// `MLXCEL_AMDGPU_BENCH_MAMBA=DMxL,DMxL,..` (for sweeps over Dm or L).
+fn mamba_shapes() -> Vec<(usize, usize)> {
+    let Ok(list) = std::env::var("MLXCEL_AMDGPU_BENCH_MAMBA") else {
+        return vec![(5120, 1), (5120, 512), (5120, 2048), (8192, 1), (8192, 512)];
+    };
+    list.split(',')
+        .map(|shape| {
+            let parsed = shape.split_once('x').and_then(|(dm, len)| Some((dm.parse().ok()?, len.parse().ok()?)));
+            match parsed {
+                Some((dm, len)) if dm > 0 && len > 0 => (dm, len),
+                _ => panic!("MLXCEL_AMDGPU_BENCH_MAMBA: {shape:?} is not DMxL with both above zero (e.g. 5120x512)"),
+            }
+        })
+        .collect()
+}
+
 /// A deterministic pseudo-random fill (splitmix64), for buffers too large to quantize on the host.
 fn random_words(n: usize, seed: u64) -> Vec<u32> {
     let mut s = seed;
@@ -376,8 +393,9 @@ fn main() {
         }
     }
     if wanted("mamba") {
+        let shapes = mamba_shapes();
         for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
-            for (dm, len) in [(5120, 1), (5120, 512), (5120, 2048), (8192, 1), (8192, 512)] {
+            for &(dm, len) in &shapes {
                 with_element!(dtype, T => bench_mamba::<T>(&dev, &mut rows, len, dm));
             }
         }
