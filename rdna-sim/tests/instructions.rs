@@ -580,3 +580,36 @@ fn sixteen_bit_bitwise_operations_and_shifts_write_one_half() {
     run(&mut r, "v_xor_b16", 5, [v(1), v(1), 0], 0b0010);
     assert_eq!([r.w.v[3][0], r.w.v[4][0], r.w.v[5][0]], [0x5555_84f3, 0x5555_0021, 0x5555_84d2]);
 }
+
+#[test]
+fn v_perm_b32_bytes_zero_ones_and_signs() {
+    let mut r = Run::new();
+    r.lanes(1, |_| 0x8877_6655); // S0: bytes 4..7 of the data
+    r.lanes(2, |_| 0x4433_2211); // S1: bytes 0..3
+    // Selector 0x0c0c0004 (S1 byte 0 above S0 byte 0, the top two zero): as
+    // LLVM packs two bytes.
+    r.lanes(3, |_| 0x0c0c_0004);
+    let [a, b] = vop3(opcodes::VOP3, "v_perm_b32", 0, [v(1), v(2), v(3)], 0, 0, 0);
+    r.ok(&[a, b]);
+    assert_eq!(r.w.v[0][0], 0x0000_1155);
+    // 0x07060302: the high halves of both; 0x0d0b0908: 0xff, the sign of byte
+    // 7 (0x88: set), of byte 3 (0x44: clear), of byte 1 (0x22: clear).
+    r.lanes(3, |l| if l == 0 { 0x0706_0302 } else { 0x0d0b_0908 });
+    r.ok(&[a, b]);
+    assert_eq!(r.w.v[0][0], 0x8877_4433);
+    assert_eq!(r.w.v[0][1], 0xffff_0000);
+}
+
+#[test]
+fn v_alignbit_b32_shifts_the_pair_right() {
+    let mut r = Run::new();
+    r.lanes(1, |_| 0x1234_5678); // S0: the high dword
+    r.lanes(2, |_| 0x9abc_def0);
+    r.lanes(3, |l| [0, 16, 4, 32 + 8][l % 4]); // only S2[4:0] counts
+    let [a, b] = vop3(opcodes::VOP3, "v_alignbit_b32", 0, [v(1), v(2), v(3)], 0, 0, 0);
+    r.ok(&[a, b]);
+    assert_eq!(r.w.v[0][0], 0x9abc_def0);
+    assert_eq!(r.w.v[0][1], 0x5678_9abc);
+    assert_eq!(r.w.v[0][2], 0x89ab_cdef);
+    assert_eq!(r.w.v[0][3], 0x789a_bcde);
+}

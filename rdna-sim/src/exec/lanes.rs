@@ -283,6 +283,16 @@ pub(super) fn lane_fn(name: &str) -> Option<(LaneFn, [K; 3])> {
             ur((((x << (32 - w)) as i32) >> (32 - w)) as u32)
         },
         "v_bfi_b32" => |l| ur((l.u(0) & l.u(1)) | (!l.u(0) & l.u(2))),
+        // {S0, S1} (S0 the high dword) shifted right by S2[4:0], the low dword kept.
+        "v_alignbit_b32" => |l| ur(((((l.u(0) as u64) << 32) | l.u(1) as u64) >> (l.u(2) & 31)) as u32),
+        "v_perm_b32" => |l| {
+            let data = ((l.u(0) as u64) << 32) | l.u(1) as u64;
+            let mut d = 0u32;
+            for i in 0..4 {
+                d |= (byte_permute(data, (l.u(2) >> (8 * i)) as u8) as u32) << (8 * i);
+            }
+            ur(d)
+        },
         "v_med3_u32" => |l| {
             let (a, b, c) = (l.u(0), l.u(1), l.u(2));
             ur(a.max(b).min(a.min(b).max(c)))
@@ -345,6 +355,21 @@ pub(super) fn wide_fn(name: &str) -> Option<(LaneFn, [K; 3])> {
         ),
         _ => return None,
     })
+}
+
+/// One byte of `v_perm_b32`: selectors 0-7 pick a byte of `data` ({S0, S1}),
+/// 8-11 replicate the sign bit of byte 1, 3, 5 or 7, 12 gives 0x00 and 13 and
+/// above 0xff (RDNA3 ISA, `V_PERM_B32`).
+fn byte_permute(data: u64, sel: u8) -> u8 {
+    match sel {
+        0..=7 => (data >> (8 * sel)) as u8,
+        8..=11 => {
+            let sign_bit = 16 * (sel as u32 - 8) + 15;
+            if data >> sign_bit & 1 == 1 { 0xff } else { 0 }
+        }
+        12 => 0,
+        _ => 0xff,
+    }
 }
 
 /// f32 -> f16, round to nearest even; a NaN stays a quiet NaN with the top of its payload.
