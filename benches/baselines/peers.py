@@ -19,7 +19,8 @@ peer here). Output lines:
     peer <peer>[-graph] <kernel> <dtype> <shape> us=<t>
 
 Environment: MAMBA_SSM_SRC (the sources' root, holding csrc/ and mamba_ssm/), MAMBA_SSM_BUILD
-(a scratch build directory outside the repo). Without MAMBA_SSM_SRC the mamba-ssm rows are
+(a scratch build directory outside the repo), MLXCEL_AMDGPU_BENCH_MAMBA (the prefill shapes, as
+for benches/kernels.rs). Without MAMBA_SSM_SRC the mamba-ssm rows are
 skipped with a line saying so, and the run fails at the end.
 """
 import os
@@ -153,6 +154,21 @@ def scan_inputs(g, dm, L, n, dt=torch.bfloat16):
     return u, delta, A, B, C, D
 
 
+def mamba_shapes():
+    """The prefill shapes (Dm, L): the consumers', or MLXCEL_AMDGPU_BENCH_MAMBA's list
+    (`DMxL,DMxL,..`, as benches/kernels.rs reads it)."""
+    listed = os.environ.get("MLXCEL_AMDGPU_BENCH_MAMBA")
+    if not listed:
+        return [(5120, 512), (5120, 2048), (8192, 512)]
+    shapes = []
+    for shape in listed.split(","):
+        dm, _, L = shape.partition("x")
+        if not (dm.isdigit() and L.isdigit() and int(dm) > 0 and int(L) > 0):
+            sys.exit(f"MLXCEL_AMDGPU_BENCH_MAMBA: {shape!r} is not DMxL with both above zero (e.g. 5120x512)")
+        shapes.append((int(dm), int(L)))
+    return shapes
+
+
 def bench_mamba_ssm():
     src = os.environ.get("MAMBA_SSM_SRC")
     if not src:
@@ -172,7 +188,7 @@ def bench_mamba_ssm():
     print(f"check mamba-ssm selective_scan_fwd bf16 Dm=64 L=300: nRMS vs f64 {err:.2e}", flush=True)
     if not err < 1e-2:
         failures.append(f"mamba-ssm selective_scan_fwd nRMS {err:.2e}")
-    for dm, L in ((5120, 512), (5120, 2048), (8192, 512)):
+    for dm, L in mamba_shapes():
         u, delta, A, B, C, D = scan_inputs(g, dm, L, n)
         fwd = lambda: ext.fwd(u, delta, A, B, C, D, None, None, False)  # noqa: E731
         emit("mamba-ssm", "selective_scan_fwd", "bf16", f"B=1 Dm={dm} N={n} L={L}", fwd, reps=30)
