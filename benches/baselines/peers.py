@@ -20,8 +20,8 @@ peer here). Output lines:
 
 Environment: MAMBA_SSM_SRC (the sources' root, holding csrc/ and mamba_ssm/), MAMBA_SSM_BUILD
 (a scratch build directory outside the repo), MLXCEL_AMDGPU_BENCH_MAMBA (the prefill shapes, as
-for benches/kernels.rs). Without MAMBA_SSM_SRC the mamba-ssm rows are
-skipped with a line saying so, and the run fails at the end.
+for benches/kernels.rs). Without MAMBA_SSM_SRC the mamba-ssm rows are skipped with a line saying
+so, and the run fails at the end.
 """
 import os
 import sys
