@@ -229,44 +229,49 @@ fn table_entries<T: Elem>() -> u32 {
 // Every table value takes the fast path exactly (its range is inside BF16_FAST_V).
 const _: () = assert!(TABLE_MIN_EXP >= -40 && TABLE_MIN_EXP + TABLE_BINADES as i32 <= 40);
 
-/// Table entry `e`: [`xielu_fast`] of its value, the bits of a bf16 (given
-/// [`uses_table`]), without expm1 where its `em` is known: a positive value
-/// (the first TABLE_SPAN entries) selects the branch that does not use `em`,
-/// and one at or below -[`BF16_EXPM1_SATURATES`] has `em = -1`. Both kinds are
-/// made of whole binades (128 consecutive entries), so a wave of 32
-/// consecutive entries takes one way.
+/// Table entries `2q` and `2q + 1`, packed as [`build_table`] stores them
+/// (entry `2q` in the low half): [`xielu_fast`] of their values, the bits of a
+/// bf16 (given [`uses_table`]), without expm1 where `em` is known for both: a
+/// positive value (the first TABLE_SPAN entries) selects the branch that does
+/// not use `em`, and one at or below -[`BF16_EXPM1_SATURATES`] has `em = -1`.
+/// Either way the pair's two evaluations have no branch between them, so they
+/// overlap. Both kinds are made of whole binades (128 consecutive entries), so
+/// a wave of 32 consecutive pairs takes one way, except where a binade starts.
 ///
 /// In f16 (geometry::xielu::F16_TABLE_*), the same, with -[`F16_EXPM1_SATURATES`].
 #[inline(always)]
-fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
-    if !is_bf16::<T>() {
-        let x = T::from_bits_u32(f16_table_value(e));
-        let v = x.to_f32();
-        let y: T = if e < F16_TABLE_SPAN || v <= -F16_EXPM1_SATURATES {
-            xielu_fast_with_em(v, -1.0, p)
-        } else {
-            xielu_fast(x, p)
-        };
-        return y.to_bits_u32();
-    }
-    let x = T::from_bits_u32(table_value(e));
-    let v = x.to_f32();
-    let y: T =
-        if e < TABLE_SPAN || v <= -BF16_EXPM1_SATURATES { xielu_fast_with_em(v, -1.0, p) } else { xielu_fast(x, p) };
-    y.to_bits_u32()
+fn table_pair<T: Elem>(q: u32, p: Params) -> u32 {
+    let e = 2 * q;
+    let (x0, x1, span, saturates) = if is_bf16::<T>() {
+        (table_value(e), table_value(e + 1), TABLE_SPAN, BF16_EXPM1_SATURATES)
+    } else {
+        (f16_table_value(e), f16_table_value(e + 1), F16_TABLE_SPAN, F16_EXPM1_SATURATES)
+    };
+    let (x0, x1) = (T::from_bits_u32(x0), T::from_bits_u32(x1));
+    let (v0, v1) = (x0.to_f32(), x1.to_f32());
+    let (y0, y1): (T, T) = if e < span || (v0 <= -saturates && v1 <= -saturates) {
+        (xielu_fast_with_em(v0, -1.0, p), xielu_fast_with_em(v1, -1.0, p))
+    } else {
+        (xielu_fast(x0, p), xielu_fast(x1, p))
+    };
+    y0.to_bits_u32() | y1.to_bits_u32() << 16
 }
 
-/// Writes the table into `table` (all threads of the workgroup take part; the
-/// caller waits at a barrier before reading it).
+// Pairs never straddle the signs: each half of a table has an even number of entries.
+const _: () = assert!(TABLE_SPAN % 2 == 0 && F16_TABLE_SPAN % 2 == 0);
+
+/// Writes the table into `table`, one [`table_pair`] a thread at a time (all
+/// threads of the workgroup take part; the caller waits at a barrier before
+/// reading it).
 ///
 /// # Safety
 /// `table` holds [`table_entries`] `u16`; [`uses_table`] holds.
 #[inline(always)]
-unsafe fn build_table<T: Elem>(table: *mut u16, p: Params) {
-    let mut e = wave::thread_id();
-    while e < table_entries::<T>() {
-        unsafe { table.add(e as usize).write(table_entry::<T>(e, p) as u16) };
-        e += wave::workgroup_size();
+unsafe fn build_table<T: Elem>(table: *mut u32, p: Params) {
+    let mut q = wave::thread_id();
+    while q < table_entries::<T>() / 2 {
+        unsafe { table.add(q as usize).write(table_pair::<T>(q, p)) };
+        q += wave::workgroup_size();
     }
 }
 
@@ -408,8 +413,9 @@ pub unsafe fn xielu<T: Elem>(x: *const T, out: *mut T, n: u64, alpha_p: f32, alp
         // bf16 that measured slower).
         let mut words = load(start);
         let mut ahead = if is_bf16::<T>() { None } else { Some(load(start + U as u64 * stride)) };
-        let table = wave::workgroup_mem::<u16>();
-        unsafe { build_table::<T>(table, p) };
+        let table_words = wave::workgroup_mem::<u32>();
+        unsafe { build_table::<T>(table_words, p) };
+        let table = table_words as *const u16;
         wave::barrier();
         while whole(start, 0) {
             let at = |u: u64| (start + u * wave_span) as usize;
@@ -679,7 +685,7 @@ mod tests {
             for e in 0..TABLE_ENTRIES {
                 let x = Bf16::from_bits_u32(table_value(e));
                 assert_eq!(
-                    table_entry::<Bf16>(e, p),
+                    table_pair::<Bf16>(e / 2, p) >> (16 * (e % 2)) & 0xFFFF,
                     xielu_one(x, p).to_bits_u32(),
                     "entry {e}, x = {:e}, params {:?}",
                     x.to_f32(),
@@ -707,7 +713,7 @@ mod tests {
         assert!(em(not_yet) > -1.0);
     }
 
-    /// The shortcut of `table_entry`: `em` is -1 for every bf16 at or below
+    /// The shortcut of `table_pair`: `em` is -1 for every bf16 at or below
     /// -BF16_EXPM1_SATURATES (what `min(v, eps)` is there), -infinity included,
     /// and not just above it (so the constant is where the text says); the
     /// same for f16 and -F16_EXPM1_SATURATES.
@@ -778,7 +784,8 @@ mod tests {
             if !fast_params::<f16>(p) {
                 continue;
             }
-            let table: Vec<u16> = (0..F16_TABLE_ENTRIES).map(|e| table_entry::<f16>(e, p) as u16).collect();
+            let table: Vec<u16> =
+                (0..F16_TABLE_ENTRIES).map(|e| (table_pair::<f16>(e / 2, p) >> (16 * (e % 2))) as u16).collect();
             for b in 0u32..=0xFFFF {
                 let (slot, outside) = f16_table_slot(b);
                 if outside {
