@@ -258,7 +258,7 @@ fn table_pair<T: Elem>(q: u32, p: Params) -> u32 {
 }
 
 // Pairs never straddle the signs: each half of a table has an even number of entries.
-const _: () = assert!(TABLE_SPAN % 2 == 0 && F16_TABLE_SPAN % 2 == 0);
+const _: () = assert!(TABLE_SPAN.is_multiple_of(2) && F16_TABLE_SPAN.is_multiple_of(2));
 
 /// Writes the table into `table`, one [`table_pair`] a thread at a time (all
 /// threads of the workgroup take part; the caller waits at a barrier before
