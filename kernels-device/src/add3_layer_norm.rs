@@ -11,6 +11,7 @@
 #![allow(clippy::assign_op_pattern)]
 
 use core::f32::math::{mul_add, sqrt};
+use core::mem::MaybeUninit;
 
 use crate::geometry::add3_layer_norm::{CHUNK_STRIDE, CHUNKS, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};
 use crate::num::Elem;
@@ -27,13 +28,43 @@ const _: () = assert!(CHUNKS == 7, "the chunk loops unroll at most 7 chunks");
 /// `p` is aligned to `4 * T::BYTES` and points to four elements.
 #[inline(always)]
 unsafe fn load4<T: Elem>(p: *const T) -> [T; 4] {
+    unsafe { unpack4(load4_words(p)) }
+}
+
+/// The words of [`load4`]'s access, as loaded: for 16-bit types the first two
+/// hold the four elements and the others stay uninitialized, so that loads
+/// held for later take the fewest registers.
+///
+/// # Safety
+/// As for [`load4`].
+#[inline(always)]
+unsafe fn load4_words<T: Elem>(p: *const T) -> [MaybeUninit<u32>; 4] {
+    let mut w = [MaybeUninit::uninit(); 4];
     unsafe {
         if T::BYTES == 2 {
             // Two 32-bit words, not a u64: 64-bit shifts cost two instructions on NVIDIA.
-            let w = (p as *const U32x2).read().0;
-            [w[0], w[0] >> 16, w[1], w[1] >> 16].map(|bits| T::from_bits_u32(bits & 0xFFFF))
+            let v = (p as *const U32x2).read().0;
+            (w[0], w[1]) = (MaybeUninit::new(v[0]), MaybeUninit::new(v[1]));
         } else {
-            (p as *const U32x4).read().0.map(T::from_bits_u32)
+            let v = (p as *const U32x4).read().0;
+            crate::unroll!(i in 0..4 => { w[i] = MaybeUninit::new(v[i]); });
+        }
+    }
+    w
+}
+
+/// The four elements of [`load4_words`]' words.
+///
+/// # Safety
+/// `w` is what [`load4_words`] returned.
+#[inline(always)]
+unsafe fn unpack4<T: Elem>(w: [MaybeUninit<u32>; 4]) -> [T; 4] {
+    unsafe {
+        if T::BYTES == 2 {
+            let (w0, w1) = (w[0].assume_init(), w[1].assume_init());
+            [w0, w0 >> 16, w1, w1 >> 16].map(|bits| T::from_bits_u32(bits & 0xFFFF))
+        } else {
+            w.map(|v| T::from_bits_u32(v.assume_init()))
         }
     }
 }
@@ -181,7 +212,42 @@ unsafe fn workgroup_sum(partial: f32, slots: *mut f32, first: usize) -> f32 {
 /// workgroup, `WORKGROUP_MEM_BYTES` of workgroup memory, one workgroup per row.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
+pub unsafe fn add3_layer_norm<T: Elem, const N: usize, const AHEAD: usize>(
+    a: *const T,
+    b: *const T,
+    x: *const T,
+    w: *const T,
+    bias: *const T,
+    x_new: *mut T,
+    h: *mut T,
+    rows: u32,
+    d: u32,
+    eps: f32,
+) {
+    // Uniform over the launch: quad (vector) accesses when every row starts
+    // 4-element aligned (a null bias passes the test and is never read). Two
+    // instances of the row, so that the quad one has no scalar path to join
+    // and its loads have no values to merge at branches.
+    let quads = (d as usize).is_multiple_of(4)
+        && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize]
+            .iter()
+            .all(|p| p % (4 * T::BYTES) == 0);
+    unsafe {
+        if quads {
+            add3_row::<T, N, AHEAD, true>(a, b, x, w, bias, x_new, h, rows, d, eps)
+        } else {
+            add3_row::<T, N, AHEAD, false>(a, b, x, w, bias, x_new, h, rows, d, eps)
+        }
+    }
+}
+
+/// [`add3_layer_norm`] with its vector accesses (`QUADS`) decided.
+///
+/// # Safety
+/// As for [`add3_layer_norm`]; `QUADS` only where that function chose it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn add3_row<T: Elem, const N: usize, const AHEAD: usize, const QUADS: bool>(
     a: *const T,
     b: *const T,
     x: *const T,
@@ -195,7 +261,7 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
 ) {
     let row = wave::workgroup_id_x();
     // Uniform over the workgroup: every thread leaves together.
-    const { assert!(N >= 1 && N <= CHUNKS) };
+    const { assert!(N >= 1 && N <= CHUNKS && AHEAD <= N) };
     // A longer row than this instance holds is the launcher's error; leave
     // the outputs untouched rather than compute part of it.
     if row >= rows || d == 0 || d > MAX_D || d as usize > N * CHUNK_STRIDE {
@@ -207,28 +273,53 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize>(
     let d32 = d;
     let d = d as usize;
     let base = row as usize * d;
-    // Quad accesses need every row to start 4-element aligned.
-    // (A null bias passes the alignment test and is never read.)
-    let quads = d.is_multiple_of(4)
-        && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize]
-            .iter()
-            .all(|p| p % (4 * T::BYTES) == 0);
+    let quads = QUADS;
     let slots = wave::workgroup_mem::<f32>();
 
     // x_new = T(f(T(f(a) + f(b))) + f(x)), kept in registers, and step 3 as
     // the values come: `s = s + f(x_new[i])` in ownership order (k ascending,
     // then j), which is the order they are computed in. Elements the thread
     // does not own add nothing (the contract's +0.0 would not change `s`).
+    //
+    // Chunk k's inputs are loaded AHEAD chunks before its turn, before the
+    // x_new stores of the chunks in between, so that AHEAD + 1 chunks' loads
+    // are in flight together. The compiler may not move a load above a store
+    // that could alias it; none can here: x_new may only be exactly a, b or x
+    // (the launcher refuses any other overlap), and each element is read and
+    // written by the one thread that owns it. Quad loads are unconditional,
+    // so that no branch has values to merge: a chunk past the row's end loads
+    // the row's first quad instead (in bounds, never read).
+    let load_chunk = |k: usize, into: &mut [[MaybeUninit<u32>; 4]; 3]| {
+        if QUADS {
+            let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
+            let first = if first32 < d32 { first32 as usize } else { 0 };
+            unsafe {
+                *into = [
+                    load4_words(a.add(base + first)),
+                    load4_words(b.add(base + first)),
+                    load4_words(x.add(base + first)),
+                ];
+            }
+        }
+    };
+    let mut loaded = [[[MaybeUninit::<u32>::uninit(); 4]; 3]; N];
+    crate::unroll!(k in 0..N, at most 7 => {
+        if k < AHEAD {
+            load_chunk(k, &mut loaded[k]);
+        }
+    });
     let mut kept = Kept::<T, N>::new();
     let mut s = 0.0f32;
     crate::unroll!(k in 0..N, at most 7 => {
+        if k + AHEAD < N {
+            load_chunk(k + AHEAD, &mut loaded[(k + AHEAD).min(N - 1)]);
+        }
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;
         let first = first32 as usize;
         if first32 < d32 { unsafe {
             if quads {
-                let qa = load4(a.add(base + first));
-                let qb = load4(b.add(base + first));
-                let qx = load4(x.add(base + first));
+                // Loaded by `load_chunk` (QUADS).
+                let [qa, qb, qx] = loaded[k].map(|w| unpack4::<T>(w));
                 // `xn`: x_new widened (the rounded value itself).
                 let mut xn = [0.0f32; 4];
                 let mut range = Range::new();

@@ -353,9 +353,9 @@ families! {
     family Add3LayerNormArgs {
         instances {
             add3_layer_norm_f32, add3_layer_norm_f16, add3_layer_norm_bf16
-                => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }>;
+                => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }, { add3::CHUNKS_AHEAD }>;
             add3_layer_norm_d4096_f32, add3_layer_norm_d4096_f16, add3_layer_norm_d4096_bf16
-                => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }>;
+                => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }, { add3::SHORT_CHUNKS_AHEAD }>;
         }
         params {
             a: read T [rows, d],

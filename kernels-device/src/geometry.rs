@@ -131,6 +131,18 @@ pub mod add3_layer_norm {
     pub const SHORT_MAX_D: u32 = 4096;
     /// Chunks a thread owns at most in the short instance.
     pub const SHORT_CHUNKS: usize = (SHORT_MAX_D as usize).div_ceil(CHUNK_STRIDE);
+    /// Chunks whose inputs a thread loads ahead of the chunk it adds (quad
+    /// accesses only): chunk k's loads are issued before chunk k - AHEAD's
+    /// x_new is stored, so AHEAD + 1 chunks' loads are in flight together.
+    /// The full instance keeps 0 (the order before, not measured otherwise);
+    /// the short one takes 2, three of its four chunks, which measured fastest
+    /// on an H200 among those that ptxas compiles for every NVIDIA
+    /// architecture without spilling at the bound below (3 spills for sm_80
+    /// and sm_100). The figures are in docs/performance.md ("Measurements
+    /// behind the device constants").
+    pub const CHUNKS_AHEAD: usize = 0;
+    /// [`CHUNKS_AHEAD`] of the short instance.
+    pub const SHORT_CHUNKS_AHEAD: usize = 2;
     /// Symbol base of the short instance.
     pub const SHORT_KERNEL: &str = "add3_layer_norm_d4096";
     /// Workgroup-memory slots (f32): the 8 wave sums of the mean's pass, then
@@ -149,12 +161,13 @@ pub mod add3_layer_norm {
     /// row and its loads in flight take about 90 registers, two workgroups per
     /// SM, and the kernel waits on memory (an H200 at 25% occupancy, half the
     /// issue slots idle). Each value is the largest that ptxas compiles without
-    /// spilling (the CUDA backend refuses local memory): 6 for the full kernel
-    /// (40 registers), 8 for the short one (32); on an H200 more per SM ran
-    /// faster. The timings are in docs/performance.md ("Measurements behind the
+    /// spilling for every NVIDIA architecture from sm_80 to sm_121 (the CUDA
+    /// backend refuses local memory; `scripts/check-ptx-spills.sh`): 5 for the
+    /// full kernel (48 registers; at 6, 40 registers, its bf16 spills for
+    /// sm_120), 8 for the short one (32); on an H200 more per SM ran faster. The timings are in docs/performance.md ("Measurements behind the
     /// device constants"), with their runs, not here. f32, whose row takes
     /// twice the registers, has no bound (64 registers).
-    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 6;
+    pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 5;
     /// The same for the short instance.
     pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT: u32 = 8;
 }
