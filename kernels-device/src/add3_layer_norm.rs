@@ -232,33 +232,30 @@ pub unsafe fn add3_layer_norm<T: Elem, const N: usize, const AHEAD: usize>(
         && [a as usize, b as usize, x as usize, x_new as usize, h as usize, w as usize, bias as usize]
             .iter()
             .all(|p| p % (4 * T::BYTES) == 0);
+    let (inputs, outputs) = ([a, b, x, w, bias], [x_new, h]);
     unsafe {
         if quads {
-            add3_row::<T, N, AHEAD, true>(a, b, x, w, bias, x_new, h, rows, d, eps)
+            add3_row::<T, N, AHEAD, true>(inputs, outputs, rows, d, eps)
         } else {
-            add3_row::<T, N, AHEAD, false>(a, b, x, w, bias, x_new, h, rows, d, eps)
+            add3_row::<T, N, AHEAD, false>(inputs, outputs, rows, d, eps)
         }
     }
 }
 
-/// [`add3_layer_norm`] with its vector accesses (`QUADS`) decided.
+/// [`add3_layer_norm`] with its vector accesses (`QUADS`) decided; `inputs`
+/// are `a, b, x, w, bias` and `outputs` are `x_new, h`.
 ///
 /// # Safety
 /// As for [`add3_layer_norm`]; `QUADS` only where that function chose it.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn add3_row<T: Elem, const N: usize, const AHEAD: usize, const QUADS: bool>(
-    a: *const T,
-    b: *const T,
-    x: *const T,
-    w: *const T,
-    bias: *const T,
-    x_new: *mut T,
-    h: *mut T,
+    inputs: [*const T; 5],
+    outputs: [*mut T; 2],
     rows: u32,
     d: u32,
     eps: f32,
 ) {
+    let ([a, b, x, w, bias], [x_new, h]) = (inputs, outputs);
     let row = wave::workgroup_id_x();
     // Uniform over the workgroup: every thread leaves together.
     const { assert!(N >= 1 && N <= CHUNKS && AHEAD <= N) };
