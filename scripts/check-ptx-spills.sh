@@ -23,8 +23,9 @@ if [ ! -f "$ptxas" ]; then
 fi
 chmod +x "$ptxas"
 
-# The PTX of this build: the build script's OUT_DIR, as cargo reports it.
-out_dir=$(cargo build --release --features cuda --message-format=json 2>/dev/null | python3 -c '
+# The PTX of this build: the build script's OUT_DIR, as cargo reports it. The debug profile reuses
+# `cargo test`'s build; the GPU kernels are built the same way for either profile.
+out_dir=$(cargo build --features cuda --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     try:
