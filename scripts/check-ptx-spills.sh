@@ -40,11 +40,11 @@ ptx="$out_dir/kernels_sm_80.ptx"
 status=0
 for arch in $ARCHS; do
     report=$("$ptxas" -arch="$arch" -v "$ptx" -o /dev/null 2>&1) || { echo "$arch: ptxas failed"; echo "$report"; exit 1; }
-    # Lines come in pairs per kernel: "Compiling entry function 'k'", then "N bytes stack frame,
+    # Per kernel, ptxas -v prints "Compiling entry function 'k'", then "N bytes stack frame,
     # S bytes spill stores, L bytes spill loads", then "Used R registers ...".
     result=$(awk -v arch="$arch" '
         /Compiling entry function/ { match($0, /'"'"'[^'"'"']*'"'"'/); k = substr($0, RSTART + 1, RLENGTH - 2); n++ }
-        /bytes stack frame/ { if ($1 != 0 || $5 != 0 || $9 != 0) { bad = bad " " k " (" $1 " B stack, " $5 " B spill stores)" } }
+        /bytes stack frame/ { if ($1 != 0 || $5 != 0 || $9 != 0) { bad = bad " " k " (" $1 " B stack, " $5 " B spill stores, " $9 " B spill loads)" } }
         /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); r = substr($0, RSTART + 5, RLENGTH - 5) + 0; if (r > most) { most = r; mk = k } }
         END { printf "%s: %d kernels, most registers %d (%s)", arch, n, most, mk; if (bad != "") { printf "; LOCAL MEMORY:%s", bad; exit 1 } }' <<<"$report") || status=1
     echo "$result"

@@ -309,6 +309,8 @@ unsafe fn add3_row<T: Elem, const N: usize, const AHEAD: usize, const QUADS: boo
     let mut s = 0.0f32;
     crate::unroll!(k in 0..N, at most 7 => {
         if k + AHEAD < N {
+            // `min`: the index is constant per unrolled k, and out of range
+            // only where this branch is dead.
             load_chunk(k + AHEAD, &mut loaded[(k + AHEAD).min(N - 1)]);
         }
         let first32 = (k * CHUNK_STRIDE) as u32 + 4 * t;

@@ -164,9 +164,10 @@ pub mod add3_layer_norm {
     /// spilling for every NVIDIA architecture from sm_80 to sm_121 (the CUDA
     /// backend refuses local memory; `scripts/check-ptx-spills.sh`): 5 for the
     /// full kernel (48 registers; at 6, 40 registers, its bf16 spills for
-    /// sm_120), 8 for the short one (32); on an H200 more per SM ran faster. The timings are in docs/performance.md ("Measurements behind the
-    /// device constants"), with their runs, not here. f32, whose row takes
-    /// twice the registers, has no bound (64 registers).
+    /// sm_120), 8 for the short one (32); on an H200 more per SM ran faster.
+    /// The timings are in docs/performance.md ("Measurements behind the device
+    /// constants"), with their runs, not here. f32, whose row takes twice the
+    /// registers, has no bound (64 registers).
     pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT: u32 = 5;
     /// The same for the short instance.
     pub const NVIDIA_MIN_WORKGROUPS_PER_SM_16BIT_SHORT: u32 = 8;

@@ -485,6 +485,11 @@ mod tests {
         Params { ap: round_to::<T>(ap), an: round_to::<T>(an), be: round_to::<T>(be), ep: round_to::<T>(ep) }
     }
 
+    /// Table entry `e` as `build_table` stores it: its half of [`table_pair`].
+    fn table_entry<T: Elem>(e: u32, p: Params) -> u32 {
+        (table_pair::<T>(e / 2, p) >> (16 * (e % 2))) & 0xFFFF
+    }
+
     const PARAM_SETS: [(f32, f32, f32, f32); 7] = [
         (0.8, 0.8, 0.5, -1e-6), // Apertus
         (2.0, 0.1, -0.25, -0.01),
@@ -685,7 +690,7 @@ mod tests {
             for e in 0..TABLE_ENTRIES {
                 let x = Bf16::from_bits_u32(table_value(e));
                 assert_eq!(
-                    table_pair::<Bf16>(e / 2, p) >> (16 * (e % 2)) & 0xFFFF,
+                    table_entry::<Bf16>(e, p),
                     xielu_one(x, p).to_bits_u32(),
                     "entry {e}, x = {:e}, params {:?}",
                     x.to_f32(),
@@ -784,8 +789,7 @@ mod tests {
             if !fast_params::<f16>(p) {
                 continue;
             }
-            let table: Vec<u16> =
-                (0..F16_TABLE_ENTRIES).map(|e| (table_pair::<f16>(e / 2, p) >> (16 * (e % 2))) as u16).collect();
+            let table: Vec<u16> = (0..F16_TABLE_ENTRIES).map(|e| table_entry::<f16>(e, p) as u16).collect();
             for b in 0u32..=0xFFFF {
                 let (slot, outside) = f16_table_slot(b);
                 if outside {
