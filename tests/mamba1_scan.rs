@@ -284,6 +284,19 @@ fn n_dm_and_l_off_the_multiples_of_8<T: Element>(dev: &Device) {
     }
 }
 
+/// Every count of 8-step chunks from one to five, with and without a remainder,
+/// at N = 16 and 32 (the instances with the unrolled loop): on NVIDIA and the
+/// host emulator the loop takes the chunks in pairs, then an odd last one.
+fn every_chunk_count_up_to_five<T: Element>(dev: &Device) {
+    for n in [16, 32] {
+        for len in [8, 16, 24, 32, 40, 43] {
+            let s = ScanInputs::generate(T::DTYPE, 2, len, 20, n, true);
+            let got = run_kernel::<T>(dev, &s, StateIn::Separate);
+            assert_matches_model(T::DTYPE, &got, &s, &format!("{} B=2 L={len} Dm=20 N={n}", label::<T>(dev)));
+        }
+    }
+}
+
 /// The reliability sweep's shapes (docs/reliability.md): N = 1, 31, 32 (one
 /// lane, all but one, a full wave) at L = 1 and 2049 (one step; every unrolled
 /// pass plus a remainder of one), over Dm = 5 (channels of the last wave past
@@ -650,7 +663,7 @@ fn main() {
         single: the_safe_wrapper_checks_every_buffer_size, the_cpu_backend_refuses_a_stream;
         per_backend_and_dtype: availability_matches_the_launch_lookup;
         per_backend: a_long_prefill_stays_within_1e_5;
-        per_backend_and_dtype: edge_n_and_l;
+        per_backend_and_dtype: edge_n_and_l, every_chunk_count_up_to_five;
     );
     suite.cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid));
     suite

@@ -47,7 +47,9 @@
 //! (whose B and C come from workgroup memory) in every iteration, the last one
 //! included, which loads its own steps again and does not use them: with a
 //! branch around the loads, the H200 waited for all of them at the chunk's first
-//! fused multiply-add (`docs/performance.md`).
+//! fused multiply-add (`docs/performance.md`). Except on AMD the loop takes two
+//! chunks an iteration, so that the two chunks' loaded values live in two sets
+//! of registers and need no copy at the end of a chunk.
 //! The 8 steps' lane sums are exchanged transposed: at each of the first three
 //! levels a lane sends the half of its per-step values it does not keep (two
 //! lanes: one exchange per two steps and lane instead of one per step), and each
@@ -406,45 +408,69 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             next = load_dt_x(0);
             store_stage(load_stage(0));
         }
-        for chunk in 0..chunks {
-            let cur = next;
-            // The next chunk's inputs; on the last chunk this chunk's again,
-            // loaded and not used, so that no branch joins after the loads.
-            let ahead = if chunk + 1 < chunks { t + UNROLL } else { t };
-            next = load_dt_x(ahead);
-            let next_stage = load_stage(ahead);
-            wave::schedule_fence();
-            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-            crate::unroll!(k in 0..8 => {
-                dtv[k] = cur.0[k].to_f32();
-                xv[k] = cur.1[k].to_f32();
-            });
-            let mut q = [0.0f32; UNROLL];
-            crate::unroll!(k in 0..8 => {
-                // Two steps' B and C at a time: the scheduler would otherwise
-                // read all 8 steps' first (128 registers with eight columns).
-                if k.is_multiple_of(2) && k > 0 {
-                    wave::schedule_fence();
-                }
-                q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
-            });
-            // The 8 totals, transposed: this lane stores `kept` of the steps (with
-            // 16 lanes, two lanes hold each total: the even one stores it).
-            let mut xd = [0.0f32; UNROLL];
-            crate::unroll!(k in 0..8 => {
-                xd[k] = xv[k] * dsk;
-            });
-            let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
-            let kept = (UNROLL / LANES as usize).max(1);
-            if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
-                crate::unroll!(i in 0..4 => {
-                    if i < kept {
-                        y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
-                    }
+        // The chunk at step `t` from its inputs `$cur`: loads the next chunk's
+        // inputs into `$next` (if `$more`; otherwise this chunk's again, loaded
+        // and not used, so that no branch joins after the loads), scans, stores
+        // y, and stages the next chunk's B and C.
+        macro_rules! scan_chunk {
+            ($cur:expr, $next:ident, $more:expr) => {{
+                let cur = $cur;
+                let ahead = if $more { t + UNROLL } else { t };
+                $next = load_dt_x(ahead);
+                let next_stage = load_stage(ahead);
+                wave::schedule_fence();
+                let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+                crate::unroll!(k in 0..8 => {
+                    dtv[k] = cur.0[k].to_f32();
+                    xv[k] = cur.1[k].to_f32();
                 });
+                let mut q = [0.0f32; UNROLL];
+                crate::unroll!(k in 0..8 => {
+                    // Two steps' B and C at a time: the scheduler would otherwise
+                    // read all 8 steps' first (128 registers with eight columns).
+                    if k.is_multiple_of(2) && k > 0 {
+                        wave::schedule_fence();
+                    }
+                    q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
+                });
+                // The 8 totals, transposed: this lane stores `kept` of the steps (with
+                // 16 lanes, two lanes hold each total: the even one stores it).
+                let mut xd = [0.0f32; UNROLL];
+                crate::unroll!(k in 0..8 => {
+                    xd[k] = xv[k] * dsk;
+                });
+                let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
+                let kept = (UNROLL / LANES as usize).max(1);
+                if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
+                    crate::unroll!(i in 0..4 => {
+                        if i < kept {
+                            y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
+                        }
+                    });
+                }
+                store_stage(next_stage);
+                t += UNROLL;
+            }};
+        }
+        // Two chunks an iteration except on AMD, so that the loaded inputs
+        // alternate between two sets of registers: with one set, ptxas copies
+        // them at the end of every chunk (docs/performance.md, run 131). The
+        // host emulator takes the pairs too, so that the CPU tests cover them;
+        // AMD keeps one chunk an iteration, as measured for its registers.
+        if !cfg!(target_arch = "amdgpu") {
+            let mut other;
+            for pair in 0..chunks / 2 {
+                scan_chunk!(next, other, true);
+                scan_chunk!(other, next, 2 * pair + 2 < chunks);
             }
-            store_stage(next_stage);
-            t += UNROLL;
+            // The last chunk of an odd count.
+            for _ in 0..chunks % 2 {
+                scan_chunk!(next, next, false);
+            }
+        } else {
+            for chunk in 0..chunks {
+                scan_chunk!(next, next, chunk + 1 < chunks);
+            }
         }
         // The last len % UNROLL steps: the same operations, one step at a time.
         while t < len {
