@@ -17,7 +17,10 @@
 )]
 #![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
 #![cfg_attr(target_arch = "amdgpu", feature(link_llvm_intrinsics))]
-#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, link_llvm_intrinsics, abi_unadjusted, repr_simd, simd_ffi))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(stdarch_nvptx, link_llvm_intrinsics, abi_unadjusted, repr_simd, simd_ffi, asm_experimental_arch)
+)]
 #![feature(f16, core_float_math)]
 #![allow(internal_features)]
 

@@ -49,7 +49,11 @@
 //! branch around the loads, the H200 waited for all of them at the chunk's first
 //! fused multiply-add (`docs/performance.md`). Except on AMD the loop takes two
 //! chunks an iteration, so that the two chunks' loaded values live in two sets
-//! of registers and need no copy at the end of a chunk.
+//! of registers and need no copy at the end of a chunk. Each pair first asks
+//! L2 for the wave's dt and x [`PREFETCH_CHUNKS`] chunks ahead
+//! ([`wave::prefetch_l2`]; gfx11 has no such instruction): when x, dt and y do
+//! not fit in L2, the loads one chunk ahead alone left each chunk waiting for
+//! memory.
 //! The 8 steps' lane sums are exchanged transposed: at each of the first three
 //! levels a lane sends the half of its per-step values it does not keep (two
 //! lanes: one exchange per two steps and lane instead of one per step), and each
@@ -89,6 +93,12 @@ const _: () = assert!(UNROLL == 8 && LANES_LARGE <= 16);
 // `staged_row` reads 2, 4 or 8 columns.
 const _: () = assert!(COLS == 2 || COLS == 4 || COLS == 8);
 const _: () = assert!(MAX_N == LANES_LARGE * MAP.states_per_lane);
+
+/// How far ahead of the scan each pair of chunks asks L2 for dt and x, in
+/// chunks (NVIDIA; elsewhere nothing). Where x, dt and y do not fit in L2 the
+/// next chunk's loads then wait for L2, not for memory (docs/performance.md,
+/// "prefetch").
+const PREFETCH_CHUNKS: usize = 3;
 
 /// Values of B (and of C) each lane stages per chunk, at most: `UNROLL * N / 32`.
 const STAGE: usize = UNROLL * MAX_N as usize / wave::WAVE_SIZE as usize;
@@ -402,6 +412,30 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             v
         };
 
+        // What each lane asks L2 for at the start of a pair of chunks: one row
+        // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
+        // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
+        // 32-byte sector of a row. The lines are 128 bytes, so a wave asks only
+        // if the previous wave's channels lie in another line (judged in row 0,
+        // for the whole sequence: a miss costs only time).
+        let pf_rows = 2 * UNROLL;
+        let pf_row = lane as usize % pf_rows;
+        let pf_array =
+            |dt_side: *const T, x_side: *const T| if lane as usize / pf_rows == 0 { dt_side } else { x_side };
+        let pf_first = pf_array(dt_c, x_c).add(seq_first + pf_row * dm) as usize;
+        let starts_line = |p: *const T| {
+            let at = p.add(seq_first + wave_first as usize) as usize;
+            wave_first == 0 || at / 128 != (at - per_wave as usize * size_of::<T>()) / 128
+        };
+        let pf_on = starts_line(pf_array(dt, x));
+        // The first row of the last full pair: every row asked for is below L.
+        let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
+        let prefetch = |t: usize| {
+            let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(last_start));
+            if pf_on {
+                wave::prefetch_l2((pf_first + at * dm * size_of::<T>()) as *const u8);
+            }
+        };
         let mut t = 0usize;
         let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
         if chunks > 0 {
@@ -462,6 +496,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         if !cfg!(target_arch = "amdgpu") {
             let mut other;
             for pair in 0..chunks / 2 {
+                prefetch(t);
                 scan_chunk!(next, other, true);
                 scan_chunk!(other, next, 2 * pair + 2 < chunks);
             }

@@ -207,6 +207,23 @@ pub fn workgroup_mem<T>() -> *mut T {
     arch::workgroup_mem::<T>()
 }
 
+/// Asks the GPU to bring the line at `p` into its L2 cache, with no register
+/// written and nothing to wait for: a hint for data a wave loads a few chunks
+/// later. On nvptx `prefetch.global.L2`; AMD's gfx11 has no such instruction
+/// and the host has no L2, so there it does nothing. `p` must lie inside an
+/// allocation the kernel may read.
+#[inline(always)]
+pub fn prefetch_l2<T>(p: *const T) {
+    // LLVM's prefetch intrinsics select only from sm_90 on, and the PTX is
+    // built for sm_80: the instruction itself is older than both.
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(nostack, readonly, preserves_flags));
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = p;
+}
+
 /// Keeps loads issued before it ahead of the arithmetic after it (software
 /// pipelining: the next block's loads before this block's work). On amdgpu the
 /// scheduler would otherwise interleave them with arithmetic that waits on
