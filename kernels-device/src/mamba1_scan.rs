@@ -49,7 +49,7 @@
 //! branch around the loads, the H200 waited for all of them at the chunk's first
 //! fused multiply-add (`docs/performance.md`). Except on AMD the loop takes two
 //! chunks an iteration, so that the two chunks' loaded values live in two sets
-//! of registers and need no copy at the end of a chunk. Each pair first asks
+//! of registers and need no copy at the end of a chunk. Each pair also asks
 //! L2 for the wave's dt and x [`PREFETCH_CHUNKS`] chunks ahead
 //! ([`wave::prefetch_l2`]; gfx11 has no such instruction): when x, dt and y do
 //! not fit in L2, the loads one chunk ahead alone left each chunk waiting for
@@ -94,7 +94,7 @@ const _: () = assert!(UNROLL == 8 && LANES_LARGE <= 16);
 const _: () = assert!(COLS == 2 || COLS == 4 || COLS == 8);
 const _: () = assert!(MAX_N == LANES_LARGE * MAP.states_per_lane);
 
-/// How far ahead of the scan each pair of chunks asks L2 for dt and x, in
+/// How far ahead of its first chunk each pair of chunks asks L2 for dt and x, in
 /// chunks (NVIDIA; elsewhere nothing). Where x, dt and y do not fit in L2 the
 /// next chunk's loads then wait for L2, not for memory (docs/performance.md,
 /// "prefetch").
@@ -412,7 +412,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             v
         };
 
-        // What each lane asks L2 for at the start of a pair of chunks: one row
+        // What each lane asks L2 for in the first chunk of a pair: one row
         // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
         // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
         // 32-byte sector of a row. The lines are 128 bytes, so a wave asks only
@@ -444,14 +444,21 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         }
         // The chunk at step `t` from its inputs `$cur`: loads the next chunk's
         // inputs into `$next` (if `$more`; otherwise this chunk's again, loaded
-        // and not used, so that no branch joins after the loads), scans, stores
-        // y, and stages the next chunk's B and C.
+        // and not used, so that no branch joins after the loads), asks L2 for
+        // dt and x ahead (if `$prefetch`; after the loads, where it cost the
+        // least, run 143), scans, stores y, and stages the next chunk's B and C.
         macro_rules! scan_chunk {
-            ($cur:expr, $next:ident, $more:expr) => {{
+            ($cur:expr, $next:ident, $more:expr) => {
+                scan_chunk!($cur, $next, $more, false)
+            };
+            ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {{
                 let cur = $cur;
                 let ahead = if $more { t + UNROLL } else { t };
                 $next = load_dt_x(ahead);
                 let next_stage = load_stage(ahead);
+                if $prefetch {
+                    prefetch(t);
+                }
                 wave::schedule_fence();
                 let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
                 crate::unroll!(k in 0..8 => {
@@ -496,8 +503,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         if !cfg!(target_arch = "amdgpu") {
             let mut other;
             for pair in 0..chunks / 2 {
-                prefetch(t);
-                scan_chunk!(next, other, true);
+                scan_chunk!(next, other, true, true);
                 scan_chunk!(other, next, 2 * pair + 2 < chunks);
             }
             // The last chunk of an odd count: a loop rather than an `if`, as the
