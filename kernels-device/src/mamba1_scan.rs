@@ -422,7 +422,9 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let pf_row = lane as usize % pf_rows;
         let pf_array =
             |dt_side: *const T, x_side: *const T| if lane as usize / pf_rows == 0 { dt_side } else { x_side };
-        let pf_first = pf_array(dt_c, x_c).add(seq_first + pf_row * dm) as usize;
+        // `wrapping_add`: for L below 16 (no pair, so no prefetch) the row may
+        // lie past the tensor; the rows asked for are clamped below L.
+        let pf_first = pf_array(dt_c, x_c).wrapping_add(seq_first + pf_row * dm) as usize;
         let starts_line = |p: *const T| {
             let at = p.add(seq_first + wave_first as usize) as usize;
             wave_first == 0 || at / 128 != (at - per_wave as usize * size_of::<T>()) / 128
