@@ -12,7 +12,7 @@ pub const LAUNCH_WORKGROUP_SIZES: &[u32] = &[
     xielu::WORKGROUP_SIZE,
     xielu::TABLE_WORKGROUP_SIZE,
     add3_layer_norm::WORKGROUP_SIZE,
-    mamba1_scan::WORKGROUP_SIZE,
+    mamba1_scan::Mapping::AMD.workgroup_size(),
     moe::WORKGROUP_SIZE,
     moe::COMBINE_WORKGROUP_SIZE,
 ];
@@ -78,7 +78,7 @@ pub const LAUNCH_WORKGROUP_MEM: &[(&str, LaunchMem)] = &[
     ("xielu_bf16", LaunchMem::Fixed(xielu::BF16_WORKGROUP_MEM_BYTES)),
     ("xielu_f16", LaunchMem::UpTo(xielu::F16_WORKGROUP_MEM_BYTES)),
     ("add3_layer_norm_", LaunchMem::Fixed(add3_layer_norm::WORKGROUP_MEM_BYTES)),
-    ("mamba1_scan_", LaunchMem::Fixed(mamba1_scan::WORKGROUP_MEM_BYTES)),
+    ("mamba1_scan_", LaunchMem::Fixed(mamba1_scan::Mapping::AMD.workgroup_mem_bytes())),
     ("moe_fc1_relu2_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
     ("moe_down_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
 ];
@@ -116,8 +116,8 @@ mod tests {
         assert_eq!(workgroup_mem("moe_down_bf16"), LaunchMem::UpTo(moe::workgroup_mem_bytes(moe::MAX_COLS, 8)));
         assert_eq!(workgroup_mem("probe_extra"), LaunchMem::None);
         assert_eq!(MAX_WORKGROUP_SIZE, xielu::TABLE_WORKGROUP_SIZE.max(256));
-        assert_eq!(max_workgroup_size("mamba1_scan_bf16"), mamba1_scan::WORKGROUP_SIZE);
-        assert_eq!(workgroup_mem("mamba1_scan_f16"), LaunchMem::Fixed(mamba1_scan::WORKGROUP_MEM_BYTES));
+        assert_eq!(max_workgroup_size("mamba1_scan_bf16"), mamba1_scan::Mapping::AMD.workgroup_size());
+        assert_eq!(workgroup_mem("mamba1_scan_f16"), LaunchMem::Fixed(mamba1_scan::Mapping::AMD.workgroup_mem_bytes()));
         assert_eq!(amdgpu_launch_bound("xielu_f16"), None);
         assert_eq!(max_workgroup_size("xielu_f16"), MAX_WORKGROUP_SIZE);
         // Within the 64 KiB an RDNA workgroup may have.

@@ -10,7 +10,7 @@
 //! result depends only on its inputs, and a scan over `L1 + L2` steps equals, bit
 //! for bit, a scan over `L1` steps followed by one over `L2` steps from its state.
 
-use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, Mapping, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, Mapping};
 
 pub use kernels_device::entry::Mamba1ScanArgs;
 
@@ -29,7 +29,8 @@ pub const KERNEL: &str = "mamba1_scan";
 pub fn mapping(backend: BackendKind) -> Mapping {
     match backend {
         BackendKind::Cuda => Mapping::NVIDIA,
-        BackendKind::Hip | BackendKind::Cpu => Mapping::AMD,
+        BackendKind::Hip => Mapping::AMD,
+        BackendKind::Cpu => Mapping::EMULATOR,
     }
 }
 
@@ -144,8 +145,8 @@ pub fn sizes(dtype: Dtype, batch: u32, len: u32, dm: u32, n: u32) -> Result<Scan
 pub fn dims(mapping: Mapping, batch: u32, dm: u32, n: u32) -> LaunchDims {
     LaunchDims {
         grid: [dm.div_ceil(mapping.channels_per_workgroup(n)), batch, 1],
-        workgroup_size: WORKGROUP_SIZE,
-        workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
+        workgroup_size: mapping.workgroup_size(),
+        workgroup_mem_bytes: mapping.workgroup_mem_bytes(),
     }
 }
 

@@ -180,9 +180,9 @@ pub mod add3_layer_norm {
 /// it LLVM budgets registers for 1024-thread workgroups: 128 VGPRs a lane on
 /// gfx11-generic, where mamba1_scan's eight state columns a lane need about 180.
 pub const AMDGPU_LAUNCH_BOUNDS: &[(&str, u32)] = &[
-    ("mamba1_scan_f32", mamba1_scan::WORKGROUP_SIZE),
-    ("mamba1_scan_f16", mamba1_scan::WORKGROUP_SIZE),
-    ("mamba1_scan_bf16", mamba1_scan::WORKGROUP_SIZE),
+    ("mamba1_scan_f32", mamba1_scan::Mapping::AMD.workgroup_size()),
+    ("mamba1_scan_f16", mamba1_scan::Mapping::AMD.workgroup_size()),
+    ("mamba1_scan_bf16", mamba1_scan::Mapping::AMD.workgroup_size()),
 ];
 
 /// Launch bounds written into the PTX (`.maxntid`, `.minnctapersm`) for the
@@ -209,42 +209,65 @@ pub const NVIDIA_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
 pub mod mamba1_scan {
     use super::WAVE_SIZE;
 
-    /// Waves per workgroup (each wave stages its own B and C, so there is no
-    /// barrier: small workgroups spread a short grid over more compute units).
-    pub const WAVES_PER_WORKGROUP: u32 = 2;
-    /// Threads per workgroup.
-    pub const WORKGROUP_SIZE: u32 = WAVES_PER_WORKGROUP * WAVE_SIZE;
     /// Up to this N a channel takes [`Mapping::lanes_small`] lanes; above it, twice as many.
     pub const SMALL_MAX_N: u32 = 16;
     /// The largest state size N. Larger N is refused.
     pub const MAX_N: u32 = 2 * SMALL_MAX_N;
 
-    /// How a channel's N state columns are spread over lanes: `lanes_per_channel(n)`
-    /// adjacent lanes, lane `l` of a channel holding columns `states_per_lane * l ..`
-    /// in f32 registers for the whole sequence. Fewer columns a lane means more
-    /// lanes, so more waves for the same channels, and a little more work per
-    /// step (one more exchange level per halving). Which suits a target is a
-    /// measurement (docs/performance.md, "mamba1_scan"): the kernel and the
-    /// launcher both take it from here.
+    /// How a target runs the scan. Its N state columns are spread over
+    /// `lanes_per_channel(n)` adjacent lanes, lane `l` of a channel holding columns
+    /// `states_per_lane * l ..` in f32 registers for the whole sequence. Fewer
+    /// columns a lane means more lanes, so more waves for the same channels, and a
+    /// little more work per step (one more exchange level per halving). Which
+    /// suits a target is a measurement (docs/performance.md, "mamba1_scan"): the
+    /// kernel and the launcher both take it from here.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub struct Mapping {
         /// State columns each lane carries.
         pub states_per_lane: u32,
+        /// Waves per workgroup. Each wave stages its own inputs, so there is no
+        /// barrier: the workgroup only groups waves onto a compute unit.
+        pub waves_per_workgroup: u32,
+        /// Chunks of [`UNROLL`] steps per iteration of the time loop. With 2, the
+        /// two chunks' loaded values live in two sets of registers, which ptxas
+        /// otherwise copies at the end of every chunk.
+        pub chunks_per_iteration: u32,
+        /// Whether the wave also stages its channels' dt and x in workgroup
+        /// memory, each value loaded and widened once for the wave instead of
+        /// once per lane, and writes bf16 values (of B and C too) as the top
+        /// halves of floats whose low halves are zero, which widens them with no
+        /// instruction.
+        pub stages_dt_x: bool,
     }
 
     impl Mapping {
-        /// AMD, and the CPU emulator: eight columns a lane, a wave of 16 channels.
+        /// AMD: eight columns a lane, a wave of 16 channels, two waves a
+        /// workgroup, one chunk an iteration, dt and x loaded by each lane.
         /// gfx1151 has waves to spare; what bounds it is instructions per step.
-        pub const AMD: Mapping = Mapping { states_per_lane: 8 };
-        /// NVIDIA: four columns a lane, a warp of 8 channels: twice AMD's warps,
-        /// since with AMD's mapping an H200 has less than one warp per scheduler
-        /// and waits on each warp's chain of dependent instructions. (Two
-        /// columns, four times the warps, ran no faster: each warp's staging
-        /// and loads do not shrink with its channels.)
-        pub const NVIDIA: Mapping = Mapping { states_per_lane: 4 };
-        /// The mapping of the code being compiled (the PTX: NVIDIA's; the AMD code
-        /// objects and the emulator: AMD's).
-        pub const COMPILED: Mapping = if cfg!(target_arch = "nvptx64") { Mapping::NVIDIA } else { Mapping::AMD };
+        /// Its code objects stay as verified on the simulated gfx1151 (eight
+        /// columns already take about 210 VGPRs).
+        pub const AMD: Mapping =
+            Mapping { states_per_lane: 8, waves_per_workgroup: 2, chunks_per_iteration: 1, stages_dt_x: false };
+        /// NVIDIA: four columns a lane, a warp of 8 channels (twice AMD's warps:
+        /// with AMD's mapping an H200 has less than one warp per scheduler and
+        /// waits on each warp's chain of dependent instructions; two columns, four
+        /// times the warps, were slower), one warp a workgroup, two chunks an
+        /// iteration, dt and x staged.
+        pub const NVIDIA: Mapping =
+            Mapping { states_per_lane: 4, waves_per_workgroup: 1, chunks_per_iteration: 2, stages_dt_x: true };
+        /// The CPU emulator: AMD's columns with NVIDIA's schedule, so that the
+        /// bit-exact CPU tests cover both (two waves a workgroup, so that they
+        /// also cover a wave's offset into workgroup memory).
+        pub const EMULATOR: Mapping =
+            Mapping { states_per_lane: 8, waves_per_workgroup: 2, chunks_per_iteration: 2, stages_dt_x: true };
+        /// The mapping of the code being compiled.
+        pub const COMPILED: Mapping = if cfg!(target_arch = "nvptx64") {
+            Mapping::NVIDIA
+        } else if cfg!(target_arch = "amdgpu") {
+            Mapping::AMD
+        } else {
+            Mapping::EMULATOR
+        };
 
         /// Lanes of a channel for N <= [`SMALL_MAX_N`]: its columns, spread.
         pub const fn lanes_small(self) -> u32 {
@@ -256,7 +279,22 @@ pub mod mamba1_scan {
         }
         /// Channels per workgroup for state size `n`: grid x = `ceil(Dm / this)`, grid y = B.
         pub const fn channels_per_workgroup(self, n: u32) -> u32 {
-            WAVES_PER_WORKGROUP * (WAVE_SIZE / self.lanes_per_channel(n))
+            self.waves_per_workgroup * (WAVE_SIZE / self.lanes_per_channel(n))
+        }
+        /// Threads per workgroup.
+        pub const fn workgroup_size(self) -> u32 {
+            self.waves_per_workgroup * WAVE_SIZE
+        }
+        /// Floats of workgroup memory each wave stages [`UNROLL`] steps in, as
+        /// f32: B and C (`[2][UNROLL][N]`, at the largest N), then, if it stages
+        /// them, dt and x (`[2][channels][UNROLL]`, at the most channels a wave).
+        pub const fn staged_floats_per_wave(self) -> u32 {
+            let dt_x = if self.stages_dt_x { 2 * UNROLL as u32 * (WAVE_SIZE / self.lanes_small()) } else { 0 };
+            2 * UNROLL as u32 * MAX_N + dt_x
+        }
+        /// Workgroup memory of a launch: one staging area per wave.
+        pub const fn workgroup_mem_bytes(self) -> u32 {
+            self.waves_per_workgroup * self.staged_floats_per_wave() * 4
         }
     }
 
@@ -264,11 +302,13 @@ pub mod mamba1_scan {
     // kernel's exchanges and unrolled loops take 2, 4 or 8 columns a lane, so
     // 2 to 8 lanes a channel, and twice that above SMALL_MAX_N.
     const _: () = {
-        let maps = [Mapping::AMD, Mapping::NVIDIA];
+        let maps = [Mapping::AMD, Mapping::NVIDIA, Mapping::EMULATOR];
         let mut i = 0;
         while i < maps.len() {
             let m = maps[i];
             assert!(m.states_per_lane == 2 || m.states_per_lane == 4 || m.states_per_lane == 8);
+            assert!(m.chunks_per_iteration == 1 || m.chunks_per_iteration == 2);
+            assert!(m.waves_per_workgroup >= 1 && m.workgroup_size() <= 1024);
             i += 1;
         }
     };
@@ -278,11 +318,6 @@ pub mod mamba1_scan {
     pub const UNROLL: usize = 8;
     /// The largest batch: grid y is B, and CUDA and HIP both allow 65535 there.
     pub const MAX_BATCH: u32 = 65535;
-    /// Floats of workgroup memory each wave stages B and C of [`UNROLL`] steps
-    /// in, as f32 (`[2][UNROLL][N]`, at the largest N).
-    pub const STAGED_FLOATS_PER_WAVE: u32 = 2 * UNROLL as u32 * MAX_N;
-    /// Workgroup memory of a launch: one staging area per wave.
-    pub const WORKGROUP_MEM_BYTES: u32 = WAVES_PER_WORKGROUP * STAGED_FLOATS_PER_WAVE * 4;
 }
 
 /// `moe_fc1_relu2`, `moe_down`, `moe_combine`: the routed experts of Nemotron-H.

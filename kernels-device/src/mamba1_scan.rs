@@ -12,15 +12,17 @@
 //! columns `c l .. c l + c` (`c = states_per_lane`) in f32 registers for the
 //! whole sequence, so the sum over n is a chain of fused multiply-adds inside
 //! the lane, then one level across lanes per halving. AMD: 8 columns, 2 lanes
-//! (4 above 16), a wave of 16 channels. NVIDIA: 4 columns, 4 lanes (8), a
-//! warp of 8 channels. A workgroup is [`WAVES_PER_WORKGROUP`] waves; grid x =
+//! (4 above 16), a wave of 16 channels, two waves a workgroup. NVIDIA: 4
+//! columns, 4 lanes (8), a warp of 8 channels, one warp a workgroup. Grid x =
 //! `ceil(Dm / channels_per_workgroup)`, grid y = B. A wave whose first channel is
 //! past Dm leaves at once, as a whole (no barrier is used); a later channel past
 //! Dm follows channel Dm - 1's addresses and stores nothing. Columns `>= N`
 //! follow column N - 1's addresses (every load in bounds, control flow uniform),
-//! add nothing to the sum and store nothing. Every lane of a channel loads its
-//! dt and x itself (the same addresses, one memory access); B and C are the same
-//! for every channel of a batch, so they come from the cache.
+//! add nothing to the sum and store nothing. On AMD every lane of a channel
+//! loads its dt and x itself (the same addresses, one memory access); where the
+//! mapping `stages_dt_x` (NVIDIA, the emulator) the wave stages them with B and
+//! C (below). B and C are the same for every channel of a batch, so they come
+//! from the cache.
 //!
 //! Four instances, chosen by N at run time: `lanes_small()` or twice that, and
 //! whether some columns are past N (N other than 16 and 32), so that N = 16 and
@@ -47,9 +49,15 @@
 //! (whose B and C come from workgroup memory) in every iteration, the last one
 //! included, which loads its own steps again and does not use them: with a
 //! branch around the loads, the H200 waited for all of them at the chunk's first
-//! fused multiply-add (`docs/performance.md`). Except on AMD the loop takes two
-//! chunks an iteration, so that the two chunks' loaded values live in two sets
-//! of registers and need no copy at the end of a chunk. Each pair also asks
+//! fused multiply-add (`docs/performance.md`). Each wave stages the next
+//! chunk's B and C, and with `stages_dt_x` its channels' dt and x, as f32 in
+//! its own workgroup memory: each value is loaded and widened once for the
+//! wave, bf16 by writing its bits over a zeroed low half (no instruction), and
+//! each lane reads its channel's 8 steps of dt and of x in four 16-byte loads,
+//! instead of loading, addressing and widening 16 values itself
+//! (docs/performance.md, "dt and x staged"). Where `chunks_per_iteration` is 2
+//! (NVIDIA, the emulator) the loop takes two chunks an iteration, so that
+//! values loaded into registers for the next chunk need no copy. Each pair also asks
 //! L2 for the wave's dt and x [`PREFETCH_CHUNKS`] chunks ahead
 //! ([`wave::prefetch_l2`]; gfx11 has no such instruction): when x, dt and y do
 //! not fit in L2, the loads one chunk ahead alone left each chunk waiting for
@@ -74,7 +82,7 @@
 
 use core::f32::math::mul_add;
 
-use crate::geometry::mamba1_scan::{MAX_N, Mapping, STAGED_FLOATS_PER_WAVE, UNROLL, WAVES_PER_WORKGROUP};
+use crate::geometry::mamba1_scan::{MAX_N, Mapping, UNROLL};
 use crate::num::{Elem, consts::LOG2E, exp2_fast};
 use crate::vector::{Align8, F32x4, Vector};
 use crate::wave;
@@ -288,7 +296,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         || n == 0
         || n > MAX_N
         || MAP.lanes_per_channel(n) != LANES
-        || wave::wave_id() >= WAVES_PER_WORKGROUP
+        || wave::wave_id() >= MAP.waves_per_workgroup
     {
         return;
     }
@@ -329,8 +337,9 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let seq_first = b * len * dm;
         let (y_c, dsk) = (y.add(seq_first + d), dskip.add(d).read().to_f32());
         let (dt_c, x_c) = (dt.add(d), x.add(d));
-        // The values stay as loaded (T) until after the schedule fence: a
-        // widening there would wait for the load at once.
+        // Without staging, each lane loads its channel's dt and x. The values
+        // stay as loaded (T) until after the schedule fence: a widening there
+        // would wait for the load at once.
         let load_dt_x = |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
             let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
             crate::unroll!(k in 0..8 => {
@@ -365,7 +374,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let chunks = if MASKED { 0 } else { len / UNROLL };
         let per_lane = UNROLL * n / wave::WAVE_SIZE as usize;
         let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
-            .add(wave::wave_id() as usize * STAGED_FLOATS_PER_WAVE as usize);
+            .add(wave::wave_id() as usize * MAP.staged_floats_per_wave() as usize);
         let (bm_lane, cm_lane) = (bm.add(lane as usize), cm.add(lane as usize));
         let load_stage = |t: usize| -> ([T; STAGE], [T; STAGE]) {
             let first = wave::uniform_usize(bc_first + t * n);
@@ -378,14 +387,93 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             });
             (bv, cv)
         };
-        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE])| {
+        // One value at a staged float. With `stages_dt_x`, a bf16's bits go over
+        // the float's low half, which this lane zeroed before the loop and which
+        // nothing else writes: the float is the value widened, with no
+        // instruction (only bf16's bits are the top half of its f32).
+        let top_half = MAP.stages_dt_x && T::WIDENS_AS_TOP_HALF;
+        let stage_at = |at: *mut f32, v: T| {
+            if top_half {
+                (at as *mut u16).add(1).write(v.to_bits_u32() as u16);
+            } else {
+                at.write(v.to_f32());
+            }
+        };
+        if top_half && chunks > 0 {
+            crate::unroll!(m in 0..8 => {
+                if m < per_lane {
+                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
+                    staged.add(e).write(0.0);
+                    staged.add(UNROLL * n + e).write(0.0);
+                }
+            });
+        }
+
+        // With `stages_dt_x` the wave also stages its channels' dt and x of the
+        // chunk, `[2][channels][UNROLL]` after B and C: each value is loaded
+        // and widened once for the wave (not once per lane of its channel), and
+        // each lane reads its channel's 8 steps of each in two 16-byte loads.
+        // Value `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt,
+        // then x), channel `v % channels` (past Dm: channel Dm - 1, as its
+        // lanes), step `(v / channels) % 8`: a row's channels are adjacent in
+        // memory, so the loads are coalesced.
+        let chans = per_wave as usize;
+        let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
+        let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
+        let (dt_seq, x_seq) = (dt.add(seq_first), x.add(seq_first));
+        let (mut dtx_src, mut dtx_at) = ([dt_seq; 8], [0usize; 8]);
+        crate::unroll!(m in 0..8 => {
+            if m < dtx_per_lane {
+                let v = lane as usize + m * wave::WAVE_SIZE as usize;
+                let (array, c, k) = (v / (UNROLL * chans), v % chans, (v / chans) % UNROLL);
+                let channel = (wave_first as usize + c).min(dm - 1);
+                dtx_src[m] = if array == 0 { dt_seq } else { x_seq }.add(k * dm + channel);
+                dtx_at[m] = (array * chans + c) * UNROLL + k;
+            }
+        });
+        let load_dtx = |t: usize| -> [T; 8] {
+            let mut v = [T::from_bits_u32(0); 8];
+            crate::unroll!(m in 0..8 => {
+                if m < dtx_per_lane {
+                    v[m] = dtx_src[m].add(wave::uniform_usize(t * dm)).read();
+                }
+            });
+            v
+        };
+        let read_dtx = || -> ([f32; UNROLL], [f32; UNROLL]) {
+            let c = (lane / LANES) as usize;
+            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+            crate::unroll!(h in 0..2 => {
+                let d4 = (dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
+                let x4 = (dtx_staged.add((chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
+                crate::unroll!(j in 0..4 => {
+                    dtv[4 * h + j] = d4[j];
+                    xv[4 * h + j] = x4[j];
+                });
+            });
+            (dtv, xv)
+        };
+
+        if top_half && chunks > 0 {
+            crate::unroll!(m in 0..8 => {
+                if m < dtx_per_lane {
+                    dtx_staged.add(dtx_at[m]).write(0.0);
+                }
+            });
+        }
+        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; 8]| {
             // Every lane has read the previous chunk's values.
             wave::sync_lanes();
             crate::unroll!(m in 0..8 => {
                 if m < per_lane {
                     let e = lane as usize + m * wave::WAVE_SIZE as usize;
-                    staged.add(e).write(bv[m].to_f32());
-                    staged.add(UNROLL * n + e).write(cv[m].to_f32());
+                    stage_at(staged.add(e), bv[m]);
+                    stage_at(staged.add(UNROLL * n + e), cv[m]);
+                }
+            });
+            crate::unroll!(m in 0..8 => {
+                if m < dtx_per_lane {
+                    stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
                 }
             });
             wave::sync_lanes();
@@ -441,14 +529,24 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let mut t = 0usize;
         let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
         if chunks > 0 {
-            next = load_dt_x(0);
-            store_stage(load_stage(0));
+            if !MAP.stages_dt_x {
+                next = load_dt_x(0);
+            }
+            store_stage(load_stage(0), load_dtx(0));
         }
-        // The chunk at step `t` from its inputs `$cur`: loads the next chunk's
-        // inputs into `$next` (if `$more`; otherwise this chunk's again, loaded
-        // and not used, so that no branch joins after the loads), asks L2 for
-        // dt and x ahead (if `$prefetch`; after the loads, where it cost the
-        // least, run 143), scans, stores y, and stages the next chunk's B and C.
+        // The chunk at step `t`: takes its dt and x from the staging area (with
+        // `stages_dt_x`) or from `$cur`, loads the next chunk's inputs (into
+        // `$next` without staging; if `$more`, otherwise this chunk's again,
+        // loaded and not used, so that no branch joins after the loads), asks L2
+        // for dt and x ahead (if `$prefetch`; after the loads, where it cost
+        // the least, run 143), scans, stores y, and stages the next chunk.
+        // The chunk at step `t`. With `stages_dt_x` its dt and x come from the
+        // staging area; otherwise from `$cur`, and the next chunk's go into
+        // `$next`. It loads the next chunk's inputs (if `$more`; otherwise this
+        // chunk's again, loaded and not used, so that no branch joins after the
+        // loads), asks L2 for dt and x ahead (if `$prefetch`; after the loads,
+        // where it cost the least, run 143), scans, stores y, and stages the
+        // next chunk.
         macro_rules! scan_chunk {
             ($cur:expr, $next:ident, $more:expr) => {
                 scan_chunk!($cur, $next, $more, false)
@@ -456,17 +554,24 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {{
                 let cur = $cur;
                 let ahead = if $more { t + UNROLL } else { t };
-                $next = load_dt_x(ahead);
+                let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+                if MAP.stages_dt_x {
+                    (dtv, xv) = read_dtx();
+                } else {
+                    $next = load_dt_x(ahead);
+                }
+                let next_dtx = load_dtx(ahead);
                 let next_stage = load_stage(ahead);
                 if $prefetch {
                     prefetch(t);
                 }
                 wave::schedule_fence();
-                let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-                crate::unroll!(k in 0..8 => {
-                    dtv[k] = cur.0[k].to_f32();
-                    xv[k] = cur.1[k].to_f32();
-                });
+                if !MAP.stages_dt_x {
+                    crate::unroll!(k in 0..8 => {
+                        dtv[k] = cur.0[k].to_f32();
+                        xv[k] = cur.1[k].to_f32();
+                    });
+                }
                 let mut q = [0.0f32; UNROLL];
                 crate::unroll!(k in 0..8 => {
                     // Two steps' B and C at a time: the scheduler would otherwise
@@ -491,19 +596,14 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                         }
                     });
                 }
-                store_stage(next_stage);
+                store_stage(next_stage, next_dtx);
                 t += UNROLL;
             }};
         }
-        // Two chunks an iteration except on AMD, so that the loaded inputs
-        // alternate between two sets of registers: with one set, ptxas copies
-        // them at the end of every chunk (docs/performance.md, "two chunks an
-        // iteration"). The host emulator takes the pairs too, so that the CPU
-        // tests cover them. AMD keeps one chunk an iteration: its eight columns
-        // a lane already take about 210 VGPRs, and its code objects stay as
-        // verified on the simulated gfx1151.
-        if !cfg!(target_arch = "amdgpu") {
-            let mut other;
+        // Two chunks an iteration where the mapping says so (the prefetch runs
+        // once a pair).
+        if MAP.chunks_per_iteration == 2 {
+            let mut other = next;
             for pair in 0..chunks / 2 {
                 scan_chunk!(next, other, true, true);
                 scan_chunk!(other, next, 2 * pair + 2 < chunks);

@@ -49,6 +49,9 @@ pub trait Elem: Copy + Send + Sync + 'static {
     fn from_rounded(v: f32) -> Self {
         Self::from_f32(v)
     }
+    /// True when the storage bits are the top half of the f32 the value widens
+    /// to (bf16): written over a zero low half, they are that f32.
+    const WIDENS_AS_TOP_HALF: bool = false;
     /// True when [`Elem::round_normal`] is exact only on part of the f32 range:
     /// `+0.0` and normal values with `2^-126 <= |v| < 2^111`.
     const ROUND_NORMAL_IS_PARTIAL: bool = false;
@@ -158,6 +161,7 @@ impl Elem for Bf16 {
     const NAME: &'static str = "bf16";
     const BYTES: usize = 2;
     const MANTISSA_BITS: u32 = 7;
+    const WIDENS_AS_TOP_HALF: bool = true;
     // On NVIDIA the trait's `from_f32(v).to_f32()`: the conversion, widened.
     #[cfg(not(target_arch = "nvptx64"))]
     #[inline(always)]

@@ -225,16 +225,24 @@ fn case_add3(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts
 /// The contract is a tolerance: exp is the GPU's exp2 approximation on the
 /// device and crate::num::exp on the host.
 fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Counts)> {
-    use kernels_device::geometry::mamba1_scan::{WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+    use kernels_device::geometry::mamba1_scan::Mapping;
+    let (amd, emulator) = (Mapping::AMD, Mapping::EMULATOR);
+    // The emulator's grid is the code object's: the same columns a lane and waves a workgroup.
+    assert_eq!(
+        (amd.states_per_lane, amd.waves_per_workgroup),
+        (emulator.states_per_lane, emulator.waves_per_workgroup)
+    );
     let mut out = Vec::new();
     for (ty, n) in [("f32", 16u32), ("f32", 32), ("f16", 16), ("bf16", 32)] {
         let name = format!("mamba1_scan_{ty}");
         let (args, bufs, grid) = mamba_case(ty, (2, 11, 20, n));
         let bufs: Vec<Vec<u8>> = bufs.into_iter().map(|b| b.0).collect();
-        let (sim, counts) = run_sim(co, &name, (grid, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES), &args, &bufs, mode())
-            .unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
+        let (sim, counts) =
+            run_sim(co, &name, (grid, amd.workgroup_size(), amd.workgroup_mem_bytes()), &args, &bufs, mode())
+                .unwrap_or_else(|e| panic!("{arch} mamba N={n}: {e}"));
         // The emulator launch with the same 2-D grid.
-        let emu = run_emulator(co, &name, (grid, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES), &args, &bufs);
+        let emu =
+            run_emulator(co, &name, (grid, emulator.workgroup_size(), emulator.workgroup_mem_bytes()), &args, &bufs);
         let dec = |b: &[u8], wide: bool| -> Vec<f64> {
             if wide || ty == "f32" {
                 words(b).iter().map(|w| f32::from_bits(*w) as f64).collect()

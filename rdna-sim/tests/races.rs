@@ -145,10 +145,17 @@ fn add3(name: &str, d: u32) -> Case {
 
 /// mamba1_scan of dtype `ty` with state size `n` (both mappings; N = 1 the smallest).
 fn mamba(ty: &str, n: u32) -> Case {
-    use kernels_device::geometry::mamba1_scan::{WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+    use kernels_device::geometry::mamba1_scan::Mapping;
     // len = 9: one unrolled block of 8 steps and one step after it.
     let (args, bufs, grid) = mamba_case(ty, (2, 9, 20, n));
-    Case::new(&format!("mamba1_scan_{ty}"), grid, WORKGROUP_SIZE, WORKGROUP_MEM_BYTES, args, bufs)
+    Case::new(
+        &format!("mamba1_scan_{ty}"),
+        grid,
+        Mapping::AMD.workgroup_size(),
+        Mapping::AMD.workgroup_mem_bytes(),
+        args,
+        bufs,
+    )
 }
 
 /// xielu of dtype `ty` on two workgroups; `table`: the workgroup-memory table
