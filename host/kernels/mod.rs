@@ -57,8 +57,7 @@ pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
         return Some(g::add3_layer_norm::WORKGROUP_MEM_BYTES);
     }
     if dtype_of("mamba1_scan").is_some() {
-        let maps = [g::mamba1_scan::Mapping::AMD, g::mamba1_scan::Mapping::NVIDIA, g::mamba1_scan::Mapping::EMULATOR];
-        return maps.iter().map(|m| m.workgroup_mem_bytes()).max();
+        return g::mamba1_scan::Mapping::ALL.iter().map(|m| m.workgroup_mem_bytes()).max();
     }
     if dtype_of("moe_fc1_relu2").or(dtype_of("moe_down")).is_some() {
         return g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
@@ -287,11 +286,7 @@ mod tests {
                 see(symbol("add3_layer_norm", dtype), add3_layer_norm::dims(rows));
                 see(symbol("add3_layer_norm_d4096", dtype), add3_layer_norm::dims(rows));
             }
-            for mapping in [
-                kernels_device::geometry::mamba1_scan::Mapping::AMD,
-                kernels_device::geometry::mamba1_scan::Mapping::NVIDIA,
-                kernels_device::geometry::mamba1_scan::Mapping::EMULATOR,
-            ] {
+            for mapping in kernels_device::geometry::mamba1_scan::Mapping::ALL {
                 see(symbol("mamba1_scan", dtype), mamba1_scan::dims(mapping, 1, 5120, 16));
             }
             for bits in BITS {

@@ -260,6 +260,8 @@ pub mod mamba1_scan {
         /// also cover a wave's offset into workgroup memory).
         pub const EMULATOR: Mapping =
             Mapping { states_per_lane: 8, waves_per_workgroup: 2, chunks_per_iteration: 2, stages_dt_x: true };
+        /// Every mapping a build compiles or a launcher uses.
+        pub const ALL: [Mapping; 3] = [Mapping::AMD, Mapping::NVIDIA, Mapping::EMULATOR];
         /// The mapping of the code being compiled.
         pub const COMPILED: Mapping = if cfg!(target_arch = "nvptx64") {
             Mapping::NVIDIA
@@ -302,7 +304,7 @@ pub mod mamba1_scan {
     // kernel's exchanges and unrolled loops take 2, 4 or 8 columns a lane, so
     // 2 to 8 lanes a channel, and twice that above SMALL_MAX_N.
     const _: () = {
-        let maps = [Mapping::AMD, Mapping::NVIDIA, Mapping::EMULATOR];
+        let maps = Mapping::ALL;
         let mut i = 0;
         while i < maps.len() {
             let m = maps[i];

@@ -111,6 +111,10 @@ const PREFETCH_CHUNKS: usize = 3;
 /// Values of B (and of C) each lane stages per chunk, at most: `UNROLL * N / 32`.
 const STAGE: usize = UNROLL * MAX_N as usize / wave::WAVE_SIZE as usize;
 const _: () = assert!(STAGE == 8, "the staging loops unroll 8");
+const _: () = assert!(
+    2 * UNROLL * (wave::WAVE_SIZE / LANES_SMALL) as usize <= 8 * wave::WAVE_SIZE as usize,
+    "the dt and x staging loops unroll 8 values a lane"
+);
 
 /// Two floats: one 8-byte access (a lane's staged B or C with two columns).
 type F32x2 = Vector<f32, 2, Align8>;
@@ -454,6 +458,9 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             (dtv, xv)
         };
 
+        // Zeroed apart from B and C's floats: in one loop with theirs, LLVM ordered
+        // the chunk otherwise and ptxas's schedule of it was slower
+        // (docs/performance.md, "dt and x staged").
         if top_half && chunks > 0 {
             crate::unroll!(m in 0..8 => {
                 if m < dtx_per_lane {
@@ -534,12 +541,6 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             }
             store_stage(load_stage(0), load_dtx(0));
         }
-        // The chunk at step `t`: takes its dt and x from the staging area (with
-        // `stages_dt_x`) or from `$cur`, loads the next chunk's inputs (into
-        // `$next` without staging; if `$more`, otherwise this chunk's again,
-        // loaded and not used, so that no branch joins after the loads), asks L2
-        // for dt and x ahead (if `$prefetch`; after the loads, where it cost
-        // the least, run 143), scans, stores y, and stages the next chunk.
         // The chunk at step `t`. With `stages_dt_x` its dt and x come from the
         // staging area; otherwise from `$cur`, and the next chunk's go into
         // `$next`. It loads the next chunk's inputs (if `$more`; otherwise this
