@@ -33,6 +33,12 @@
 //!   launch uses: when it says false, the launch fails with
 //!   `MLXCEL_AMDGPU_UNAVAILABLE` and touches no memory.
 //! - No panic crosses this boundary: one is reported as `MLXCEL_AMDGPU_INTERNAL`.
+//! - Described launches: between `mlxcel_amdgpu_describe_begin` and
+//!   `mlxcel_amdgpu_describe_end` a thread's launch calls check everything as
+//!   usual but enqueue nothing; each kernel launch they would make is recorded
+//!   (kernel handle, grid, workgroup, workgroup memory, `kernelParams`) for the
+//!   caller to enqueue itself, for example as HIP graph kernel nodes. The
+//!   arguments live until the caller releases the list.
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -45,12 +51,13 @@ use crate::kernels::add3_layer_norm::{self, Add3Pointers};
 use crate::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
 use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
+use crate::runtime::describe::{self, DescribedLaunch};
 use crate::runtime::{BackendKind, Device, Stream};
 use crate::with_element;
 
 /// The version of this C ABI, bumped on every incompatible change of this
 /// header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
-pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 2;
+pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 3;
 
 /// `xielu`: the most elements `n` of one launch (2^60; the kernel indexes in
 /// 64 bits, and byte offsets must stay within a signed 64-bit range).
@@ -621,6 +628,121 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
         let device = device()?;
         with_element!(dtype_of(dtype)?, T => unsafe { moe::routed_forward::<T>(&device, p, &shape, Stream(stream)) })
     })
+}
+
+/// One described launch: what `hipModuleLaunchKernel` (or `cuLaunchKernel`)
+/// and a HIP graph kernel node (`hipKernelNodeParams`) take.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MlxcelAmdgpuLaunchDesc {
+    /// `hipFunction_t` on the HIP backend, `CUfunction` on the CUDA backend.
+    pub function: *mut c_void,
+    /// Workgroups along x, y, z.
+    pub grid: [u32; 3],
+    /// Threads of a workgroup along x, y, z.
+    pub block: [u32; 3],
+    /// Dynamic workgroup memory in bytes.
+    pub shared_mem_bytes: u32,
+    /// One pointer per kernel argument (`kernelParams`), into storage the
+    /// list owns: valid until the list is released.
+    pub kernel_params: *mut *mut c_void,
+}
+
+/// The launches described between `mlxcel_amdgpu_describe_begin` and
+/// `mlxcel_amdgpu_describe_end`, in order, with their arguments. Opaque;
+/// release it with `mlxcel_amdgpu_launch_list_release` once nothing (no
+/// stream, no graph) can use its launches any more.
+pub struct MlxcelAmdgpuLaunchList {
+    launches: Vec<DescribedLaunch>,
+}
+
+/// Starts describing launches on this thread: until
+/// `mlxcel_amdgpu_describe_end`, each launch call on this thread checks its
+/// arguments as usual and then records its kernel launches instead of
+/// enqueuing them. Its `stream` must be NULL. Only a GPU backend (hip, cuda)
+/// describes; on the CPU backend such a launch call returns
+/// `MLXCEL_AMDGPU_UNAVAILABLE`. Describing while already describing is
+/// `MLXCEL_AMDGPU_INVALID_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_describe_begin() -> MlxcelAmdgpuStatus {
+    guarded(describe::begin)
+}
+
+/// Stops describing on this thread and hands the launches recorded since
+/// `mlxcel_amdgpu_describe_begin` to `*list` (possibly none: a launch with
+/// nothing to do records nothing). `MLXCEL_AMDGPU_INVALID_ARGUMENT` if the
+/// thread was not describing or `list` is NULL; describing ends either way.
+///
+/// # Safety
+/// `list` is NULL or points to a writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_describe_end(list: *mut *mut MlxcelAmdgpuLaunchList) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let launches = describe::end()?;
+        if list.is_null() {
+            return Err(Error::invalid("list", "is a null pointer (the described launches are dropped)"));
+        }
+        let owned = Box::into_raw(Box::new(MlxcelAmdgpuLaunchList { launches }));
+        unsafe { list.write(owned) };
+        Ok(())
+    })
+}
+
+/// The number of launches in `list` (0 for NULL).
+///
+/// # Safety
+/// `list` is NULL or a list from `mlxcel_amdgpu_describe_end` not yet released.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_launch_list_len(list: *const MlxcelAmdgpuLaunchList) -> usize {
+    if list.is_null() { 0 } else { unsafe { (*list).launches.len() } }
+}
+
+/// Writes launch `index` of `list` to `*out`.
+///
+/// # Safety
+/// `list` is a list from `mlxcel_amdgpu_describe_end` not yet released; `out`
+/// is NULL or points to a writable `MlxcelAmdgpuLaunchDesc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_launch_list_get(
+    list: *const MlxcelAmdgpuLaunchList,
+    index: usize,
+    out: *mut MlxcelAmdgpuLaunchDesc,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        if list.is_null() {
+            return Err(Error::invalid("list", "is a null pointer"));
+        }
+        if out.is_null() {
+            return Err(Error::invalid("out", "is a null pointer"));
+        }
+        let launches = unsafe { &(*list).launches };
+        let l = launches
+            .get(index)
+            .ok_or_else(|| Error::invalid("index", format!("{index}: the list holds {} launches", launches.len())))?;
+        let desc = MlxcelAmdgpuLaunchDesc {
+            function: l.function,
+            grid: l.dims.grid,
+            block: [l.dims.workgroup_size, 1, 1],
+            shared_mem_bytes: l.dims.workgroup_mem_bytes,
+            kernel_params: l.args.kernel_params(),
+        };
+        unsafe { out.write(desc) };
+        Ok(())
+    })
+}
+
+/// Frees `list` and the arguments of its launches (NULL is a no-op). The
+/// arguments are overwritten first, so a graph still using them faults
+/// rather than running on stale values.
+///
+/// # Safety
+/// `list` is NULL or a list from `mlxcel_amdgpu_describe_end`, released once,
+/// after every stream and graph that uses its launches is done with them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_launch_list_release(list: *mut MlxcelAmdgpuLaunchList) {
+    if !list.is_null() {
+        drop(unsafe { Box::from_raw(list) });
+    }
 }
 
 #[cfg(test)]

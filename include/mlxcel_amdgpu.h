@@ -9,7 +9,7 @@
 
 // The version of this C ABI, bumped on every incompatible change of this
 // header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
-#define MLXCEL_AMDGPU_ABI_VERSION 2
+#define MLXCEL_AMDGPU_ABI_VERSION 3
 
 // `xielu`: the most elements `n` of one launch (2^60; the kernel indexes in
 // 64 bits, and byte offsets must stay within a signed 64-bit range).
@@ -66,6 +66,12 @@ typedef enum MlxcelAmdgpuDtype {
   MLXCEL_AMDGPU_BF16 = 2,
 } MlxcelAmdgpuDtype;
 
+// The launches described between `mlxcel_amdgpu_describe_begin` and
+// `mlxcel_amdgpu_describe_end`, in order, with their arguments. Opaque;
+// release it with `mlxcel_amdgpu_launch_list_release` once nothing (no
+// stream, no graph) can use its launches any more.
+typedef struct MlxcelAmdgpuLaunchList MlxcelAmdgpuLaunchList;
+
 // The shape and quantization format of one routed-expert layer (MLX affine
 // format): `bits` 4 or 8, `group_size` 32, 64 or 128; `din` and `dff`
 // multiples of it.
@@ -83,6 +89,22 @@ typedef struct MlxcelAmdgpuMoeShape {
   // Columns per scale and bias: 32, 64 or 128.
   uint32_t group_size;
 } MlxcelAmdgpuMoeShape;
+
+// One described launch: what `hipModuleLaunchKernel` (or `cuLaunchKernel`)
+// and a HIP graph kernel node (`hipKernelNodeParams`) take.
+typedef struct MlxcelAmdgpuLaunchDesc {
+  // `hipFunction_t` on the HIP backend, `CUfunction` on the CUDA backend.
+  void *function;
+  // Workgroups along x, y, z.
+  uint32_t grid[3];
+  // Threads of a workgroup along x, y, z.
+  uint32_t block[3];
+  // Dynamic workgroup memory in bytes.
+  uint32_t shared_mem_bytes;
+  // One pointer per kernel argument (`kernelParams`), into storage the
+  // list owns: valid until the list is released.
+  void **kernel_params;
+} MlxcelAmdgpuLaunchDesc;
 
 #ifdef __cplusplus
 extern "C" {
@@ -303,6 +325,48 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_routed_forward(uint32_t dtype,
                                                          uintptr_t scratch_len,
                                                          uint32_t *status,
                                                          void *stream);
+
+// Starts describing launches on this thread: until
+// `mlxcel_amdgpu_describe_end`, each launch call on this thread checks its
+// arguments as usual and then records its kernel launches instead of
+// enqueuing them. Its `stream` must be NULL. Only a GPU backend (hip, cuda)
+// describes; on the CPU backend such a launch call returns
+// `MLXCEL_AMDGPU_UNAVAILABLE`. Describing while already describing is
+// `MLXCEL_AMDGPU_INVALID_ARGUMENT`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_describe_begin(void);
+
+// Stops describing on this thread and hands the launches recorded since
+// `mlxcel_amdgpu_describe_begin` to `*list` (possibly none: a launch with
+// nothing to do records nothing). `MLXCEL_AMDGPU_INVALID_ARGUMENT` if the
+// thread was not describing or `list` is NULL; describing ends either way.
+//
+// # Safety
+// `list` is NULL or points to a writable pointer.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_describe_end(struct MlxcelAmdgpuLaunchList **list);
+
+// The number of launches in `list` (0 for NULL).
+//
+// # Safety
+// `list` is NULL or a list from `mlxcel_amdgpu_describe_end` not yet released.
+uintptr_t mlxcel_amdgpu_launch_list_len(const struct MlxcelAmdgpuLaunchList *list);
+
+// Writes launch `index` of `list` to `*out`.
+//
+// # Safety
+// `list` is a list from `mlxcel_amdgpu_describe_end` not yet released; `out`
+// is NULL or points to a writable `MlxcelAmdgpuLaunchDesc`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_launch_list_get(const struct MlxcelAmdgpuLaunchList *list,
+                                                      uintptr_t index,
+                                                      struct MlxcelAmdgpuLaunchDesc *out);
+
+// Frees `list` and the arguments of its launches (NULL is a no-op). The
+// arguments are overwritten first, so a graph still using them faults
+// rather than running on stale values.
+//
+// # Safety
+// `list` is NULL or a list from `mlxcel_amdgpu_describe_end`, released once,
+// after every stream and graph that uses its launches is done with them.
+void mlxcel_amdgpu_launch_list_release(struct MlxcelAmdgpuLaunchList *list);
 
 #ifdef __cplusplus
 }  // extern "C"

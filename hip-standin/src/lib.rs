@@ -9,16 +9,25 @@
 //!   workgroup memory), 1 a simulated gfx1100 (which runs the generic object).
 //! - Everything is synchronous: a launch runs to completion inside
 //!   `hipModuleLaunchKernel`, so streams and events keep their order (and
-//!   `hipFreeAsync` frees at once). There are no stream objects: the NULL
-//!   stream is the only valid one; `hipStreamGetDevice` of any other handle is
-//!   `hipErrorInvalidHandle`. Event times are host wall-clock times of the
-//!   simulation, not GPU times.
+//!   `hipFreeAsync` frees at once). Streams made by `hipStreamCreate*` and the
+//!   NULL stream are valid handles; any other is `hipErrorInvalidHandle`.
+//!   Event times are host wall-clock times of the simulation, not GPU times.
+//! - Stream capture and graphs (`streams.rs`): a capturing stream records its
+//!   kernel launches as graph nodes that keep `kernelParams` and `extra` by
+//!   pointer, as CLR does, and a graph launch reads the arguments through those
+//!   pointers at each replay. A call that synchronizes with the legacy stream
+//!   while a capture is open invalidates the capture.
+//! - Start-up order (`RDNA_SIM_REQUIRE_DEVICE_FLAGS=1`): a call that would
+//!   create a HIP queue on a device before `hipSetDeviceFlags` has set that
+//!   device's flags fails with `hipErrorNotInitialized`, naming the call.
 //! - A kernel fault (an out-of-bounds access, a barrier some waves never reach,
 //!   an unimplemented instruction) makes the launch return
 //!   `hipErrorLaunchFailure`; `hipGetErrorString` of that code then gives the
 //!   fault's description, which is also printed to stderr.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
+
+mod streams;
 
 use rdna_sim::codeobj::{self, CodeObject};
 use rdna_sim::dispatch::{self, Launch};
@@ -32,6 +41,7 @@ pub type HipError = c_uint;
 pub const SUCCESS: HipError = 0;
 pub const INVALID_VALUE: HipError = 1;
 pub const OUT_OF_MEMORY: HipError = 2;
+pub const NOT_INITIALIZED: HipError = 3;
 pub const INVALID_DEVICE_POINTER: HipError = 17;
 pub const NO_DEVICE: HipError = 100;
 pub const INVALID_DEVICE: HipError = 101;
@@ -39,7 +49,11 @@ pub const INVALID_IMAGE: HipError = 200;
 pub const NO_BINARY_FOR_GPU: HipError = 209;
 pub const INVALID_HANDLE: HipError = 400;
 pub const NOT_FOUND: HipError = 500;
+pub const SET_ON_ACTIVE_PROCESS: HipError = 708;
 pub const LAUNCH_FAILURE: HipError = 719;
+pub const STREAM_CAPTURE_UNSUPPORTED: HipError = 900;
+pub const STREAM_CAPTURE_INVALIDATED: HipError = 901;
+pub const STREAM_CAPTURE_IMPLICIT: HipError = 906;
 
 /// HIP_VERSION of ROCm 6.4.0 (major * 10^7 + minor * 10^5 + patch).
 pub const RUNTIME_VERSION: c_int = 60_400_000;
@@ -73,19 +87,26 @@ thread_local! {
     static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-struct State {
+pub(crate) struct State {
     mem: Memory,
     modules: HashMap<usize, Module>,
     next_module: usize,
     /// (processor, mnemonic) pairs already written to the coverage file.
     covered: std::collections::HashSet<(String, String)>,
-    /// The description of the last launch failure (leaked, so it can be returned as a C string).
-    last_failure: Option<&'static CStr>,
+    /// The description of the last failure that has one, with its code
+    /// (leaked, so it can be returned as a C string).
+    last_failure: Option<(HipError, &'static CStr)>,
+    /// The flags `hipSetDeviceFlags` set on each device, if it was called.
+    device_flags: [Option<c_uint>; DEVICES.len()],
+    /// Whether a call has created a queue on each device.
+    has_queue: [bool; DEVICES.len()],
+    /// Streams, graphs and executable graphs (streams.rs).
+    streams: streams::Objects,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
-fn state() -> MutexGuard<'static, Option<State>> {
+pub(crate) fn state() -> MutexGuard<'static, Option<State>> {
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if g.is_none() {
         *g = Some(State {
@@ -94,6 +115,9 @@ fn state() -> MutexGuard<'static, Option<State>> {
             next_module: 1,
             covered: Default::default(),
             last_failure: None,
+            device_flags: [None; DEVICES.len()],
+            has_queue: [false; DEVICES.len()],
+            streams: Default::default(),
         });
     }
     g
@@ -117,7 +141,12 @@ fn name_of(e: HipError) -> &'static CStr {
         NO_BINARY_FOR_GPU => c"hipErrorNoBinaryForGpu",
         INVALID_HANDLE => c"hipErrorInvalidHandle",
         NOT_FOUND => c"hipErrorNotFound",
+        NOT_INITIALIZED => c"hipErrorNotInitialized",
+        SET_ON_ACTIVE_PROCESS => c"hipErrorSetOnActiveProcess",
         LAUNCH_FAILURE => c"hipErrorLaunchFailure",
+        STREAM_CAPTURE_UNSUPPORTED => c"hipErrorStreamCaptureUnsupported",
+        STREAM_CAPTURE_INVALIDATED => c"hipErrorStreamCaptureInvalidated",
+        STREAM_CAPTURE_IMPLICIT => c"hipErrorStreamCaptureImplicit",
         _ => c"hipErrorUnknown",
     }
 }
@@ -129,8 +158,8 @@ pub extern "C" fn hipGetErrorName(error: HipError) -> *const c_char {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn hipGetErrorString(error: HipError) -> *const c_char {
-    if error == LAUNCH_FAILURE
-        && let Some(s) = st!().last_failure
+    if let Some((code, s)) = st!().last_failure
+        && code == error
     {
         return s.as_ptr();
     }
@@ -145,7 +174,12 @@ pub extern "C" fn hipGetErrorString(error: HipError) -> *const c_char {
         NO_BINARY_FOR_GPU => c"no kernel image is available for execution on the device",
         INVALID_HANDLE => c"invalid resource handle",
         NOT_FOUND => c"named symbol not found",
+        NOT_INITIALIZED => c"initialization error",
+        SET_ON_ACTIVE_PROCESS => c"cannot set while device is active in this process",
         LAUNCH_FAILURE => c"unspecified launch failure",
+        STREAM_CAPTURE_UNSUPPORTED => c"operation not permitted when stream is capturing",
+        STREAM_CAPTURE_INVALIDATED => c"operation failed due to a previous error during capture",
+        STREAM_CAPTURE_IMPLICIT => c"operation would make the legacy stream depend on a capturing blocking stream",
         _ => c"unknown error",
     }
     .as_ptr()
@@ -167,6 +201,92 @@ pub unsafe extern "C" fn hipRuntimeGetVersion(version: *mut c_int) -> HipError {
 /// hipErrorOutOfMemory).
 fn injected(fault: &str) -> bool {
     std::env::var("RDNA_SIM_FAIL").is_ok_and(|v| v.split(',').any(|f| f.trim() == fault))
+}
+
+/// Returns `code` after making `message` its description (what
+/// `hipGetErrorString(code)` answers until the next described failure) and
+/// printing it.
+pub(crate) fn fail(s: &mut State, code: HipError, message: String) -> HipError {
+    eprintln!("hip-standin: {message}");
+    let text = CString::new(message.replace('\0', " ")).unwrap();
+    s.last_failure = Some((code, Box::leak(text.into_boxed_c_str())));
+    code
+}
+
+/// What a call does that the runtime's rules care about.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Touches {
+    /// Creates (or uses) a HIP queue on the current device.
+    Queue,
+    /// Creates a queue and synchronizes with the legacy (NULL) stream.
+    LegacyStream,
+}
+
+/// The rules for call `call` that `touches` the current device: with
+/// `RDNA_SIM_REQUIRE_DEVICE_FLAGS=1`, no queue before `hipSetDeviceFlags`
+/// (CLR types a queue's signals by the flags in force when it is made); and
+/// no synchronization with the legacy stream while a capture it would join is
+/// open (the capture is invalidated, as in HIP and CUDA).
+pub(crate) fn check_rules(s: &mut State, call: &str, touches: Touches) -> Result<(), HipError> {
+    let device = CURRENT.get();
+    if s.device_flags[device].is_none()
+        && !s.has_queue[device]
+        && std::env::var("RDNA_SIM_REQUIRE_DEVICE_FLAGS").is_ok_and(|v| v == "1")
+    {
+        return Err(fail(
+            s,
+            NOT_INITIALIZED,
+            format!(
+                "{call} would create a HIP queue on device {device} before hipSetDeviceFlags set its flags \
+                 (RDNA_SIM_REQUIRE_DEVICE_FLAGS=1: the host runtime must set the flags first)"
+            ),
+        ));
+    }
+    s.has_queue[device] = true;
+    if touches == Touches::LegacyStream
+        && let Some(stream) = streams::invalidate_captures_joined_by_legacy(s)
+    {
+        return Err(fail(
+            s,
+            STREAM_CAPTURE_IMPLICIT,
+            format!(
+                "{call} synchronizes with the legacy stream while stream {stream:#x} is being captured; \
+                 the capture is invalidated"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `hipSetDeviceFlags`: records the flags of the current device. With
+/// `RDNA_SIM_REQUIRE_DEVICE_FLAGS=1`, setting them after a queue exists on the
+/// device is `hipErrorSetOnActiveProcess`, as on a runtime whose queues are
+/// already typed.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipSetDeviceFlags(flags: c_uint) -> HipError {
+    let mut g = state();
+    let s = g.as_mut().unwrap();
+    let device = CURRENT.get();
+    if s.has_queue[device] && std::env::var("RDNA_SIM_REQUIRE_DEVICE_FLAGS").is_ok_and(|v| v == "1") {
+        return fail(
+            s,
+            SET_ON_ACTIVE_PROCESS,
+            format!("hipSetDeviceFlags({flags:#x}) on device {device}, which already has a queue"),
+        );
+    }
+    s.device_flags[device] = Some(flags);
+    SUCCESS
+}
+
+/// `hipGetDeviceFlags`: the flags set on the current device (0 if none were).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipGetDeviceFlags(flags: *mut c_uint) -> HipError {
+    if flags.is_null() {
+        return INVALID_VALUE;
+    }
+    let value = st!().device_flags[CURRENT.get()].unwrap_or(0);
+    unsafe { *flags = value };
+    SUCCESS
 }
 
 #[unsafe(no_mangle)]
@@ -284,6 +404,9 @@ pub unsafe extern "C" fn hipModuleLoadData(module: *mut *mut c_void, image: *con
     };
     let mut g = state();
     let s = g.as_mut().unwrap();
+    if let Err(e) = check_rules(s, "hipModuleLoadData", Touches::Queue) {
+        return e;
+    }
     let arch = DEVICES[CURRENT.get()].arch;
     if !runs_on(&co.arch, arch) {
         eprintln!("hip-standin: hipModuleLoadData: a {} code object does not run on {arch}", co.arch);
@@ -342,19 +465,46 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
     block_y: c_uint,
     block_z: c_uint,
     shared_mem_bytes: c_uint,
-    _stream: *mut c_void,
+    stream: *mut c_void,
     kernel_params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> HipError {
-    if function.is_null() {
-        return INVALID_HANDLE;
-    }
-    let f = unsafe { &*(function as *const Function) };
+    let node = streams::KernelNode {
+        function: function as usize,
+        grid: [grid_x, grid_y, grid_z],
+        block: [block_x, block_y, block_z],
+        shared_mem_bytes,
+        kernel_params: kernel_params as usize,
+        extra: extra as usize,
+    };
     let mut g = state();
     let s = g.as_mut().unwrap();
+    match streams::enqueue(s, "hipModuleLaunchKernel", stream) {
+        Ok(streams::Enqueue::Run) => unsafe { run_kernel(s, &node) },
+        Ok(streams::Enqueue::Capture(capture)) => {
+            // Recorded by pointer: the arguments are read when the graph runs.
+            capture.nodes.push(node);
+            SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+/// Runs one kernel launch to completion, reading its arguments from
+/// `kernelParams` or `extra` now.
+///
+/// # Safety
+/// The node's pointers are what `hipModuleLaunchKernel` was given.
+pub(crate) unsafe fn run_kernel(s: &mut State, node: &streams::KernelNode) -> HipError {
+    if node.function == 0 {
+        return INVALID_HANDLE;
+    }
+    let f = unsafe { &*(node.function as *const Function) };
     let Some(m) = s.modules.get(&f.module) else { return INVALID_HANDLE };
     let k = &m.co.kernels[f.kernel];
     let arch = m_arch(&m.co);
+    let extra = node.extra as *mut *mut c_void;
+    let kernel_params = node.kernel_params as *mut *mut c_void;
     // The argument buffer: from `extra` (HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE)
     // or packed from `kernel_params` at the metadata's offsets.
     let mut kernarg = vec![0u8; k.kernarg_segment_size as usize];
@@ -390,9 +540,9 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
         return INVALID_VALUE;
     }
     let l = Launch {
-        grid: [grid_x, grid_y, grid_z],
-        block: [block_x, block_y, block_z],
-        dynamic_lds: shared_mem_bytes,
+        grid: node.grid,
+        block: node.block,
+        dynamic_lds: node.shared_mem_bytes,
         kernarg: &kernarg,
         mode: mode_from_env(k.kd.ieee_mode()),
         ..Launch::default()
@@ -404,12 +554,7 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
             record_counts(&arch, &k, &l, &counts);
             SUCCESS
         }
-        Err(e) => {
-            eprintln!("hip-standin: launch failed: {e}");
-            let msg = CString::new(e.to_string().replace('\0', " ")).unwrap();
-            s.last_failure = Some(Box::leak(msg.into_boxed_c_str()));
-            LAUNCH_FAILURE
-        }
+        Err(e) => fail(s, LAUNCH_FAILURE, format!("launch failed: {e}")),
     }
 }
 
@@ -494,23 +639,36 @@ unsafe fn alloc(ptr: *mut *mut c_void, size: usize, how: &str) -> HipError {
     SUCCESS
 }
 
+/// `hipFree`: synchronizes the device first, as HIP's does.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
     if ptr.is_null() {
         return SUCCESS;
     }
-    match st!().mem.free(ptr as u64) {
+    let mut g = state();
+    let s = g.as_mut().unwrap();
+    if let Err(e) = check_rules(s, "hipFree", Touches::LegacyStream) {
+        return e;
+    }
+    free_now(s, ptr)
+}
+
+fn free_now(s: &mut State, ptr: *mut c_void) -> HipError {
+    match s.mem.free(ptr as u64) {
         Ok(()) => SUCCESS,
         Err(_) => INVALID_DEVICE_POINTER,
     }
 }
 
-/// `hipMallocAsync`: stream-ordered allocation. The stand-in has no stream
-/// objects: only the NULL stream (the current device's) is accepted.
+/// `hipMallocAsync`: stream-ordered allocation, on the NULL stream or one the
+/// stand-in made (not a capturing one).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: *mut c_void) -> HipError {
-    if !stream.is_null() {
-        return INVALID_HANDLE;
+    {
+        let mut g = state();
+        if let Err(e) = streams::enqueue_eager(g.as_mut().unwrap(), "hipMallocAsync", stream) {
+            return e;
+        }
     }
     unsafe { alloc(ptr, size, "hipMallocAsync") }
 }
@@ -521,25 +679,33 @@ pub unsafe extern "C" fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stre
 /// stream order asks for.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipFreeAsync(ptr: *mut c_void, stream: *mut c_void) -> HipError {
-    if !stream.is_null() {
-        return INVALID_HANDLE;
+    let mut g = state();
+    let s = g.as_mut().unwrap();
+    if let Err(e) = streams::enqueue_eager(s, "hipFreeAsync", stream) {
+        return e;
     }
-    hipFree(ptr)
+    if ptr.is_null() {
+        return SUCCESS;
+    }
+    free_now(s, ptr)
 }
 
-/// `hipStreamGetDevice`: the stand-in creates no streams, so the NULL stream
-/// (the current device's) is the only valid handle; any other is
+/// `hipStreamGetDevice`: the current device for the NULL stream, the
+/// stream's own for one the stand-in made; any other handle is
 /// `hipErrorInvalidHandle`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamGetDevice(stream: *mut c_void, device: *mut c_int) -> HipError {
     if device.is_null() {
         return INVALID_VALUE;
     }
-    if !stream.is_null() {
-        return INVALID_HANDLE;
+    let found = if stream.is_null() { Some(CURRENT.get()) } else { streams::device_of(st!(), stream) };
+    match found {
+        Some(d) => {
+            unsafe { *device = d as c_int };
+            SUCCESS
+        }
+        None => INVALID_HANDLE,
     }
-    unsafe { *device = CURRENT.get() as c_int };
-    SUCCESS
 }
 
 /// Not a HIP function: for tests, which can look it up in the same loaded
@@ -561,40 +727,67 @@ pub unsafe extern "C" fn hipStandinAllocationName(ptr: *const c_void, name: *mut
     what.len() as c_int
 }
 
-/// A copy between the host and the device: nothing to do for 0 bytes, a null host
-/// pointer refused, otherwise `copy`'s outcome on the memory.
-fn host_copy(size: usize, host: *const c_void, copy: impl FnOnce(&mut Memory) -> Result<(), String>) -> HipError {
+/// A synchronous copy between the host and the device (`call`): nothing to do
+/// for 0 bytes, a null host pointer refused, otherwise `copy`'s outcome on the
+/// memory.
+fn host_copy(
+    call: &str,
+    size: usize,
+    host: *const c_void,
+    copy: impl FnOnce(&mut Memory) -> Result<(), String>,
+) -> HipError {
     if size == 0 {
         return SUCCESS;
     }
     if host.is_null() {
         return INVALID_VALUE;
     }
-    if copy(&mut st!().mem).is_ok() { SUCCESS } else { INVALID_VALUE }
+    let mut g = state();
+    let s = g.as_mut().unwrap();
+    if let Err(e) = check_rules(s, call, Touches::LegacyStream) {
+        return e;
+    }
+    if copy(&mut s.mem).is_ok() { SUCCESS } else { INVALID_VALUE }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipMemcpyHtoD(dst: *mut c_void, src: *const c_void, size: usize) -> HipError {
-    host_copy(size, src, |mem| mem.write(dst as u64, unsafe { std::slice::from_raw_parts(src as *const u8, size) }))
+    host_copy("hipMemcpyHtoD", size, src, |mem| {
+        mem.write(dst as u64, unsafe { std::slice::from_raw_parts(src as *const u8, size) })
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipMemcpyDtoH(dst: *mut c_void, src: *mut c_void, size: usize) -> HipError {
-    host_copy(size, dst, |mem| mem.read(src as u64, unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) }))
+    host_copy("hipMemcpyDtoH", size, dst, |mem| {
+        mem.read(src as u64, unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) })
+    })
+}
+
+/// `hipMemcpy` between the host and the device in either direction
+/// (`hipMemcpyHostToDevice` 1, `hipMemcpyDeviceToHost` 2); the stand-in's
+/// device memory is not host memory, so the other kinds are refused.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemcpy(dst: *mut c_void, src: *const c_void, size: usize, kind: c_uint) -> HipError {
+    match kind {
+        1 => unsafe { hipMemcpyHtoD(dst, src, size) },
+        2 => host_copy("hipMemcpy", size, dst, |mem| {
+            mem.read(src as u64, unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) })
+        }),
+        _ => INVALID_VALUE,
+    }
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn hipMemcpyDtoDAsync(
-    dst: *mut c_void,
-    src: *mut c_void,
-    size: usize,
-    _stream: *mut c_void,
-) -> HipError {
+pub extern "C" fn hipMemcpyDtoDAsync(dst: *mut c_void, src: *mut c_void, size: usize, stream: *mut c_void) -> HipError {
+    let mut g = state();
+    let s = g.as_mut().unwrap();
+    if let Err(e) = streams::enqueue_eager(s, "hipMemcpyDtoDAsync", stream) {
+        return e;
+    }
     if size == 0 {
         return SUCCESS;
     }
-    let mut g = state();
-    let s = g.as_mut().unwrap();
     let mut tmp = vec![0u8; size];
     if s.mem.read(src as u64, &mut tmp).is_err() {
         return INVALID_VALUE;
@@ -610,7 +803,12 @@ pub extern "C" fn hipMemset(dst: *mut c_void, value: c_int, size: usize) -> HipE
     if size == 0 {
         return SUCCESS;
     }
-    match st!().mem.write(dst as u64, &vec![value as u8; size]) {
+    let mut g = state();
+    let s = g.as_mut().unwrap();
+    if let Err(e) = check_rules(s, "hipMemset", Touches::LegacyStream) {
+        return e;
+    }
+    match s.mem.write(dst as u64, &vec![value as u8; size]) {
         Ok(()) => SUCCESS,
         Err(_) => INVALID_VALUE,
     }
@@ -618,7 +816,10 @@ pub extern "C" fn hipMemset(dst: *mut c_void, value: c_int, size: usize) -> HipE
 
 #[unsafe(no_mangle)]
 pub extern "C" fn hipDeviceSynchronize() -> HipError {
-    SUCCESS
+    match check_rules(st!(), "hipDeviceSynchronize", Touches::LegacyStream) {
+        Ok(()) => SUCCESS,
+        Err(e) => e,
+    }
 }
 
 /// What `hipEvent_t` points to: the host time of its last record.
@@ -636,9 +837,12 @@ pub unsafe extern "C" fn hipEventCreate(event: *mut *mut c_void) -> HipError {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipEventRecord(event: *mut c_void, _stream: *mut c_void) -> HipError {
+pub unsafe extern "C" fn hipEventRecord(event: *mut c_void, stream: *mut c_void) -> HipError {
     if event.is_null() {
         return INVALID_HANDLE;
+    }
+    if let Err(e) = streams::enqueue_eager(st!(), "hipEventRecord", stream) {
+        return e;
     }
     unsafe { (*(event as *mut Event)).at = Some(std::time::Instant::now()) };
     SUCCESS

@@ -25,14 +25,35 @@
 //!
 //! HIP's current device is per host thread: every operation first makes this
 //! backend's device current (`hipSetDevice`).
+//!
+//! # Start-up creates no queue
+//!
+//! Opening the device reads only the runtime's version, the device count and
+//! the device's properties, and chooses and audits the code object in memory:
+//! the availability answers come from those alone. The module is loaded at the
+//! first launch, because loading it may create a HIP queue, and a host
+//! runtime such as MLX-ROCm must set the device's flags before any queue
+//! exists (a queue made earlier keeps signals that later waits never see). If
+//! the runtime then refuses the code object, that launch fails as unavailable
+//! and every later availability answer says so.
+//!
+//! # Captured launches
+//!
+//! A launch on a stream that is being captured into a HIP graph passes its
+//! arguments as `kernelParams` into storage that lives for the rest of the
+//! process, because CLR's graph kernel nodes keep the pointer, not a copy, and
+//! replay it for as long as the graph lives. Identical arguments share one
+//! copy, so replaying or re-capturing the same launches adds nothing.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::ptr;
+use std::sync::{Mutex, OnceLock};
 
 use super::hip_api as sys;
 
+use super::launch::{OwnedArgs, PackedArgs};
 use super::{Backend, BackendKind, DeviceInfo, FunctionHandle, Launch, Stream};
 use crate::embedded::{AMDGPU_CODE_OBJECTS, EmbeddedCodeObject};
 use crate::error::{Error, Result};
@@ -231,8 +252,11 @@ struct Kernels {
 pub(crate) struct HipBackend {
     info: DeviceInfo,
     ordinal: c_int,
-    /// `None` when `info.kernels` is an error.
-    kernels: Option<Kernels>,
+    /// The code object chosen for the device and audited; `None` when
+    /// `info.kernels` is an error.
+    object: Option<EmbeddedCodeObject>,
+    /// The module, loaded at the first launch, or why the runtime refused it.
+    kernels: OnceLock<std::result::Result<Kernels, String>>,
 }
 
 impl HipBackend {
@@ -286,13 +310,10 @@ impl HipBackend {
         let compute_units = props.multi_processor_count().max(0) as u32;
         let max_workgroup_mem_bytes = props.shared_mem_per_block().min(u32::MAX as u64) as u32;
 
-        // A code object the runtime refuses leaves the device open without kernels,
-        // with the reason (the predicates then answer false and say why).
-        let (kernels, loaded) = match choose_code_object(&arch, wavefront_size, objects) {
-            Ok(object) => match load_module(object) {
-                Ok(loaded) => (Ok(object.processor.to_string()), Some(loaded)),
-                Err(e) => (Err(format!("the runtime did not load the {} code object: {e}", object.processor)), None),
-            },
+        // No code object for the device leaves it open without kernels, with
+        // the reason (the predicates then answer false and say why).
+        let (kernels, object) = match choose_code_object(&arch, wavefront_size, objects) {
+            Ok(object) => (Ok(object.processor.to_string()), Some(*object)),
             Err(reason) => (Err(reason), None),
         };
         Ok(HipBackend {
@@ -306,8 +327,25 @@ impl HipBackend {
                 kernels,
             },
             ordinal: device,
-            kernels: loaded,
+            object,
+            kernels: OnceLock::new(),
         })
+    }
+
+    /// The module, loaded on first use (the first launch or description).
+    fn loaded(&self) -> std::result::Result<&Kernels, String> {
+        let object = self.object.as_ref().ok_or_else(|| match &self.info.kernels {
+            Err(why) => why.clone(),
+            Ok(_) => "no code object was chosen for this HIP device".to_string(),
+        })?;
+        self.kernels
+            .get_or_init(|| {
+                self.current().map_err(|e| e.to_string())?;
+                load_module(object)
+                    .map_err(|e| format!("the runtime did not load the {} code object: {e}", object.processor))
+            })
+            .as_ref()
+            .map_err(String::clone)
     }
 
     /// Makes this backend's device current on the calling thread.
@@ -332,6 +370,27 @@ impl HipBackend {
         // SAFETY: an ordinal checked at creation.
         check("hipSetDevice", unsafe { sys::hipSetDevice(self.ordinal) })
     }
+
+    /// Whether `stream` is being captured into a graph (the null stream never is).
+    fn is_capturing(&self, stream: Stream) -> Result<bool> {
+        if stream == Stream::DEFAULT {
+            return Ok(false);
+        }
+        let mut status = sys::hipStreamCaptureStatus_hipStreamCaptureStatusNone;
+        // SAFETY: a stream of this device (checked by the caller); `status` is writable.
+        check("hipStreamIsCapturing", unsafe { sys::hipStreamIsCapturing(stream.0 as sys::hipStream_t, &mut status) })?;
+        Ok(status != sys::hipStreamCaptureStatus_hipStreamCaptureStatusNone)
+    }
+}
+
+/// The arguments of a captured launch in storage that lives for the rest of
+/// the process (see the module documentation), one copy per distinct content.
+fn captured_args(args: &PackedArgs) -> &'static OwnedArgs {
+    static KEPT: Mutex<Option<HashMap<Vec<u8>, &'static OwnedArgs>>> = Mutex::new(None);
+    // SAFETY: the packed buffer holds `len` initialized bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(args.as_ptr(), args.len()) };
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    kept.get_or_insert_with(HashMap::new).entry(bytes.to_vec()).or_insert_with(|| Box::leak(OwnedArgs::new(args)))
 }
 
 /// The code object for a device of processor `arch` with `wavefront_size`-lane
@@ -429,15 +488,35 @@ impl Backend for HipBackend {
     }
 
     fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String> {
-        match (&self.kernels, &self.info.kernels) {
-            (Some(k), Ok(processor)) => k
-                .functions
-                .get(name)
-                .copied()
-                .ok_or_else(|| format!("the {processor} code object has no kernel {name}")),
-            (_, Err(why)) => Err(why.clone()),
-            (None, Ok(_)) => Err("no code object is loaded on this HIP device".into()),
+        if let Err(why) = &self.info.kernels {
+            return Err(why.clone());
         }
+        // The audit at open found every kernel of the device crate in the
+        // chosen object; the module itself is loaded at the first launch.
+        kernels_device::entry::KERNELS
+            .iter()
+            .find(|k| k.name == name)
+            .map(|k| FunctionHandle::Deferred(k.name))
+            .ok_or_else(|| format!("no kernel {name} exists in this library"))
+    }
+
+    fn gpu_function(&self, function: FunctionHandle) -> Result<*mut c_void> {
+        let name = match function {
+            FunctionHandle::Deferred(name) => name,
+            FunctionHandle::Gpu(f) => return Ok(f),
+            FunctionHandle::Cpu(_) => {
+                return Err(Error::CodeObject("a CPU emulator function was given to the HIP backend".into()));
+            }
+        };
+        let kernels = self.loaded().map_err(|reason| Error::Unavailable { kernel: name.to_string(), reason })?;
+        match kernels.functions.get(name) {
+            Some(FunctionHandle::Gpu(f)) => Ok(*f),
+            _ => Err(Error::Internal(format!("kernel {name} is missing from the loaded module"))),
+        }
+    }
+
+    fn kernels_refused(&self) -> Option<String> {
+        self.kernels.get().and_then(|k| k.as_ref().err().cloned())
     }
 
     fn alloc(&self, bytes: usize) -> Result<u64> {
@@ -511,11 +590,37 @@ impl Backend for HipBackend {
     }
 
     unsafe fn launch(&self, call: Launch<'_>, stream: Stream) -> Result<()> {
-        let Some((function, dims, args)) = call.gpu("a CPU emulator function was given to the HIP backend")? else {
+        let Some((function, dims, args)) = call.nonempty() else {
             return Ok(());
         };
+        let function = self.gpu_function(function)?;
         self.current()?;
         self.check_stream(stream)?;
+        let launch = |kernel_params: *mut *mut c_void, extra: *mut *mut c_void| {
+            // SAFETY: `function` came from this backend's module; the arguments
+            // are laid out as the code object's metadata says (audited at
+            // open), and the caller guarantees their pointers are valid.
+            let status = unsafe {
+                sys::hipModuleLaunchKernel(
+                    function as sys::hipFunction_t,
+                    dims.grid[0],
+                    dims.grid[1],
+                    dims.grid[2],
+                    dims.workgroup_size,
+                    1,
+                    1,
+                    dims.workgroup_mem_bytes,
+                    stream.0 as sys::hipStream_t,
+                    kernel_params,
+                    extra,
+                )
+            };
+            check("hipModuleLaunchKernel", status)
+        };
+        if self.is_capturing(stream)? {
+            return launch(captured_args(args).kernel_params(), ptr::null_mut());
+        }
+        // Not captured: HIP copies the arguments before the call returns.
         let mut size: usize = args.len();
         let mut extra: [*mut c_void; 5] = [
             HIP_LAUNCH_PARAM_BUFFER_POINTER,
@@ -524,26 +629,7 @@ impl Backend for HipBackend {
             &mut size as *mut usize as *mut c_void,
             HIP_LAUNCH_PARAM_END,
         ];
-        // SAFETY: `function` came from this backend's module; the buffer is laid
-        // out as the code object's metadata says (audited at load), and the
-        // caller guarantees its pointers are valid. HIP copies the arguments
-        // before returning.
-        let status = unsafe {
-            sys::hipModuleLaunchKernel(
-                function as sys::hipFunction_t,
-                dims.grid[0],
-                dims.grid[1],
-                dims.grid[2],
-                dims.workgroup_size,
-                1,
-                1,
-                dims.workgroup_mem_bytes,
-                stream.0 as sys::hipStream_t,
-                ptr::null_mut(),
-                extra.as_mut_ptr(),
-            )
-        };
-        check("hipModuleLaunchKernel", status)
+        launch(ptr::null_mut(), extra.as_mut_ptr())
     }
 
     fn time(&self, stream: Stream, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
@@ -568,7 +654,7 @@ impl Backend for HipBackend {
 
 impl Drop for HipBackend {
     fn drop(&mut self) {
-        if let Some(kernels) = self.kernels.take() {
+        if let Some(Ok(kernels)) = self.kernels.take() {
             let _ = self.current();
             // Kernels of this module may still be queued on some stream: wait
             // for them before their code is freed.
@@ -722,7 +808,7 @@ mod tests {
                 HipBackend::with_objects(0, std::slice::from_ref(&object)).unwrap_or_else(|e| panic!("{what}: {e}"));
             let why = b.info.kernels.clone().expect_err(what);
             assert!(why.contains(says), "{what}: {why}");
-            assert!(b.kernels.is_none() && b.function("xielu_f32").is_err(), "{what}");
+            assert!(b.object.is_none() && b.function("xielu_f32").is_err(), "{what}");
         }
         // A symbol the runtime cannot find (the audit bypassed): named, and the
         // module is unloaded.

@@ -6,7 +6,7 @@
 //! compile where ROCm is installed in a version it has no bindings for (ROCm 7.1
 //! and 7.2, for example), and some of its signatures change between versions;
 //! `hip-runtime-sys` needs the HIP headers to build and links `amdhip64` at link
-//! time. The 22 functions used here have had the same C signatures since ROCm
+//! time. The 23 functions used here have had the same C signatures since ROCm
 //! 6.0, so this module declares them itself: the crate builds the same way with
 //! or without ROCm, and a missing library or symbol is an error, never a panic.
 //!
@@ -28,6 +28,10 @@ pub type hipStream_t = *mut c_void;
 /// A device ordinal (`int`).
 pub type hipDevice_t = c_int;
 pub type hipEvent_t = *mut c_void;
+/// `hipStreamCaptureStatus` (a C enum): whether a stream is being captured
+/// into a graph.
+pub type hipStreamCaptureStatus = c_uint;
+pub const hipStreamCaptureStatus_hipStreamCaptureStatusNone: hipStreamCaptureStatus = 0;
 
 /// `hipDeviceProp_tR0600`, the device properties in the layout of ROCm 6.0 and
 /// later: 1472 bytes, 8-byte aligned. Only the fields read here are exposed, at
@@ -159,6 +163,7 @@ hip_api! {
     fn hipMemset(dst: *mut c_void, value: c_int, size: usize) -> hipError_t;
     fn hipDeviceSynchronize() -> hipError_t;
     fn hipStreamGetDevice(stream: hipStream_t, device: *mut hipDevice_t) -> hipError_t;
+    fn hipStreamIsCapturing(stream: hipStream_t, status: *mut hipStreamCaptureStatus) -> hipError_t;
     fn hipEventCreate(event: *mut hipEvent_t) -> hipError_t;
     fn hipEventRecord(event: hipEvent_t, stream: hipStream_t) -> hipError_t;
     fn hipEventSynchronize(event: hipEvent_t) -> hipError_t;

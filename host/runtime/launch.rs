@@ -129,6 +129,56 @@ impl PackedArgs {
     }
 }
 
+/// A launch's packed arguments in storage of their own, with the array of
+/// pointers to each argument (`kernelParams`) beside them. Used where a
+/// runtime may read the arguments after the launch call has returned: a
+/// kernel node of a HIP graph, which CLR keeps by pointer. Boxed, so the
+/// pointers stay valid wherever the owner moves.
+pub struct OwnedArgs {
+    packed: PackedArgs,
+    pointers: [*mut std::ffi::c_void; MAX_PARAMS],
+}
+
+// SAFETY: the pointers only point into `packed`, which the box owns; nothing
+// mutates either once built.
+unsafe impl Send for OwnedArgs {}
+unsafe impl Sync for OwnedArgs {}
+
+impl OwnedArgs {
+    pub fn new(packed: &PackedArgs) -> Box<OwnedArgs> {
+        let mut owned = Box::new(OwnedArgs { packed: packed.clone(), pointers: [std::ptr::null_mut(); MAX_PARAMS] });
+        owned.pointers = owned.packed.arg_pointers();
+        owned
+    }
+
+    /// `kernelParams` for `hipModuleLaunchKernel`, `hipKernelNodeParams` or
+    /// `cuLaunchKernel`: one pointer per argument, valid while `self` lives.
+    pub fn kernel_params(&self) -> *mut *mut std::ffi::c_void {
+        self.pointers.as_ptr() as *mut *mut std::ffi::c_void
+    }
+
+    /// The packed bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.packed.bytes.0[..self.packed.len]
+    }
+}
+
+impl Drop for OwnedArgs {
+    /// Overwrites the arguments before their memory is freed, so that a graph
+    /// still reading them after their owner let go gets pointers that fault
+    /// instead of stale ones that happen to work.
+    fn drop(&mut self) {
+        for b in self.packed.bytes.0.iter_mut() {
+            // SAFETY: a valid, exclusively borrowed byte; volatile so the
+            // store is not dropped as dead.
+            unsafe { std::ptr::write_volatile(b, 0xA5) };
+        }
+        for p in self.pointers.iter_mut() {
+            unsafe { std::ptr::write_volatile(p, std::ptr::without_provenance_mut(0xA5A5_A5A5_A5A5_A5A5)) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +246,20 @@ mod tests {
         let values = add3_args().values();
         let err = PackedArgs::pack(&add3_layer_norm_f32::SPEC, &values[..9]).unwrap_err();
         assert!(matches!(err, Error::Internal(_)));
+    }
+
+    #[test]
+    fn owned_args_point_into_their_own_bytes() {
+        let packed = PackedArgs::pack(&add3_layer_norm_f32::SPEC, &add3_args().values()).unwrap();
+        let owned = OwnedArgs::new(&packed);
+        let bytes = unsafe { std::slice::from_raw_parts(packed.as_ptr(), packed.len()) };
+        assert_eq!(owned.bytes(), bytes);
+        let params = unsafe { std::slice::from_raw_parts(owned.kernel_params(), packed.count()) };
+        let (offsets, _) = add3_layer_norm_f32::SPEC.layout();
+        for (p, offset) in params.iter().zip(offsets) {
+            assert_eq!(*p as *const u8, unsafe { owned.bytes().as_ptr().add(offset) });
+        }
+        // x_new (the sixth argument) through its pointer.
+        assert_eq!(unsafe { *(params[5] as *const u64) }, 80);
     }
 }

@@ -12,6 +12,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub mod describe;
 mod hip;
 mod hip_api;
 mod launch;
@@ -25,7 +26,7 @@ use kernels_device::args::KernelSpec;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 pub(crate) use launch::same_name;
-pub use launch::{ArgValue, LaunchDims, PackedArgs};
+pub use launch::{ArgValue, LaunchDims, OwnedArgs, PackedArgs};
 
 /// Environment variable that forces a backend: `hip`, `cuda` or `cpu`.
 pub const BACKEND_ENV: &str = "MLXCEL_AMDGPU_BACKEND";
@@ -85,6 +86,10 @@ pub struct DeviceInfo {
 pub(crate) enum FunctionHandle {
     /// `hipFunction_t` or `CUfunction`.
     Gpu(*mut c_void),
+    /// The kernel of this name in a code object the backend loads at its
+    /// first launch (HIP: loading a module may create a queue, which must not
+    /// happen before the host's runtime has set the device's flags).
+    Deferred(&'static str),
     /// The emulator's entry point.
     Cpu(kernels_device::entry::EmulatedEntry),
 }
@@ -104,9 +109,16 @@ pub(crate) struct Launch<'a> {
 }
 
 impl<'a> Launch<'a> {
+    /// The grid and the arguments, or `None` when the grid is empty and there
+    /// is nothing to launch.
+    pub(crate) fn nonempty(self) -> Option<(FunctionHandle, LaunchDims, &'a PackedArgs)> {
+        (!self.dims.is_empty()).then_some((self.function, self.dims, self.args))
+    }
+
     /// The HIP or CUDA function handle with the grid and the arguments, or
-    /// `None` when the grid is empty and there is nothing to launch; an
-    /// emulator handle is refused with `wrong_handle`.
+    /// `None` when the grid is empty and there is nothing to launch; any
+    /// other handle is refused with `wrong_handle`.
+    #[cfg(feature = "cuda")]
     pub(crate) fn gpu(self, wrong_handle: &str) -> Result<Option<(*mut c_void, LaunchDims, &'a PackedArgs)>> {
         let FunctionHandle::Gpu(function) = self.function else {
             return Err(Error::CodeObject(wrong_handle.into()));
@@ -134,8 +146,28 @@ unsafe impl Sync for Stream {}
 /// 64-bit device pointers, as it is across the C ABI.
 pub(crate) trait Backend: Send + Sync {
     fn info(&self) -> &DeviceInfo;
-    /// The loaded function for the symbol `name`, or why there is none.
+    /// The function for the symbol `name`, or why there is none.
     fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String>;
+    /// The runtime's handle (`hipFunction_t`, `CUfunction`) of `function`,
+    /// loading a deferred code object first; an error for an emulator entry.
+    fn gpu_function(&self, function: FunctionHandle) -> Result<*mut c_void> {
+        match function {
+            FunctionHandle::Gpu(f) => Ok(f),
+            FunctionHandle::Deferred(name) => Err(Error::Internal(format!(
+                "the {} backend deferred kernel {name} but cannot load it",
+                self.info().backend
+            ))),
+            FunctionHandle::Cpu(_) => {
+                Err(Error::CodeObject("a CPU emulator function was given to a GPU backend".into()))
+            }
+        }
+    }
+    /// Why no kernel can run here any more although [`DeviceInfo::kernels`]
+    /// names a code object: the runtime refused it when it was loaded at the
+    /// first launch. `None` before that launch and after a good load.
+    fn kernels_refused(&self) -> Option<String> {
+        None
+    }
     fn alloc(&self, bytes: usize) -> Result<u64>;
     /// Frees `ptr` in the order of `stream`: after the work enqueued on it
     /// before, without waiting for the device.
@@ -363,6 +395,9 @@ impl Device {
 
     /// The kernel at index `i` of `KERNELS`, called `name`.
     fn kernel_at(&self, i: usize, name: &str) -> Result<Kernel> {
+        if let Some(why) = self.backend.kernels_refused() {
+            return Err(Error::Unavailable { kernel: name.to_string(), reason: why });
+        }
         match &self.kernels[i] {
             Ok(kernel) => Ok(*kernel),
             Err(why) => Err(Error::Unavailable { kernel: name.to_string(), reason: why.clone() }),
@@ -400,7 +435,36 @@ impl Device {
     ) -> Result<()> {
         self.check_workgroup_mem(kernel, &dims)?;
         let packed = PackedArgs::pack(kernel.spec, args)?;
+        if describe::is_describing() {
+            return self.describe_launch(kernel, dims, &packed, stream);
+        }
         unsafe { self.backend.launch(Launch { function: kernel.function, dims, args: &packed }, stream) }
+    }
+
+    /// Records the launch of `kernel` in this thread's description instead
+    /// of enqueuing it ([`describe`]); the caller enqueues it, so no stream
+    /// may be named.
+    fn describe_launch(&self, kernel: &Kernel, dims: LaunchDims, packed: &PackedArgs, stream: Stream) -> Result<()> {
+        if stream != Stream::DEFAULT {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "{:p}: while launches are described the stream must be NULL (the caller enqueues them)",
+                    stream.0
+                ),
+            ));
+        }
+        if let FunctionHandle::Cpu(_) = kernel.function {
+            return Err(Error::Unavailable {
+                kernel: kernel.name().to_string(),
+                reason: "only a GPU backend (hip, cuda) can describe a launch; the CPU emulator runs its own".into(),
+            });
+        }
+        if dims.is_empty() {
+            return Ok(());
+        }
+        let function = self.backend.gpu_function(kernel.function)?;
+        describe::push(describe::DescribedLaunch { function, dims, args: OwnedArgs::new(packed) })
     }
 
     /// Allocates `len` elements of `T` on the device (contents undefined).

@@ -2,9 +2,10 @@
 //
 // Build flags (CMakeLists.txt beside this file):
 //   MLXCEL_AMDGPU_SHIM_CUDA  eval_gpu through MLX 0.32's CUDA command encoder.
-//   MLXCEL_AMDGPU_SHIM_ROCM  eval_gpu on the HIP stream of mlxcel's MLX fork
-//                            (its mlx/backend/rocm/device.h). UNTESTED: written
-//                            against the fork's header, never compiled here.
+//   MLXCEL_AMDGPU_SHIM_ROCM  eval_gpu through the command encoder of mlxcel's
+//                            MLX-ROCm fork (its mlx/backend/rocm/device.h and
+//                            allocator.h); tested through a double of that API
+//                            (tests/mlx_rocm_double) on the simulated gfx1151.
 //   neither                  eval_gpu throws; eval_cpu works (what CI runs).
 #include "mlxcel_amdgpu_mlx.h"
 
@@ -34,6 +35,7 @@
 #include <mlx/backend/cuda/device.h>
 #endif
 #ifdef MLXCEL_AMDGPU_SHIM_ROCM
+#include <mlx/backend/rocm/allocator.h>
 #include <mlx/backend/rocm/device.h>
 #endif
 
@@ -106,44 +108,68 @@ std::string describe_device() {
                            "); gate the call on its _available predicate");
 }
 
-// The value of a one-element array known while the graph is built: one that
-// is already evaluated, or a constant reached through Full/Broadcast/Reshape
-// nodes (what `full({1}, v, float32)` builds). Reading it here keeps the
-// launch's scalars out of the graph, as the C ABI takes them by value.
-std::optional<float> constant_of(array a) {
-  for (int depth = 0; depth < 8; ++depth) {
-    if (a.size() != 1) return std::nullopt;
-    if (a.is_available()) {
-      if (a.dtype() == mx::float32) return a.data<float>()[0];
-      if (a.dtype() == mx::float16) return float(a.data<mx::float16_t>()[0]);
-      if (a.dtype() == mx::bfloat16) return float(a.data<mx::bfloat16_t>()[0]);
-      return std::nullopt;
-    }
-    if (!a.has_primitive() || a.inputs().size() != 1) return std::nullopt;
-    const std::string op = a.primitive().name();
+// The bytes of an evaluated array as the host holds them, read without a
+// synchronization. On the MLX-ROCm fork array::data() queries (and may
+// synchronize) the legacy stream or the whole device, which must not happen
+// while a graph is built or a stream captured: there the host's copy is the
+// host shadow of a pool buffer, else the unified memory of a default buffer.
+// nullptr when the host holds no copy (a pool buffer only the GPU wrote).
+const void* host_bytes(const array& a) {
+#ifdef MLXCEL_AMDGPU_SHIM_ROCM
+  const auto* buf = static_cast<const mx::rocm::RocmBuffer*>(a.buffer().ptr());
+  const void* base = buf->host_shadow ? buf->host_shadow : (buf->device == -1 ? buf->data : nullptr);
+  return base ? static_cast<const char*>(base) + a.offset() : nullptr;
+#else
+  return const_cast<array&>(a).data<void>();
+#endif
+}
+
+// The value of a one-element scalar input, known while the graph is built: an
+// array already evaluated, or a constant reached through Full/Broadcast/
+// Reshape nodes (what mlxcel's `full({1}, v, float32)` builds). The C ABI
+// takes scalars by value, so they never enter the launch; one that is not
+// such a constant is refused rather than evaluated, which would synchronize.
+float scalar_input(Kernel k, const array& input, const char* name) {
+  if (input.dtype() != mx::float32 || input.size() != 1 || input.ndim() > 1)
+    refuse(k, std::string("input '") + name + "' must be a [1] float32 array, got " + str(input.shape()) + " " +
+                  str(input.dtype()));
+  array a = input;
+  for (int depth = 0; !a.is_available(); ++depth) {
+    const std::string op = a.has_primitive() ? a.primitive().name() : "no primitive";
     // These only move one value around; an AsType or anything else could
     // change it, so the walk stops there.
+    if (depth == 8 || a.inputs().size() != 1 || (op != "Full" && op != "Broadcast" && op != "Reshape") ||
+        a.inputs()[0].dtype() != mx::float32 || a.inputs()[0].size() != 1)
+      refuse(k, std::string("input '") + name + "' must be a constant the host knows (full({1}, value, float32) or an "
+                    "evaluated array); it is computed by " + op);
+    a = a.inputs()[0];
+  }
+  const void* bytes = host_bytes(a);
+  if (!bytes)
+    refuse(k, std::string("input '") + name + "' is a device buffer the host holds no copy of; pass it as "
+                  "full({1}, value, float32)");
+  float v;
+  std::memcpy(&v, bytes, sizeof v);
+  if (!std::isfinite(v)) refuse(k, std::string("input '") + name + "' must be finite, got " + std::to_string(v));
+  return v;
+}
+
+// The value of `a` if it is a one-element constant (see scalar_input) of a
+// float dtype, else nothing.
+std::optional<float> constant_of(array a) {
+  for (int depth = 0; !a.is_available(); ++depth) {
+    if (depth == 8 || a.size() != 1 || !a.has_primitive() || a.inputs().size() != 1) return std::nullopt;
+    const std::string op = a.primitive().name();
     if (op != "Full" && op != "Broadcast" && op != "Reshape") return std::nullopt;
     if (a.inputs()[0].dtype() != a.dtype()) return std::nullopt;
     a = a.inputs()[0];
   }
+  const void* bytes = a.size() == 1 ? host_bytes(a) : nullptr;
+  if (!bytes) return std::nullopt;
+  if (a.dtype() == mx::float32) return *static_cast<const float*>(bytes);
+  if (a.dtype() == mx::float16) return float(*static_cast<const mx::float16_t*>(bytes));
+  if (a.dtype() == mx::bfloat16) return float(*static_cast<const mx::bfloat16_t*>(bytes));
   return std::nullopt;
-}
-
-// A scalar input as mlxcel passes it ({1} f32). A lazy one that is not a
-// plain constant is evaluated (a small synchronous eval, documented).
-float scalar_input(Kernel k, const array& a, const char* name) {
-  if (a.dtype() != mx::float32 || a.size() != 1 || a.ndim() > 1)
-    refuse(k, std::string("input '") + name + "' must be a [1] float32 array, got " + str(a.shape()) + " " + str(a.dtype()));
-  float v;
-  if (auto c = constant_of(a)) {
-    v = *c;
-  } else {
-    array copy = a;
-    v = copy.item<float>();
-  }
-  if (!std::isfinite(v)) refuse(k, std::string("input '") + name + "' must be finite, got " + std::to_string(v));
-  return v;
 }
 
 // The template arguments of one call: every name read once, with the type
@@ -305,28 +331,39 @@ array make_scratch(size_t bytes) {
 }
 
 // What eval_* does first on every backend (the CPU, CUDA and ROCm command
-// encoders take the same calls): gives the outputs their memory, registers the
-// inputs and outputs with the encoder, and makes the launch's scratch (none
-// for 0 bytes) a temporary of the encoder, freed when the work that uses it
-// is done.
+// encoders take the same calls): gives the outputs their memory and registers
+// the inputs and outputs with the encoder. Returns the launch's scratch (none
+// for 0 bytes), which a GPU launch hands over with hand_over_scratch.
 template <class Encoder>
 std::optional<array> prepare_launch(Encoder& encoder, const std::vector<array>& inputs, std::vector<array>& outputs,
-                             size_t scratch_bytes) {
+                                    size_t scratch_bytes) {
   for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
   for (const auto& in : inputs) encoder.set_input_array(in);
   for (auto& o : outputs) encoder.set_output_array(o);
   if (scratch_bytes == 0) return std::nullopt;
-  array tmp = make_scratch(scratch_bytes);
-  encoder.add_temporary(tmp);
-  return tmp;
+  return make_scratch(scratch_bytes);
 }
 
 // The addresses a GPU launch passes to the C ABI, in the getter's input and
-// output order.
+// output order, and the scratch array they point into (kept alive until the
+// launch is enqueued).
 struct GpuBuffers {
   std::vector<void*> in, out;
   void* scratch = nullptr;
+  std::optional<array> scratch_array;
 };
+
+// Makes the launch's scratch a temporary of the encoder, which frees it when
+// the batch holding the launch is done, and lets go of it here. Called only
+// after the launch is enqueued: a ROCm encoder may commit while it enqueues
+// (a graph split, or a kernel node ROCm rejects), and a commit hands the
+// temporaries gathered so far to the batch before the launch.
+template <class Encoder>
+void hand_over_scratch(Encoder& encoder, GpuBuffers& b) {
+  if (!b.scratch_array) return;
+  encoder.add_temporary(*b.scratch_array);
+  b.scratch_array.reset();
+}
 
 // prepare_launch on a GPU encoder, then every buffer's address through `ptr`
 // (the backend's device address of an array).
@@ -334,10 +371,10 @@ template <class Encoder, class Ptr>
 GpuBuffers gpu_buffers(Encoder& encoder, const std::vector<array>& inputs, std::vector<array>& outputs,
                        size_t scratch_bytes, Ptr ptr) {
   GpuBuffers b;
-  std::optional<array> tmp = prepare_launch(encoder, inputs, outputs, scratch_bytes);
+  b.scratch_array = prepare_launch(encoder, inputs, outputs, scratch_bytes);
   for (const auto& a : inputs) b.in.push_back(ptr(a));
   for (const auto& a : outputs) b.out.push_back(ptr(a));
-  if (tmp) b.scratch = ptr(*tmp);
+  if (b.scratch_array) b.scratch = ptr(*b.scratch_array);
   return b;
 }
 
@@ -355,8 +392,8 @@ class AbiKernel : public mx::Primitive {
     auto& encoder = mx::cpu::get_command_encoder(stream());
     std::optional<array> scratch = prepare_launch(encoder, inputs, outputs, launch_.scratch_bytes);
     // The task runs on the stream's thread after the inputs' tasks; only
-    // there may their contents be read. The arrays travel with it so their
-    // buffers outlive it.
+    // there may their contents be read. The arrays (the scratch too) travel
+    // with it so their buffers outlive it.
     encoder.dispatch([launch = launch_, ins = inputs, outs = outputs, scratch]() mutable {
       std::vector<void*> in, out;
       for (auto& a : ins) in.push_back(a.data<void>());
@@ -375,22 +412,39 @@ class AbiKernel : public mx::Primitive {
     // Our kernels are launched on the encoder's stream while it captures, so
     // they become one child graph node of MLX's CUDA graph, ordered by the
     // input and output registration above like MLX's own library calls.
-    auto capture = encoder.capture_context();
-    MlxcelAmdgpuStatus status =
-        call_abi(launch_, b.in, b.out, b.scratch, static_cast<void*>(static_cast<cudaStream_t>(encoder.stream())));
-    if (status != MLXCEL_AMDGPU_OK) capture.discard = true;
-    check(k, status);
+    {
+      auto capture = encoder.capture_context();
+      MlxcelAmdgpuStatus status =
+          call_abi(launch_, b.in, b.out, b.scratch, static_cast<void*>(static_cast<cudaStream_t>(encoder.stream())));
+      if (status != MLXCEL_AMDGPU_OK) capture.discard = true;
+      check(k, status);
+    }
+    hand_over_scratch(encoder, b);
 #elif defined(MLXCEL_AMDGPU_SHIM_ROCM)
-    // UNTESTED (no ROCm here): mlxcel's fork, mlx/backend/rocm/device.h at
-    // lablup/mlxcel 1380e5d1. launch_kernel hands us the encoder's HIP
-    // stream and orders the launch after the graph it has accumulated.
     require_backend(k, "hip");
     auto& encoder = mx::rocm::get_command_encoder(stream());
-    // On the fork a HIP buffer's data() is its device address.
-    GpuBuffers b = gpu_buffers(encoder, inputs, outputs, launch_.scratch_bytes,
-                               [](const array& a) { return const_cast<void*>(a.data<void>()); });
-    encoder.launch_kernel(
-        [&](hipStream_t s) { check(k, call_abi(launch_, b.in, b.out, b.scratch, static_cast<void*>(s))); });
+    GpuBuffers b = gpu_buffers(encoder, inputs, outputs, launch_.scratch_bytes, rocm_device_ptr);
+    if (mx::rocm::use_hip_graphs()) {
+      // The launches become kernel nodes of the graph the encoder builds,
+      // without splitting it; the described arguments live until the
+      // encoder lets go of the graph that reads them.
+      std::shared_ptr<MlxcelAmdgpuLaunchList> list = describe(k, b);
+      const size_t n = mlxcel_amdgpu_launch_list_len(list.get());
+      for (size_t i = 0; i < n; ++i) {
+        MlxcelAmdgpuLaunchDesc d;
+        check(k, mlxcel_amdgpu_launch_list_get(list.get(), i, &d));
+        encoder.add_module_kernel_node(d.function, dim3(d.grid[0], d.grid[1], d.grid[2]),
+                                       dim3(d.block[0], d.block[1], d.block[2]), d.shared_mem_bytes, d.kernel_params,
+                                       list);
+      }
+    } else {
+      // Enqueued on the encoder's stream; when that stream is being captured
+      // (mlxcel's decode capture), the library keeps the arguments alive for
+      // the graph's replays.
+      encoder.launch_kernel(
+          [&](hipStream_t s) { check(k, call_abi(launch_, b.in, b.out, b.scratch, static_cast<void*>(s))); });
+    }
+    hand_over_scratch(encoder, b);
 #else
     (void)outputs;
     throw std::runtime_error(std::string("[mlxcel_amdgpu::shim::") + kernel_name(k) +
@@ -427,6 +481,31 @@ class AbiKernel : public mx::Primitive {
   static void* device_ptr(const array& a) {
     auto* buf = static_cast<const mx::cu::CudaBuffer*>(a.buffer().ptr());
     return static_cast<char*>(buf->data) + a.offset();
+  }
+#endif
+#if defined(MLXCEL_AMDGPU_SHIM_ROCM)
+  // The device address of a buffer, as the fork's own kernels take it
+  // (gpu_ptr): a host shadow the host wrote is flushed to the device first.
+  // array::data() would instead synchronize the legacy stream (default
+  // buffers) or the device, and hand back the host shadow (pool buffers).
+  static void* rocm_device_ptr(const array& a) {
+    auto* buf = static_cast<mx::rocm::RocmBuffer*>(const_cast<array&>(a).buffer().ptr());
+    if (buf->host_dirty) mx::rocm::allocator().flush_host_shadow(*buf);
+    return static_cast<char*>(buf->data) + a.offset();
+  }
+
+  // This launch's kernel launches, described by the library instead of
+  // enqueued; the list (and the arguments it owns) is released with the
+  // last reference.
+  std::shared_ptr<MlxcelAmdgpuLaunchList> describe(Kernel k, const GpuBuffers& b) const {
+    check(k, mlxcel_amdgpu_describe_begin());
+    MlxcelAmdgpuStatus status = call_abi(launch_, b.in, b.out, b.scratch, nullptr);
+    MlxcelAmdgpuLaunchList* list = nullptr;
+    MlxcelAmdgpuStatus ended = mlxcel_amdgpu_describe_end(&list);
+    std::shared_ptr<MlxcelAmdgpuLaunchList> owned(list, mlxcel_amdgpu_launch_list_release);
+    check(k, status);
+    check(k, ended);
+    return owned;
   }
 #endif
 

@@ -1,6 +1,8 @@
 //! The crate's shared library for the tests that link C++ against it
-//! (`c_abi_consumer.rs`, `mlx_shim.rs`): built on demand, installed as a
-//! package would install it.
+//! (`c_abi_consumer.rs`, `mlx_shim.rs`, `mlx_shim_rocm.rs`): built on demand,
+//! installed as a package would install it; and the MLX they build against.
+// Each test that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,4 +39,63 @@ pub fn install(built: &Path, soname: &str, dir: &Path) -> PathBuf {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(soname, &link).unwrap();
     link
+}
+
+/// The pinned MLX the shim is written and tested against.
+pub const MLX_VERSION: &str = "0.32";
+
+/// Where MLX's headers and libmlx.so are, or why not.
+fn mlx_root() -> Result<PathBuf, String> {
+    let usable = |p: &Path| p.join("include/mlx/mlx.h").is_file() && p.join("lib/libmlx.so").is_file();
+    if let Some(root) = std::env::var_os("MLX_ROOT") {
+        let root = PathBuf::from(root);
+        return if usable(&root) {
+            Ok(root)
+        } else {
+            Err(format!("MLX_ROOT={} has no include/mlx/mlx.h and lib/libmlx.so", root.display()))
+        };
+    }
+    // Where the README's install line (and .ci/run) puts the mlx-cpu wheel.
+    let in_target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-mlx/mlx");
+    if usable(&in_target) {
+        return Ok(in_target);
+    }
+    let probe = "import importlib.util as u; s = u.find_spec('mlx'); \
+                 print('\\n'.join(s.submodule_search_locations) if s else '')";
+    let out = Command::new("python3")
+        .args(["-c", probe])
+        .output()
+        .map_err(|e| format!("MLX_ROOT is not set and python3 cannot be run ({e})"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .find(|p| usable(p))
+        .ok_or_else(|| "MLX_ROOT is not set, target/ci-mlx/mlx does not exist, and python3 has no `mlx` package with include/ and lib/".into())
+}
+
+/// MLX's install, checked to be [`MLX_VERSION`]; panics saying how to get it.
+pub fn mlx() -> PathBuf {
+    let mlx = mlx_root().unwrap_or_else(|why| {
+        panic!(
+            "MLX {MLX_VERSION} is needed for this test and was not found: {why}. \
+             Install it with `python3 -m pip install --no-deps --target target/ci-mlx mlx-cpu=={MLX_VERSION}.4` \
+             in the repository (.ci/run does this), or set MLX_ROOT to an MLX install"
+        )
+    });
+    let version = std::fs::read_to_string(mlx.join("include/mlx/version.h")).unwrap_or_default();
+    let minor: String = MLX_VERSION.split('.').nth(1).unwrap().into();
+    assert!(
+        version.contains(&format!("#define MLX_VERSION_MINOR {minor}")),
+        "{} is not MLX {MLX_VERSION}",
+        mlx.display()
+    );
+    mlx
+}
+
+/// Runs `cmd`, panicking with its output if it fails; returns the output.
+pub fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
 }
