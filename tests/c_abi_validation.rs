@@ -308,3 +308,60 @@ fn moe_routed_forward_refuses_a_scratch_that_wraps_the_address_space() {
     };
     assert!(refused(st, "scratch").contains("wraps the address space"));
 }
+
+// ------------------------------------------------------- described launches
+
+/// xielu of one element at `P`, on the selected device.
+fn xielu_at_p() -> MlxcelAmdgpuStatus {
+    unsafe { mlxcel_amdgpu_xielu(0, P, P.wrapping_byte_add(4096), 1, 0.8, 0.6, 0.5, -1e-6, null_mut()) }
+}
+
+#[test]
+fn describe_on_the_cpu_backend_is_unavailable_and_enqueues_nothing() {
+    let _cpu = cpu();
+    assert_eq!(mlxcel_amdgpu_describe_begin(), MLXCEL_AMDGPU_OK, "{}", last_error());
+    assert_eq!(xielu_at_p(), MLXCEL_AMDGPU_UNAVAILABLE);
+    assert!(last_error().contains("only a GPU backend"), "{}", last_error());
+    let mut list: *mut MlxcelAmdgpuLaunchList = null_mut();
+    assert_eq!(unsafe { mlxcel_amdgpu_describe_end(&mut list) }, MLXCEL_AMDGPU_OK, "{}", last_error());
+    assert_eq!(unsafe { mlxcel_amdgpu_launch_list_len(list) }, 0);
+    unsafe { mlxcel_amdgpu_launch_list_release(list) };
+}
+
+#[test]
+fn describe_begin_twice_is_refused_and_the_first_stays_open() {
+    let _cpu = cpu();
+    assert_eq!(mlxcel_amdgpu_describe_begin(), MLXCEL_AMDGPU_OK);
+    refused(mlxcel_amdgpu_describe_begin(), "describe");
+    let mut list: *mut MlxcelAmdgpuLaunchList = null_mut();
+    assert_eq!(unsafe { mlxcel_amdgpu_describe_end(&mut list) }, MLXCEL_AMDGPU_OK, "{}", last_error());
+    unsafe { mlxcel_amdgpu_launch_list_release(list) };
+}
+
+#[test]
+fn describe_end_without_begin_or_with_a_null_list_is_refused() {
+    let _cpu = cpu();
+    let mut list: *mut MlxcelAmdgpuLaunchList = null_mut();
+    refused(unsafe { mlxcel_amdgpu_describe_end(&mut list) }, "describe");
+    assert!(list.is_null());
+    assert_eq!(mlxcel_amdgpu_describe_begin(), MLXCEL_AMDGPU_OK);
+    refused(unsafe { mlxcel_amdgpu_describe_end(null_mut()) }, "list");
+    // Describing ended with the refusal: the next launch runs again.
+    refused(unsafe { mlxcel_amdgpu_describe_end(&mut list) }, "describe");
+}
+
+#[test]
+fn launch_list_get_checks_list_index_and_out() {
+    let _cpu = cpu();
+    assert_eq!(mlxcel_amdgpu_describe_begin(), MLXCEL_AMDGPU_OK);
+    let mut list: *mut MlxcelAmdgpuLaunchList = null_mut();
+    assert_eq!(unsafe { mlxcel_amdgpu_describe_end(&mut list) }, MLXCEL_AMDGPU_OK);
+    let mut desc = std::mem::MaybeUninit::<MlxcelAmdgpuLaunchDesc>::uninit();
+    refused(unsafe { mlxcel_amdgpu_launch_list_get(null(), 0, desc.as_mut_ptr()) }, "list");
+    refused(unsafe { mlxcel_amdgpu_launch_list_get(list, 0, null_mut()) }, "out");
+    let why = refused(unsafe { mlxcel_amdgpu_launch_list_get(list, 0, desc.as_mut_ptr()) }, "index");
+    assert!(why.contains("holds 0 launches"), "{why}");
+    assert_eq!(unsafe { mlxcel_amdgpu_launch_list_len(null()) }, 0);
+    unsafe { mlxcel_amdgpu_launch_list_release(list) };
+    unsafe { mlxcel_amdgpu_launch_list_release(null_mut()) };
+}

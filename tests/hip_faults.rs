@@ -67,18 +67,24 @@ fn injected_hip_faults_are_named_and_the_process_stays_usable() {
     }
     a_launch_works(&Device::hip(0).expect("open after no-device"), "after no-device");
 
-    // hipModuleLoadData fails: the device opens without kernels, saying why,
-    // and a launch is refused as unavailable, not attempted.
-    let bare = with_fault("module-load", || Device::hip(0)).expect("the device opens without its module");
-    let why = bare.info().kernels.clone().unwrap_err();
-    println!("module-load: {why}");
+    // hipModuleLoadData fails at the first launch (opening loads nothing, so
+    // that no HIP queue exists before the host's runtime sets the device's
+    // flags): that launch is refused as unavailable, naming the call, and
+    // from then on the predicates answer false with the same reason.
+    let bare = Device::hip(0).expect("the device opens");
+    assert!(bare.is_available("xielu_f32"), "the predicate answers from the audited code object");
+    let x = bare.upload(&[1.0f32; 4]).unwrap();
+    let mut out = bare.alloc::<f32>(4).unwrap();
+    let refused =
+        with_fault("module-load", || xielu::run(&bare, &x, &mut out, 4, XieluParams::APERTUS, Stream::DEFAULT))
+            .unwrap_err();
+    println!("module-load: {refused}");
+    let Error::Unavailable { reason: why, .. } = refused.root() else { panic!("{refused:?}") };
     assert!(why.contains("did not load the gfx1151 code object") && why.contains("hipModuleLoadData"), "{why}");
     assert!(why.contains("hipErrorInvalidImage"), "{why}");
     assert!(!bare.is_available("xielu_f32"));
-    let x = bare.upload(&[1.0f32; 4]).unwrap();
-    let mut out = bare.alloc::<f32>(4).unwrap();
-    let refused = xielu::run(&bare, &x, &mut out, 4, XieluParams::APERTUS, Stream::DEFAULT).unwrap_err();
-    assert!(matches!(refused.root(), Error::Unavailable { .. }), "{refused:?}");
+    let again = xielu::run(&bare, &x, &mut out, 4, XieluParams::APERTUS, Stream::DEFAULT).unwrap_err();
+    assert!(matches!(again.root(), Error::Unavailable { .. }), "{again:?}");
     drop((x, out, bare));
     a_launch_works(&Device::hip(0).expect("open after module-load"), "after module-load");
 

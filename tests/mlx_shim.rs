@@ -13,7 +13,7 @@
 mod shared_library;
 
 use shared_library::{install, library_dir, mlx, run};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 #[test]

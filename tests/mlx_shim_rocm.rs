@@ -82,7 +82,8 @@ fn mlx_shim_rocm_branch_runs_inside_the_fork_double_on_the_simulated_gfx1151() {
     println!("{stdout}");
     assert!(
         out.status.success() && stdout.contains("MLX-ROCm shim driver: all checks passed"),
-        "the MLX-ROCm shim driver failed:\n{stdout}\n{}",
+        "the MLX-ROCm shim driver failed ({}):\n{stdout}\n{}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -28,6 +28,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 mod streams;
+pub use streams::*;
 
 use rdna_sim::codeobj::{self, CodeObject};
 use rdna_sim::dispatch::{self, Launch};

@@ -91,3 +91,58 @@ fn stream_ordered_memory_and_the_stream_device() {
     assert_eq!(unsafe { hip::hipMallocAsync(&mut p, 100, bogus) }, hip::INVALID_HANDLE);
     assert_eq!(hip::hipFreeAsync(ptr::null_mut(), bogus), hip::INVALID_HANDLE);
 }
+
+/// A kernel node keeps `kernelParams` by pointer: a replay reads the
+/// arguments as they are then, as CLR's nodes do.
+#[test]
+fn a_captured_launch_reads_its_arguments_at_each_replay() {
+    assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
+    let image = object("gfx1151");
+    let mut m: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, image.as_ptr() as *const c_void) }, hip::SUCCESS);
+    let mut f: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipModuleGetFunction(&mut f, m, c"probe".as_ptr()) }, hip::SUCCESS);
+    let (mut a, mut b): (*mut c_void, *mut c_void) = (ptr::null_mut(), ptr::null_mut());
+    assert_eq!(unsafe { hip::hipMalloc(&mut a, 68 * 64) }, hip::SUCCESS);
+    assert_eq!(unsafe { hip::hipMalloc(&mut b, 68 * 64) }, hip::SUCCESS);
+    let mut stream: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipStreamCreateWithFlags(&mut stream, 1) }, hip::SUCCESS);
+    let mut arg = a as u64;
+    let mut params = [&mut arg as *mut u64 as *mut c_void];
+    let params = params.as_mut_ptr();
+    assert_eq!(hip::hipStreamBeginCapture(stream, 1), hip::SUCCESS);
+    let launch = |s| unsafe { hip::hipModuleLaunchKernel(f, 1, 1, 1, 64, 1, 1, 256, s, params, ptr::null_mut()) };
+    assert_eq!(launch(stream), hip::SUCCESS);
+    // A legacy-stream synchronization inside the capture invalidates it.
+    let mut graph: *mut c_void = ptr::null_mut();
+    assert_eq!(unsafe { hip::hipStreamEndCapture(stream, &mut graph) }, hip::SUCCESS);
+    let mut exec: *mut c_void = ptr::null_mut();
+    assert_eq!(
+        unsafe { hip::hipGraphInstantiate(&mut exec, graph, ptr::null_mut(), ptr::null_mut(), 0) },
+        hip::SUCCESS
+    );
+    let read = |p: *mut c_void| {
+        let mut words = vec![0u32; 17 * 64];
+        assert_eq!(unsafe { hip::hipMemcpyDtoH(words.as_mut_ptr() as *mut c_void, p, 68 * 64) }, hip::SUCCESS);
+        words
+    };
+    assert_eq!(hip::hipMemset(a, 0, 68 * 64), hip::SUCCESS);
+    assert_eq!(hip::hipMemset(b, 0, 68 * 64), hip::SUCCESS);
+    assert_eq!(hip::hipGraphLaunch(exec, stream), hip::SUCCESS);
+    assert!(read(a).iter().any(|&w| w != 0) && read(b).iter().all(|&w| w == 0));
+    // The argument now names `b`: the replay writes there.
+    unsafe { *(*params as *mut u64) = b as u64 };
+    assert_eq!(hip::hipGraphLaunch(exec, stream), hip::SUCCESS);
+    assert_eq!(read(a), read(b));
+    assert_eq!(hip::hipGraphExecDestroy(exec), hip::SUCCESS);
+    assert_eq!(hip::hipGraphDestroy(graph), hip::SUCCESS);
+
+    assert_eq!(hip::hipStreamBeginCapture(stream, 1), hip::SUCCESS);
+    assert_eq!(hip::hipDeviceSynchronize(), hip::STREAM_CAPTURE_IMPLICIT);
+    assert_eq!(launch(stream), hip::STREAM_CAPTURE_INVALIDATED);
+    assert_eq!(unsafe { hip::hipStreamEndCapture(stream, &mut graph) }, hip::STREAM_CAPTURE_INVALIDATED);
+    assert!(graph.is_null());
+    assert_eq!(hip::hipStreamDestroy(stream), hip::SUCCESS);
+    assert_eq!(hip::hipFree(a), hip::SUCCESS);
+    assert_eq!(hip::hipFree(b), hip::SUCCESS);
+}
