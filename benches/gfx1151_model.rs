@@ -72,8 +72,8 @@ struct Launch {
 
 impl Launch {
     fn instructions(&self) -> f64 {
-        // Every class but the byte counts.
-        self.counts.iter().filter(|(k, _)| !k.ends_with("bytes")).map(|(_, v)| v).sum()
+        // Every class but the byte counts and the memory latencies.
+        self.counts.iter().filter(|(k, _)| !k.ends_with("bytes") && !k.ends_with("rounds")).map(|(_, v)| v).sum()
     }
 
     /// `self + (other - self) * t`, class by class: the linear extension.

@@ -600,7 +600,9 @@ fn append(var: &str, path: &str, text: &str) {
 /// line per launch: processor, kernel, grid `x,y,z`, workgroup `x,y,z`, dynamic
 /// workgroup bytes, then the executed wave-instructions by class, in the order
 /// of `Counts::classes` (the first launch also writes a header line naming the
-/// columns). These are the inputs of the gfx1151 performance model.
+/// columns), among them the loads' request bytes and the memory latencies the
+/// waves wait through (`vmem_load_request_bytes`, `vmem_load_rounds`: the bytes in
+/// flight). These are the inputs of the gfx1151 performance model.
 fn record_counts(arch: &str, k: &codeobj::Kernel, l: &Launch, c: &rdna_sim::exec::Counts) {
     static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     static HEADER: std::sync::Once = std::sync::Once::new();

@@ -391,7 +391,10 @@ fn run_workgroup(waves: &mut [Wave], g: &mut Group, rng: &mut Rng) -> Result<(),
         if let Some(t) = g.race.as_deref_mut() {
             t.barrier();
         }
+        // Every wave leaves the barrier when the last one reaches it, in memory latencies too.
+        let latest = waves.iter().map(|w| w.load_rounds.now()).max().unwrap_or(0);
         for w in waves.iter_mut() {
+            w.load_rounds.sync_to(latest);
             w.status = Status::Running;
         }
     }

@@ -47,6 +47,7 @@ impl Wave {
 
     /// Completes the oldest loads until at most `vm` count on vmcnt and `lgkm` on lgkmcnt.
     pub(super) fn wait(&mut self, vm: u32, lgkm: u32) {
+        self.load_rounds.wait(vm, lgkm);
         loop {
             let on = |c: Ctr, vm_side: bool| if vm_side { c != Ctr::Lgkm } else { c != Ctr::Vm };
             let nvm = self.in_flight.iter().filter(|f| on(f.ctr, true)).count() as u32;
@@ -126,6 +127,7 @@ impl Wave {
         };
         let take = match inst.name {
             "s_endpgm" => {
+                env.counts.vmem_load_rounds += self.load_rounds.now();
                 self.status = Status::Done;
                 return Ok(Step::End);
             }

@@ -203,6 +203,8 @@ impl Wave {
         }
         let use_saddr = inst.enc == Enc::Global && saddr != NULL && saddr != 0x7d;
         let sbase = if use_saddr { self.sread(saddr, None, K::B64)? } else { 0 };
+        // The device-memory ranges of a load's active lanes, for its request bytes.
+        let (mut device_ranges, mut device_lanes) = ([(0u64, 0u64); 32], 0);
         for lane in 0..32 {
             if exec >> lane & 1 == 0 {
                 continue;
@@ -218,7 +220,11 @@ impl Wave {
             match (lds_addr, store) {
                 (Some(_), _) => env.counts.flat_lds_bytes += n as u64,
                 (None, true) => env.counts.vmem_store_bytes += n as u64,
-                (None, false) => env.counts.vmem_load_bytes += n as u64,
+                (None, false) => {
+                    env.counts.vmem_load_bytes += n as u64;
+                    device_ranges[device_lanes] = (addr, n as u64);
+                    device_lanes += 1;
+                }
             }
             if inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::PRIVATE_APERTURE_HI {
                 return Err(Fault::lane(lane, "flat access to the scratch aperture: scratch is not implemented"));
@@ -279,6 +285,11 @@ impl Wave {
                     }
                 }
             }
+        }
+        if !store {
+            let request = load_rounds::distinct_bytes(&mut device_ranges[..device_lanes]);
+            env.counts.vmem_load_request_bytes += request;
+            self.load_rounds.issue(inst.enc == Enc::Flat, request);
         }
         Ok(())
     }

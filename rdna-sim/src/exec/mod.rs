@@ -16,6 +16,7 @@ mod control;
 mod cross_lane;
 mod floats;
 mod lanes;
+pub mod load_rounds;
 mod memory;
 mod salu;
 mod valu;
@@ -114,6 +115,12 @@ counts!(
     vmem_loads,
     /// Bytes read from device memory by the active lanes.
     vmem_load_bytes,
+    /// Bytes read from device memory per wave request: the distinct bytes of the
+    /// active lanes of each GLOBAL or FLAT load (see [`load_rounds`]).
+    vmem_load_request_bytes,
+    /// Memory latencies the waves wait through, summed over the waves: each
+    /// wave's clock at its end in [`load_rounds::LoadRounds`].
+    vmem_load_rounds,
     vmem_stores,
     vmem_store_bytes,
     /// Bytes of FLAT accesses that reached workgroup memory through its aperture.
@@ -155,6 +162,8 @@ pub struct Wave {
     pub barriers: u32,
     /// Loads not yet waited for (strict-wait mode only).
     pub in_flight: Vec<InFlight>,
+    /// Loads counted on vmcnt not yet waited for, and the wave's clock in memory latencies.
+    pub load_rounds: load_rounds::LoadRounds,
 }
 
 impl Default for Wave {
@@ -167,6 +176,7 @@ impl Default for Wave {
             status: Status::Running,
             barriers: 0,
             in_flight: Vec::new(),
+            load_rounds: load_rounds::LoadRounds::default(),
         }
     }
 }
