@@ -1,29 +1,39 @@
-//! The gfx1151 prediction (issue 15, item 6): each kernel's time on a Radeon
-//! 8060S at the consumers' decode and prefill shapes, from what the shipped
-//! gfx1151 code object executes on the simulated device (rdna-sim behind the
-//! stand-in libamdhip64), its VGPR use, and the bytes it must move.
+//! The gfx1151 prediction: each kernel's time on a Radeon 8060S at the
+//! consumers' decode and prefill shapes, from what the shipped gfx1151 code object
+//! executes on the simulated device (rdna-sim behind the stand-in libamdhip64),
+//! its VGPR use, and the bytes it must move. A model: nothing here has run on AMD
+//! hardware.
 //!
 //! ```sh
 //! bash scripts/predict-gfx1151.sh      # builds the stand-in, runs this, prints the table
 //! ```
 //!
-//! Per launch the stand-in appends the executed wave-instructions by class to
-//! `RDNA_SIM_COUNTS`. Decode shapes run as they are; prefill shapes are too long
-//! for an interpreter, so each runs at two shorter lengths of the dimension that
-//! grows (elements, rows, steps) in the same launch regime, and the counts are
-//! extended linearly to the consumer's length (every kernel here does the same
-//! work per element, row or step, plus a fixed part). The model, per launch:
+//! Per launch the stand-in appends to `RDNA_SIM_COUNTS` the executed
+//! wave-instructions by class and the loads' accounting of memory latency
+//! (rdna-sim's `exec::load_rounds`): the memory latencies its waves wait through
+//! one after another, summed over the waves, and the distinct bytes of their
+//! load requests. Decode shapes run as they are; prefill shapes are too long for
+//! an interpreter, so each runs at two shorter lengths of the dimension that grows
+//! (elements, rows, steps) in the same launch regime, and the counts are extended
+//! linearly to the consumer's length (every kernel here does the same work per
+//! element, row or step, plus a fixed part). The model, per launch:
 //! - issue: every wave-instruction takes one cycle of its SIMD (no dual issue,
 //!   no stalls), spread over `min(waves, SIMDs)` SIMDs at the clock below;
 //! - memory: the bytes the contract makes the kernel read and write, once each
 //!   (not the interpreter's per-lane byte counts, which count a value as often
 //!   as lanes request it), at the measured bandwidth below;
-//! - the prediction is the larger of the two, which names the bound. With fewer
-//!   waves than SIMDs neither is reached: the time is one wave's dependent
-//!   chain of loads plus the launch, which the model does not know ("latency").
+//! - latency: the waves a CU holds at once (whole workgroups, as VGPRs and
+//!   workgroup memory allow) each sit through their memory latencies in turn, so
+//!   the launch takes the latencies summed over its waves, over the waves held
+//!   at once on all CUs, times the DRAM latency. Equivalently: the request bytes
+//!   over what the CUs keep in flight per latency (bytes in flight per CU), the
+//!   figure Little's law sets against the bandwidth's need (bandwidth times
+//!   latency). Every load's wait costs a full DRAM latency (cache hits are not
+//!   modelled) and the latency does not grow under load;
+//! - the prediction is the largest of the three, which names the bound; the
+//!   latency is a range, so the verdict is given at both ends.
 //!
-//! Neither launch overhead nor memory latency is modelled; no AMD hardware has
-//! checked any of it.
+//! Not modelled: launch overhead, caches, latency under load, clock behaviour.
 
 use std::collections::HashMap;
 
@@ -55,6 +65,12 @@ const BYTES_PER_S: f64 = 212e9;
 const VGPRS_PER_SIMD: u32 = 1536;
 const VGPR_GRANULE: u32 = 24;
 const MAX_WAVES_PER_SIMD: u32 = 16;
+/// Workgroup memory per CU: 128 KiB per RDNA 3 workgroup processor of two CUs.
+const LDS_PER_CU: u32 = 64 * 1024;
+/// DRAM latency of a wave's load on gfx1151, low and high end: no published
+/// measurement from the Strix Halo GPU was found, so the model gives its verdict
+/// at both ends of a range (docs/performance.md says where each end comes from).
+const LATENCY_NS: [f64; 2] = [150.0, 500.0];
 
 /// Waves per SIMD that `vgprs` per lane allow.
 fn occupancy(vgprs: u32) -> u32 {
@@ -67,6 +83,8 @@ fn occupancy(vgprs: u32) -> u32 {
 struct Launch {
     kernel: String,
     waves: f64,
+    waves_per_workgroup: u32,
+    dynamic_lds: u32,
     counts: HashMap<String, f64>,
 }
 
@@ -80,7 +98,7 @@ impl Launch {
     fn extend(&self, other: &Launch, t: f64) -> Launch {
         let lerp = |a: f64, b: f64| a + (b - a) * t;
         let counts = self.counts.iter().map(|(k, &a)| (k.clone(), lerp(a, other.counts[k]))).collect();
-        Launch { kernel: self.kernel.clone(), waves: lerp(self.waves, other.waves), counts }
+        Launch { waves: lerp(self.waves, other.waves), counts, ..self.clone() }
     }
 }
 
@@ -102,10 +120,16 @@ impl Counts {
             .map(|l| {
                 let f: Vec<&str> = l.split('\t').collect();
                 let dims = |s: &str| s.split(',').map(|v| v.parse::<f64>().unwrap()).product::<f64>();
-                let threads = dims(f[3]);
+                let waves_per_workgroup = (dims(f[3]) / 32.0).ceil() as u32;
                 let counts =
                     header[5..].iter().zip(&f[5..]).map(|(k, v)| (k.to_string(), v.parse().unwrap())).collect();
-                Launch { kernel: f[1].to_string(), waves: dims(f[2]) * (threads / 32.0).ceil(), counts }
+                Launch {
+                    kernel: f[1].to_string(),
+                    waves: dims(f[2]) * waves_per_workgroup as f64,
+                    waves_per_workgroup,
+                    dynamic_lds: f[4].parse().unwrap(),
+                    counts,
+                }
             })
             .collect()
     }
@@ -273,39 +297,112 @@ fn main() {
     moe_rows(&counts, &dev, &mut rows);
 
     println!(
-        "Predicted on gfx1151 (Radeon 8060S: {CUS} CUs, {SIMDS} SIMD32, {} GHz, {} GB/s), from {}:",
+        "Predicted on gfx1151 (Radeon 8060S: {CUS} CUs, {SIMDS} SIMD32, {} GHz, {} GB/s, DRAM latency {} to {} ns), from {}:",
         CLOCK_HZ / 1e9,
         BYTES_PER_S / 1e9,
+        LATENCY_NS[0],
+        LATENCY_NS[1],
         info.name
     );
     println!();
     println!(
-        "| kernel | shape | code object kernel | VGPRs | waves/SIMD | waves in grid | wave-instructions | issue (us) | bytes | memory (us) | predicted (us) | bound |"
+        "{} GB/s needs {:.0} to {:.0} bytes in flight per CU (Little's law at {} and {} ns). A model, not a measurement.",
+        BYTES_PER_S / 1e9,
+        needed_in_flight_per_cu(LATENCY_NS[0]),
+        needed_in_flight_per_cu(LATENCY_NS[1]),
+        LATENCY_NS[0],
+        LATENCY_NS[1]
     );
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!();
+    println!(
+        "| kernel | shape | VGPRs | waves/SIMD | waves/CU (fit) | waves/CU (held) | waves | wave-instructions | issue (us) | bytes | memory (us) \
+         | latencies/wave | bytes in flight/wave | bytes in flight/CU | latency (us) | predicted (us) | bound |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &rows {
         let l = &r.launch;
-        let vgprs = object.kernel(&l.kernel).map_or(0, |k| k.vgpr_count);
+        let k = object.kernel(&l.kernel);
+        let vgprs = k.map_or(0, |k| k.vgpr_count);
+        let lds = k.map_or(0, |k| k.group_segment_fixed_size) + l.dynamic_lds;
+        let resident = resident_waves_per_cu(vgprs, l.waves_per_workgroup, lds);
+        let concurrent = l.waves.min(resident as f64 * CUS);
         let instr = l.instructions();
         let issue = instr / (l.waves.min(SIMDS) * CLOCK_HZ) * 1e6;
         let memory = r.bytes / BYTES_PER_S * 1e6;
-        let bound = if l.waves < SIMDS {
-            "latency (fewer waves than SIMDs)"
-        } else if memory >= issue {
-            "memory"
-        } else {
-            "issue"
+        let rounds = l.counts["vmem_load_rounds"];
+        let request_bytes = l.counts["vmem_load_request_bytes"];
+        let in_flight_per_wave = if rounds > 0.0 { request_bytes / rounds } else { 0.0 };
+        let in_flight_per_cu = in_flight_per_wave * concurrent / CUS;
+        let at = |latency_ns: f64| {
+            let latency = rounds / concurrent * latency_ns * 1e-3;
+            Verdict::of(issue, memory, latency)
         };
+        let (low, high) = (at(LATENCY_NS[0]), at(LATENCY_NS[1]));
         println!(
-            "| {} | {} | {} | {vgprs} | {} | {:.0} | {:.3e} | {issue:.2} | {:.3e} | {memory:.2} | {:.2} | {bound} |",
+            "| {} | {} | {vgprs} | {} | {resident} | {:.1} | {:.0} | {:.3e} | {issue:.2} | {:.3e} | {memory:.2} \
+             | {:.1} | {in_flight_per_wave:.0} | {in_flight_per_cu:.0} | {:.2} / {:.2} | {:.2} / {:.2} | {} |",
             r.kernel,
             r.shape,
-            l.kernel,
             occupancy(vgprs),
+            concurrent / CUS,
             l.waves,
             instr,
             r.bytes,
-            issue.max(memory)
+            rounds / l.waves,
+            low.latency,
+            high.latency,
+            low.predicted(),
+            high.predicted(),
+            Verdict::both(&low, &high),
         );
+    }
+}
+
+/// Bytes in flight per CU that [`BYTES_PER_S`] needs at a DRAM latency of
+/// `latency_ns` (Little's law: bandwidth times latency, over the CUs).
+fn needed_in_flight_per_cu(latency_ns: f64) -> f64 {
+    BYTES_PER_S * latency_ns * 1e-9 / CUS
+}
+
+/// Waves a CU holds at once: whole workgroups, as many as its two SIMDs' VGPRs
+/// ([`occupancy`]) and its workgroup memory allow.
+fn resident_waves_per_cu(vgprs: u32, waves_per_workgroup: u32, lds_per_workgroup: u32) -> u32 {
+    let by_vgprs = 2 * occupancy(vgprs) / waves_per_workgroup;
+    let by_lds = LDS_PER_CU.checked_div(lds_per_workgroup).unwrap_or(u32::MAX);
+    by_vgprs.min(by_lds).max(1) * waves_per_workgroup
+}
+
+/// One launch's times (us) at one DRAM latency, and which of them bounds it.
+struct Verdict {
+    issue: f64,
+    memory: f64,
+    latency: f64,
+}
+
+impl Verdict {
+    fn of(issue: f64, memory: f64, latency: f64) -> Verdict {
+        Verdict { issue, memory, latency }
+    }
+
+    fn predicted(&self) -> f64 {
+        self.issue.max(self.memory).max(self.latency)
+    }
+
+    /// The bound, and for a latency bound its factor over the next largest time.
+    fn bound(&self) -> String {
+        let others = self.issue.max(self.memory);
+        if self.latency > others {
+            format!("latency {:.1}x", self.latency / others)
+        } else if self.memory >= self.issue {
+            "memory".into()
+        } else {
+            "issue".into()
+        }
+    }
+
+    /// The bound at both ends of the latency range, once where they agree.
+    fn both(low: &Verdict, high: &Verdict) -> String {
+        let (a, b) = (low.bound(), high.bound());
+        if a == b { a } else { format!("{a} / {b}") }
     }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 15's gfx1151 prediction: runs benches/gfx1151_model.rs (release) on the
+# The gfx1151 prediction: runs benches/gfx1151_model.rs (release) on the
 # simulated gfx1151 (the stand-in libamdhip64 over rdna-sim, as in
 # scripts/test-simulated-gfx1151.sh) with RDNA_SIM_COUNTS collecting each
-# launch's executed wave-instructions, and prints the predicted times.
+# launch's executed wave-instructions and its loads' bytes in flight, and prints
+# the predicted times (a model: nothing here runs on AMD hardware).
 # About 5-10 minutes here (the interpreter runs every launch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
