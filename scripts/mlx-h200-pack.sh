@@ -28,8 +28,10 @@ fi
 cargo build --release --features cuda --lib
 rm -rf .device-mlx && mkdir -p .device-mlx/stage/site .device-mlx/stage/lib
 unzip -q "$WHEEL" 'mlx/*' 'mlx_cuda_13.libs/*' -d .device-mlx/stage/site
-cp target/release/libmlxcel_amdgpu.so .device-mlx/stage/lib/libmlxcel_amdgpu.so.2
-ln -s libmlxcel_amdgpu.so.2 .device-mlx/stage/lib/libmlxcel_amdgpu.so
+# Installed under its SONAME, which carries the header's ABI version.
+abi=$(awk '/#define MLXCEL_AMDGPU_ABI_VERSION/ { print $3 }' include/mlxcel_amdgpu.h)
+cp target/release/libmlxcel_amdgpu.so .device-mlx/stage/lib/libmlxcel_amdgpu.so.$abi
+ln -s libmlxcel_amdgpu.so.$abi .device-mlx/stage/lib/libmlxcel_amdgpu.so
 LIBMLX=.device-mlx/stage/site/mlx/lib/libmlx.so
 sha256sum "$LIBMLX" > .device-mlx/stage/libmlx.wheel.sha256
 strip --strip-unneeded "$LIBMLX"
