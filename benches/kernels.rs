@@ -317,7 +317,7 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
     rows.push(Row::timed(format!("moe routed forward {dtype}"), format!("Nemotron bits={bits}"), routed, bytes));
     // The routed forward's yardstick: read_stream over the bytes of its three
     // launches (fc1's and down's weights, combine's K x Din f32 parts), in three
-    // dependent launches (issue 15's 80% target is against this).
+    // dependent launches (the MoE's 80% target is against this).
     let quad = |b: f64| (b as usize) / 16 * 16;
     let parts = [
         quad(matrix_bytes(shape.dff, shape.din)),

@@ -1,4 +1,4 @@
-// Host cost of one launch (issue 15, item 5), from one C program on an NVIDIA GPU: the C ABI's
+// Host cost of one launch (its target: within 1.2x a bare launch), from one C program on an NVIDIA GPU: the C ABI's
 // xielu (bf16, n = 21504, one Apertus decode token) and add3_layer_norm (bf16, one row of 4096)
 // against a bare cuLaunchKernel of an empty kernel, and of the same xielu kernel loaded from the
 // library's PTX with the arguments the C ABI passes (its output is checked equal to the C ABI's),

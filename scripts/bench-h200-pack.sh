@@ -10,7 +10,7 @@
 #                                   https://github.com/state-spaces/mamba (MAMBA_GIT_DIR: an
 #                                   existing clone's git directory instead of cloning)
 #
-# Carry both with the call: carry [".device-bench", ".device-mlx"].
+# Copy both to the GPU host beside a checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MAMBA_COMMIT=e9594ce1c732d97440f0332fdc43170a2294dbfa

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's benchmark on an NVIDIA GPU, ours and every peer in one run, on the
+# The benchmark on an NVIDIA GPU, ours and every peer in one run, on the
 # same GPU: our kernels and the yardsticks (copy, read_stream, the empty launch:
 # benches/kernels.rs), the CUDA C++ reference mappings and PyTorch eager
 # (benches/baselines/run.sh), mamba-ssm's scan built here from its sources and its

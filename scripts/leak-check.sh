@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Leak check of the CPU backend (issue 16): valgrind's memcheck over
+# Leak check of the CPU backend: valgrind's memcheck over
 #  1. the concurrency case of tests/concurrency.rs on the CPU backend (8 threads,
 #     mixed kernels and dtypes; LAUNCHES launches, default 100: under valgrind a
 #     launch is about 50 times slower, and every code path of the case is taken

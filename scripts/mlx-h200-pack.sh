@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what scripts/mlx-h200.sh needs on the GPU machine (which has no
 # network, but has nvcc, CMake, g++ and PyTorch's CUDA 13 libraries) into
-# .device-mlx/ (git-ignored), to be carried with the call:
+# .device-mlx/ (git-ignored), to be copied to the GPU host:
 #
 #   .device-mlx/mlx-cuda-h200.tar.xz   the mlx-cuda-13 0.32.4 wheel's mlx/ tree
 #                                      (include/, lib/libmlx.so, share/) and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The self-test (`cargo run --release`) on the simulated gfx1151 (issue 13), at
+# The self-test (`cargo run --release`) on the simulated gfx1151, at
 # the consumer's shapes, then the executed wave-instructions of each distinct
-# launch by class: the inputs of the gfx1151 performance model (issue 15).
+# launch by class: the inputs of the gfx1151 performance model.
 #
 # Builds the release tool and the stand-in libamdhip64 (hip-standin over
 # rdna-sim), points ROCM_PATH at it and runs `MLXCEL_AMDGPU_BACKEND=hip

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite with its HIP cases on the simulated gfx1151 (issue 13): builds
+# The test suite with its HIP cases on the simulated gfx1151: builds
 # the stand-in libamdhip64 (hip-standin, over the rdna-sim interpreter), installs
 # it as <prefix>/lib/libamdhip64.so, points ROCM_PATH at the prefix, and runs
 # `cargo test` with MLXCEL_AMDGPU_EXPECT_HIP=1, so that a HIP case that cannot

@@ -506,7 +506,7 @@ fn edge_row_lengths<T: Element>(dev: &Device) {
 
 /// The largest grid a launch takes: `MAX_ROWS` rows (one workgroup each) of
 /// one element. On CUDA only: the CPU emulator and the simulated gfx1151 would
-/// run 16.7 M workgroups.
+/// take 16.7 M workgroups.
 fn edge_the_largest_grid<T: Element>(dev: &Device) {
     let rows = MAX_ROWS as usize;
     let inp = data::add3_inputs(T::DTYPE, rows, 1, true, 950);

@@ -1,4 +1,4 @@
-//! Concurrency (issue 16): 8 threads, each on its own stream, run a mix of
+//! Concurrency: 8 threads, each on its own stream, run a mix of
 //! launches (xielu, add3_layer_norm in both instances, mamba1_scan, the MoE
 //! fc1_relu2 and down pair; f32, f16 and bf16; small shapes; every job's inputs
 //! different), and every job's outputs are bit for bit those of the same jobs

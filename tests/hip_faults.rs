@@ -1,4 +1,4 @@
-//! Faults of the HIP runtime (issue 16), injected through the stand-in
+//! Faults of the HIP runtime, injected through the stand-in
 //! libamdhip64 (`RDNA_SIM_FAIL`, hip-standin/README.md) and met by the real
 //! hip.rs path: a runtime that reports no device, one whose hipModuleLoadData
 //! fails, one whose hipMalloc fails. Each gives a named error, and the process

@@ -1,4 +1,4 @@
-//! `mamba1_scan` on every backend present (spec/kernels.md section 3): the f32
+//! `mamba1_scan` on every backend present (docs/contracts.md, section 5): the f32
 //! tolerance matrix, the bf16 comparison with the op-by-op graph, f16, awkward
 //! shapes (N, Dm, L not multiples of 8), the state carried across launches and
 //! updated in place, the launcher's refusals, and the negative control of the
@@ -312,7 +312,7 @@ fn edge_n_and_l<T: Element>(dev: &Device) {
 }
 
 /// The largest grid a launch takes: `MAX_BATCH` sequences (grid y) of one
-/// channel, one step, N = 1. On CUDA only: the emulators would run 65535 workgroups.
+/// channel, one step, N = 1. On CUDA only: the emulators would take 65535 workgroups.
 fn edge_the_largest_grid<T: Element>(dev: &Device) {
     let s = ScanInputs::generate(T::DTYPE, MAX_BATCH as usize, 1, 1, 1, true);
     let got = run_kernel::<T>(dev, &s, StateIn::Separate);

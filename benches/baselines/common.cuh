@@ -1,5 +1,5 @@
 // Host helpers shared by the CUDA C++ baselines (mamba1_scan.cu, moe_gemv.cu): the error check,
-// the spec's test-data generator, bf16 conversions, the median and one event-timed call.
+// the contracts' test-data generator (docs/contracts.md, section 5), bf16 conversions, the median and one event-timed call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,7 +21,7 @@
         }                                                                                     \
     } while (0)
 
-// The spec's test-data generator: state = seed * 0x9E3779B97F4A7C15 + 1, then per element the
+// The contracts' test-data generator (docs/contracts.md, section 5): state = seed * 0x9E3779B97F4A7C15 + 1, then per element the
 // MMIX step; value (((state >> 40) / 2^24) * 2 - 1) * scale + offset.
 static std::vector<float> gen(uint64_t seed, size_t n, double scale, double offset) {
     uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;

@@ -1,5 +1,5 @@
 // Baseline: a straightforward CUDA C++ version of the Mamba1 selective scan, in the
-// reference mapping of docs spec section 3 (kernels.md):
+// reference mapping of docs/contracts.md, section 5:
 //
 //   one warp (32 lanes) per (batch b, channel d); lane n holds state column n (lanes n >= N
 //   hold 0 and contribute 0); 8 channels per 256-thread block; sequential over L.

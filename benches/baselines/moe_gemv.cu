@@ -1,5 +1,5 @@
-// Baseline: straightforward CUDA C++ versions of the quantized expert GEMVs of spec section 4
-// (kernels.md): `moe_fc1_relu2` and `moe_down` on MLX-affine quantized weights (bits 4 and 8).
+// Baseline: straightforward CUDA C++ versions of the quantized expert GEMVs of docs/contracts.md,
+// section 6: `moe_fc1_relu2` and `moe_down` on MLX-affine quantized weights (bits 4 and 8).
 //
 //   act[k,f]  = relu( sum_i x[i] * (q1[idx[k],f,i] * s1 + b1) )^2          (output f32 [K, Dff])
 //   part[k,h] = scores[k] * sum_f act[k,f] * (q2[idx[k],h,f] * s2 + b2)    (output f32 [K, Din])
@@ -14,7 +14,7 @@
 //
 // main(): Nemotron-3-Nano shapes (Din 2688, Dff 1856, E 128, K 6, gs 64), bits 4 and 8, expert
 // ids {3, 17, 42, 77, 100, 127}; weights filled on the device with a hash (deterministic);
-// x and scores from the spec's MMIX generator; a check of some rows against a double-precision
+// x and scores from the contracts' MMIX generator; a check of some rows against a double-precision
 // host reference (stderr; the program fails if it is off). Each kernel: warm-up, then 50
 // launches each timed with its own pair of events, median. Two numbers per kernel:
 //   baseline cuda-cpp moe_fc1_relu2 bits=<b> us=<t> weight_bytes=<bytes>

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The peers users run, timed at the consumers' shapes on one NVIDIA GPU (issue 15).
+"""The peers users run, timed at the consumers' shapes on one NVIDIA GPU.
 
 - mamba-ssm (state-spaces/mamba): `selective_scan_cuda.fwd` for prefill (B 1, N 16, bf16,
   Dm 5120 at L 512 and 2048, Dm 8192 at L 512), built from its public sources by
   build_mamba_ssm.py, and its Triton `selective_state_update` for decode (one step, f32 state,
   dt_bias zeros as the issue says).
-- PyTorch eager and torch.compile: xielu (the op-by-op graph of spec section 1) and add3 +
+- PyTorch eager and torch.compile: xielu (the op-by-op graph of docs/contracts.md, section 3) and add3 +
   LayerNorm returning both outputs, every dtype, decode and prefill shapes.
 
 Each peer is checked before it is timed (mamba-ssm and the state update against an f64 loop on
@@ -80,7 +80,7 @@ _scalars = {}
 
 
 def xielu_graph(x):
-    # spec section 1, op by op in the dtype of x (the MLX graph mlxcel runs); the scalars are
+    # docs/contracts.md, section 3, op by op in the dtype of x (the MLX graph mlxcel runs); the scalars are
     # made once per dtype, so that the function can be captured in a CUDA graph
     t = x.dtype
     if t not in _scalars:

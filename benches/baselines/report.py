@@ -7,7 +7,7 @@
 ours.log is `bench-kernels --csv` (with its copy and empty-launch header line); the other logs
 hold `baseline ...`, `peer ...` and `launch_cost ...` lines and the MLX driver's timing table.
 A log that is missing or empty leaves its columns empty and is named in the report. The issue's
-targets (issue 15) are evaluated from the same run's numbers.
+targets are evaluated from the same run's numbers.
 """
 import csv
 import os
@@ -133,8 +133,8 @@ if launch:
     for name, v in launch.items():
         p(f"| {name} | {' / '.join(f'{h:.2f}' for h, _ in v)} | {' / '.join(f'{g:.2f}' for _, g in v)} |")
 
-# ---- issue 15's targets, from this run
-p("\n## Issue 15's targets in this run\n")
+# ---- the targets, from this run
+p("\n## The targets in this run\n")
 p("| target | measured | met |\n|---|---|---|")
 
 

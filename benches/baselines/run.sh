@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Baselines for the Mamba1 scan and the quantized MoE GEMVs (spec sections 3 and 4) on an NVIDIA
+# Baselines for the Mamba1 scan and the quantized MoE GEMVs (docs/contracts.md, sections 5 and 6) on an NVIDIA
 # GPU: straightforward CUDA C++ kernels (mamba1_scan.cu, moe_gemv.cu) and PyTorch eager
 # (torch_baselines.py); and add3_layer_norm's byte-mix yardstick (stream_yardstick.cu). Needs
 # nvcc, a GPU and python3 with torch. Everything goes to stdout (the correctness checks' lines

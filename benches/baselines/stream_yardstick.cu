@@ -1,4 +1,4 @@
-// The byte-mix yardstick for add3_layer_norm (issue 15, target 4): what this GPU reaches when a
+// The byte-mix yardstick for add3_layer_norm (its copy-bandwidth target): what this GPU reaches when a
 // launch only moves add3_layer_norm's bytes, three reads and two writes of rows x D bf16 each,
 // with no arithmetic and no reduction. A kernel that reads and writes these bytes cannot be much
 // faster, so ours and torch.compile's graph can be judged against it rather than against copy

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baselines (eager, bf16 data on cuda) for the kernels of spec sections 3 and 4.
+"""PyTorch baselines (eager, bf16 data on cuda) for the kernels of docs/contracts.md, sections 5 and 6.
 
 (a) Mamba1 selective scan as PyTorch's straightforward sequential loop over L, f32 math on
     bf16-rounded inputs (A and the state f32), y rounded to bf16 at the end:

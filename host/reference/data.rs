@@ -1,12 +1,12 @@
 //! Test data generators.
 //!
-//! - `kernels.md` section 1 (`xielu`): the consumer's Knuth MMIX LCG and the xIELU acceptance
+//! - docs/contracts.md, section 3 (`xielu`): the consumer's Knuth MMIX LCG and the xIELU acceptance
 //!   inputs (26 edge values, the 2048-value ramp, 16384 LCG values).
-//! - `kernels.md` section 3 (`mamba1_scan`): the per-field generator and its field table.
-//! - `kernels.md` sections 2 and 4: a seeded normal generator (Box-Muller on splitmix64) for the
-//!   add3 + LayerNorm data and the MoE weights, plus the ten add3 cases of section 2.
+//! - docs/contracts.md, section 5 (`mamba1_scan`): the per-field generator and its field table.
+//! - docs/contracts.md, sections 4 and 6: a seeded normal generator (Box-Muller on splitmix64) for
+//!   the add3 + LayerNorm data and the MoE weights, plus the ten add3 cases of section 4.
 //!
-//! Reading of the spec (documented choice): the LCG is **stepped first, then the value is taken**
+//! Reading of the generators (documented choice): the LCG is **stepped first, then the value is taken**
 //! from the new state, for every value including the first. This follows the order in which both
 //! sections write it ("state = ..., value ..."; section 3: "state = seed*K + 1, then per element
 //! the MMIX step"). Values are computed in f64 exactly as written, then rounded once to f32.

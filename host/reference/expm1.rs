@@ -1,4 +1,4 @@
-//! `expm1` exactly as `numerics.md` section "expm1 (xIELU)" specifies it (the AMD device
+//! `expm1` exactly as docs/contracts.md, section 2 ("expm1"), specifies it (the AMD device
 //! library's `expm1f` algorithm), written independently of the device crate.
 //!
 //! All arithmetic is f32; `fma` is `f32::mul_add`; constants are built from their exact bit
@@ -40,7 +40,7 @@ pub fn exp2i(e: i32) -> f32 {
     }
 }
 
-/// `expm1(x)` following numerics.md's steps literally (quirks included: `-0.0` gives `+0.0`).
+/// `expm1(x)` following the contract's steps literally (quirks included: `-0.0` gives `+0.0`).
 pub fn expm1(x: f32) -> f32 {
     // n = round_ties_even(x * 0x1.715476p+0): a plain multiply, then rint.
     let n = (x * LOG2E).round_ties_even();
@@ -187,7 +187,7 @@ mod tests {
         println!("expm1 max error on (0, 17]: {:.3} ulp", e1.max(e2));
     }
 
-    /// The exhaustive version of the spec: every f32 in [-17, 0) within 1 ulp and every f32 in
+    /// The exhaustive version of the contract: every f32 in [-17, 0) within 1 ulp and every f32 in
     /// (0, 17] within 1.5 ulp. About a minute; run with `--ignored`.
     #[test]
     #[ignore = "exhaustive, about a minute of CPU time; run with -- --ignored"]

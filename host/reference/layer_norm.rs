@@ -1,8 +1,8 @@
-//! `kernels.md` section 2, `add3_layer_norm`: residual add of three tensors fused with the next
+//! docs/contracts.md, section 4, `add3_layer_norm`: residual add of three tensors fused with the next
 //! LayerNorm (Cohere2).
 //!
 //! [`add3_layer_norm`] is the bit-exact model: `x_new = T(f(T(f(a) + f(b))) + f(x))`, then
-//! MLX-ROCm's `layer_norm` evaluation order (the spec's steps 1-9, simulated lane by lane).
+//! MLX-ROCm's `layer_norm` evaluation order (the contract's steps 1-9, simulated lane by lane).
 //! [`layer_norm_f64`] is the plain math in f64 for tolerance checks.
 
 use super::{Dtype, round};
@@ -76,7 +76,7 @@ pub fn add3(dtype: Dtype, a: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
 
 /// MLX-ROCm's `layer_norm` over `x_new [rows, d]` (values of `dtype`), bit-exact steps 1-9 of
 /// section 2 when `rsqrt` is [`exact_rsqrt`]. `w [d]`, optional `bias [d]`; returns `h [rows, d]`
-/// rounded to `dtype`. Another `rsqrt` in step 8 (`r = rsqrt(v)`) is the hook of the spec's
+/// rounded to `dtype`. Another `rsqrt` in step 8 (`r = rsqrt(v)`) is the hook of the contract's
 /// negative control (an approximate reciprocal square root must fail the bit-exact test).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm(
@@ -224,7 +224,7 @@ mod tests {
         assert!(seen.iter().all(|&c| c == 1));
     }
 
-    /// The spec's closed form of the cross-wave step: ((W0+W4)+(W2+W6)) + ((W1+W5)+(W3+W7)).
+    /// The contract's closed form of the cross-wave step: ((W0+W4)+(W2+W6)) + ((W1+W5)+(W3+W7)).
     #[test]
     fn cross_wave_closed_form() {
         let mut rng = NormalRng::new(7);
@@ -367,7 +367,7 @@ mod tests {
     }
 
     /// A plausible-but-wrong order (sequential row sum instead of the 256-lane schedule) changes
-    /// some output bits on the spec's cases: the exact order is observable.
+    /// some output bits on the contract's cases: the exact order is observable.
     #[test]
     fn other_order_changes_bits() {
         let mut differing = 0;

@@ -1,4 +1,4 @@
-//! `kernels.md` section 3, `mamba1_scan`: the Mamba1 selective scan (tolerance contract).
+//! docs/contracts.md, section 5, `mamba1_scan`: the Mamba1 selective scan (tolerance contract).
 //!
 //! For batch b, time t, channel d, state column n:
 //! ```text
@@ -141,7 +141,7 @@ pub fn scan_f32(dtype: Dtype, s: &ScanInputs) -> (Vec<f32>, Vec<f32>) {
 /// `u = R(dtx*B)`, `ds = R(decay*s)`, `s = R(ds + u)`. The state starts from the f32 `state_in`
 /// and is bf16-valued after the first step. `y = R(sum_n s*C + x*Dskip)` with the sum in f32
 /// (n ascending), one rounding: only the listed steps are rounded, which keeps this
-/// reference as accurate as the spec allows (the kernel must beat it). Returns `(y, state_out)`.
+/// reference as accurate as the contract allows (the kernel must beat it). Returns `(y, state_out)`.
 pub fn scan_graph_bf16(s: &ScanInputs) -> (Vec<f32>, Vec<f32>) {
     let r = |v: f32| round(Dtype::Bf16, v);
     let n = s.n;

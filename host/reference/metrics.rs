@@ -1,9 +1,9 @@
-//! Comparison metrics used by the contracts of `kernels.md`:
+//! Comparison metrics used by the contracts of docs/contracts.md:
 //! - the tolerance budgets of section 1 (xIELU) and section 4 (MoE): normalized RMS and
 //!   normalized max deviation, each divided by the RMS of the reference;
 //! - section 3's (Mamba1) `max|got - want| / max(1e-6, max|want|)`;
 //! - bit-exact comparisons (sections 1 and 2), treating any two NaNs as equal
-//!   (`numerics.md`: "tests compare NaN-ness, not NaN payloads").
+//!   (docs/contracts.md, section 1: a NaN's payload is not compared).
 //!
 //! All metrics accept f32 or f64 slices (anything `Copy + Into<f64>`) and compute in f64.
 //! They panic if the two slices have different lengths.

@@ -1,7 +1,7 @@
 //! CPU reference implementations: the oracle of every kernel test.
 //!
-//! Implements the notation of `kernels.md` ("Notation": `f()`, `R()`, `T()`) and the conversions
-//! of `numerics.md` ("Conversions"). Everything here is plain, scalar, safe Rust, independent of
+//! Implements the notation of docs/contracts.md, section 1 (`f()`, `R()`, `T()`), and the
+//! conversions of its section 2. Everything here is plain, scalar, safe Rust, independent of
 //! the device crate: the only dependency is the `half` crate (for f16 conversions).
 //!
 //! Conventions used by every module:
@@ -23,7 +23,7 @@ pub mod metrics;
 pub mod moe;
 pub mod xielu;
 
-/// Storage dtype of activations (`T` in `kernels.md`); the library's own [`Dtype`](crate::dtype::Dtype).
+/// Storage dtype of activations (`T` in docs/contracts.md); the library's own [`Dtype`](crate::dtype::Dtype).
 pub use crate::dtype::Dtype;
 
 /// `f(v)`: widens stored bits of `dtype` to f32, exactly. For 16-bit dtypes only the low 16 bits
@@ -51,12 +51,12 @@ pub fn round(dtype: Dtype, v: f32) -> f32 {
     widen(dtype, store(dtype, v))
 }
 
-/// bf16 -> f32, exact: the bf16 bits are the upper half of the f32 (numerics.md).
+/// bf16 -> f32, exact: the bf16 bits are the upper half of the f32 (docs/contracts.md, section 2).
 pub fn bf16_bits_to_f32(bits: u16) -> f32 {
     f32::from_bits((bits as u32) << 16)
 }
 
-/// f32 -> bf16 bits, round to nearest even on the bits (numerics.md):
+/// f32 -> bf16 bits, round to nearest even on the bits (docs/contracts.md, section 2):
 /// `(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16` for finite values and infinities;
 /// a NaN keeps its sign and upper payload and gets mantissa bit 0x40 set so it stays a NaN.
 pub fn f32_to_bf16_bits(v: f32) -> u16 {

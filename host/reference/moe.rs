@@ -1,4 +1,4 @@
-//! `kernels.md` section 4, `moe_fc1_relu2` and `moe_down`: the squared-ReLU mixture of experts
+//! docs/contracts.md, section 6, `moe_fc1_relu2` and `moe_down`: the squared-ReLU mixture of experts
 //! (Nemotron-H), over MLX affine quantized weights (tolerance contract).
 //!
 //! Format: a matrix `[rows, cols]` is `words: u32 [rows, cols*bits/32]`, `scales, biases: T
@@ -238,7 +238,7 @@ pub fn routed(dtype: Dtype, m: &MoeInputs) -> Vec<f32> {
 
 /// The dense reference of section 4's tolerance test: dequantize, matmul, relu^2, matmul, weight
 /// by scores, sum over k, then round to `dtype` once. Computed entirely in f64 (at least as
-/// accurate as the f32 reference the spec names). Returns `[Din]` values of `dtype`.
+/// accurate as the f32 reference the contract names). Returns `[Din]` values of `dtype`.
 pub fn dense_f32_reference(dtype: Dtype, m: &MoeInputs) -> Vec<f32> {
     let MoeInputs { x, idx, scores, w1, w2, n_experts } = m;
     let n_experts = *n_experts;
@@ -406,7 +406,7 @@ mod tests {
         }
     }
 
-    /// The spec's negative control: a wave fold that starts at m = 8 only sums lanes 0..15, i.e.
+    /// The contract's negative control: a wave fold that starts at m = 8 only sums lanes 0..15, i.e.
     /// (lanes striding over packed words) only words with `p % 32 < 16`. Must fail (nrms ~0.76).
     #[test]
     fn negative_control_half_fold() {

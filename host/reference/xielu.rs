@@ -1,7 +1,7 @@
-//! `kernels.md` section 1, `xielu`: the xIELU activation (Apertus MLP).
+//! docs/contracts.md, section 3, `xielu`: the xIELU activation (Apertus MLP).
 //!
 //! [`xielu`] is the bit-exact model (MLX-ROCm's op-by-op graph), step by step, no FMA, using the
-//! reference [`expm1`] of `numerics.md`. [`xielu_f64`] is the plain math in
+//! reference [`expm1`] of docs/contracts.md, section 2. [`xielu_f64`] is the plain math in
 //! f64 for tolerance tests.
 
 use super::expm1::expm1;

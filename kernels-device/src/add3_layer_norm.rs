@@ -1,5 +1,5 @@
 //! `add3_layer_norm`: the three-way residual add of Cohere2 fused with the next
-//! LayerNorm (spec/kernels.md section 2), byte-identical to MLX-ROCm's unfused
+//! LayerNorm (docs/contracts.md, section 4), byte-identical to MLX-ROCm's unfused
 //! pair. The launch geometry and every reduction order are part of the contract:
 //! one workgroup of 256 threads per row; thread `t` owns the elements
 //! `1024*k + 4*t + j`; sums in ownership order, a xor butterfly per wave, the

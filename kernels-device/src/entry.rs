@@ -432,7 +432,7 @@ families! {
     }
 }
 
-/// The spec of the kernel called `name`.
+/// The [`KernelSpec`] of the kernel called `name`.
 pub fn spec(name: &str) -> Option<&'static KernelSpec> {
     KERNELS.iter().find(|k| k.name == name)
 }

@@ -1,5 +1,5 @@
 //! `mamba1_scan`: the Mamba1 selective scan of Mamba, Falcon-Mamba and Jamba
-//! (spec/kernels.md section 3, a tolerance contract).
+//! (docs/contracts.md, section 5, a tolerance contract).
 //!
 //! ```text
 //! s[b,d,n] <- exp(dt[b,t,d] * A[d,n]) * s[b,d,n] + dt[b,t,d] * x[b,t,d] * B[b,t,n]
@@ -546,7 +546,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // `$next`. It loads the next chunk's inputs (if `$more`; otherwise this
         // chunk's again, loaded and not used, so that no branch joins after the
         // loads), asks L2 for dt and x ahead (if `$prefetch`; after the loads,
-        // where it cost the least, run 143), scans, stores y, and stages the
+        // where it cost the least on an H200), scans, stores y, and stages the
         // next chunk.
         macro_rules! scan_chunk {
             ($cur:expr, $next:ident, $more:expr) => {

@@ -1,5 +1,5 @@
 //! `moe_fc1_relu2`, `moe_down` and `moe_combine`: the squared-ReLU routed experts
-//! of Nemotron-H (spec/kernels.md section 4), over MLX affine quantized weights
+//! of Nemotron-H (docs/contracts.md, section 6), over MLX affine quantized weights
 //! (4 or 8 bits, group size 32, 64 or 128). A tolerance contract: every sum is in
 //! f32, in the order below.
 //!

@@ -1,5 +1,5 @@
 //! Element types and the scalar numerics shared by every kernel (see
-//! `spec/numerics.md`).
+//! docs/contracts.md, section 2).
 //!
 //! Everything here uses only IEEE operations (`+ - * /`, `mul_add`, `sqrt`,
 //! `round_ties_even`, comparisons, conversions and bit casts) from `core`, so the
@@ -34,7 +34,7 @@ pub trait Elem: Copy + Send + Sync + 'static {
     fn to_bits_u32(self) -> u32;
     /// From raw storage bits (the low `8 * BYTES` bits of `bits` are used).
     fn from_bits_u32(bits: u32) -> Self;
-    /// The spec's `R(e)`: round to this type and widen back. Types override it
+    /// The contracts' `R(e)`: round to this type and widen back. Types override it
     /// where a shorter exact sequence exists.
     #[inline(always)]
     fn round_f32(v: f32) -> f32 {
@@ -211,7 +211,7 @@ impl Elem for Bf16 {
     }
 }
 
-/// The spec's `R(e)`: round an f32 to `T` and widen it back (identity for f32).
+/// The contracts' `R(e)` (docs/contracts.md, section 1): round an f32 to `T` and widen it back (identity for f32).
 #[inline(always)]
 pub fn round_to<T: Elem>(v: f32) -> f32 {
     T::round_f32(v)
@@ -244,7 +244,7 @@ pub fn ldexp1(e: i32) -> f32 {
 
 /// The exact f32 constants of [`expm1`] (and the ln 2 split shared with [`exp`]).
 /// Each is written as its bit pattern; the comment gives the hexadecimal float
-/// of `numerics.md` and its exact decimal value.
+/// of docs/contracts.md, section 2, and its exact decimal value.
 pub mod consts {
     /// `0x1.715476p+0` = 1.44269502162933349609375 (log2 e, rounded).
     pub const LOG2E: f32 = f32::from_bits(0x3FB8_AA3B);
@@ -298,7 +298,7 @@ macro_rules! horner {
 }
 
 /// `e^t - 1` for `t = x - n ln 2` (the Cody-Waite reduction of [`expm1`], in
-/// its order), by the spec's degree-7 polynomial: the part of `expm1` both of
+/// its order), by the contract's degree-7 polynomial: the part of `expm1` both of
 /// its forms share.
 #[inline(always)]
 fn expm1_reduced(x: f32, n: f32) -> f32 {
@@ -309,7 +309,7 @@ fn expm1_reduced(x: f32, n: f32) -> f32 {
 }
 
 /// `expm1(x)` exactly as the AMD device library's `expm1f` computes it
-/// (`numerics.md`, "expm1 (xIELU)"): the steps, not the best expm1.
+/// (docs/contracts.md, section 2, "expm1"): the steps, not the best expm1.
 ///
 /// At most 0.89 ulp of error on [-17, 0) and about 1.45 ulp above 0.
 /// NaN -> NaN, -inf -> -1, +inf -> +inf, -0.0 -> +0.0, x < -17 -> -1,
@@ -319,7 +319,7 @@ pub fn expm1(x: f32) -> f32 {
     use consts::*;
     let n = round_ties_even(x * LOG2E);
     let p = expm1_reduced(x, n);
-    // `as` saturates and maps NaN to 0, as the spec asks.
+    // `as` saturates and maps NaN to 0, as the contract asks.
     let e = if n == 128.0 { 127 } else { n as i32 };
     let s = ldexp1(e);
     let mut z = mul_add(s, p, s - 1.0);
@@ -412,7 +412,7 @@ pub fn exp(x: f32) -> f32 {
 /// below 2^-22, results below 2^-126 flushed to zero likewise). On the host
 /// (the emulator and the references) it is [`exp`]`(x * ln 2)`.
 ///
-/// numerics.md allows a hardware approximation only where the tolerance tests
+/// A tolerance contract takes a hardware approximation only where the tolerance tests
 /// still pass on every backend and with a measured reason. The reason: the
 /// exponential is one of the scan's five operations per state column and step,
 /// and the scan is bound by instruction issue (`docs/performance.md`). The scan

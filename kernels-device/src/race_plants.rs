@@ -1,4 +1,4 @@
-//! Planted races for the race checker of `rdna-sim` (issue 18): never shipped.
+//! Planted races for the race checker of `rdna-sim`: never shipped.
 //!
 //! Built only with the `race-plants` feature, which also leaves every shipped
 //! entry point out, into a test-only gfx1151 object (`rdna-sim/tests/races.rs`

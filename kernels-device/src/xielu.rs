@@ -1,4 +1,4 @@
-//! `xielu`: the xIELU activation of Apertus (spec/kernels.md section 1),
+//! `xielu`: the xIELU activation of Apertus (docs/contracts.md, section 3),
 //! bit-exact with MLX-ROCm's op-by-op graph.
 //!
 //! Each thread handles [`ELEMS_PER_THREAD`] consecutive elements, with 16-byte

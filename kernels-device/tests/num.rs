@@ -316,7 +316,7 @@ fn check_narrowing(x: f32) {
         assert!(ours.to_f32().is_nan() && theirs.is_nan(), "bf16 NaN {:#010x}", x.to_bits());
     } else {
         assert_eq!(ours.0, theirs.to_bits(), "bf16 from {x:e} ({:#010x})", x.to_bits());
-        // The spec's formula, literally.
+        // The contract's formula, literally.
         let bits = x.to_bits();
         assert_eq!(ours.0 as u32, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
     }
@@ -457,7 +457,7 @@ fn expm1_special_values() {
     assert_eq!(e(f32::NEG_INFINITY), -1.0);
     assert_eq!(e(f32::INFINITY), f32::INFINITY);
     assert_eq!(e(0.0).to_bits(), 0.0f32.to_bits());
-    assert_eq!(e(-0.0).to_bits(), 0.0f32.to_bits(), "the spec's quirk: -0.0 -> +0.0");
+    assert_eq!(e(-0.0).to_bits(), 0.0f32.to_bits(), "the contract's quirk: -0.0 -> +0.0");
     assert_eq!(e(f32::from_bits(1)), f32::from_bits(1));
     assert_eq!(e(-f32::from_bits(1)), -f32::from_bits(1));
     assert_eq!(e(-1e-30), -1e-30);

@@ -1,4 +1,4 @@
-//! Race detection (issue 18): the orders in which a workgroup's waves may run,
+//! Race detection: the orders in which a workgroup's waves may run,
 //! and a checker of the memory accesses of one launch.
 //!
 //! # What is a race here

@@ -262,7 +262,7 @@ fn case_mamba(co: &CodeObject, arch: &str) -> Vec<(String, rdna_sim::exec::Count
         for (i, what) in [(7usize, "y"), (8, "state_out")] {
             let got = dec(&sim[i], i == 8);
             let want = dec(&emu[i], i == 8);
-            // The contract's metric (spec section 3): the largest difference over
+            // The contract's metric (docs/contracts.md, section 5): the largest difference over
             // the largest magnitude. Per element, a y that is small against its
             // terms (the sum over n cancels) would amplify the exponential's
             // last-bit differences without bound.

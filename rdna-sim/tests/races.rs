@@ -1,4 +1,4 @@
-//! Issue 18: the race checker and the wave schedules.
+//! The race checker and the wave schedules.
 //!
 //! - Planted races (`kernels-device/src/race_plants.rs`, a test-only object
 //!   built on first use): each is caught under every schedule, with the kind

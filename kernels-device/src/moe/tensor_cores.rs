@@ -11,7 +11,7 @@
 //! `s/4` and `s/4 + 4`; one `fma.rn.bf16x2` by 1 and -128 leaves `n`, exactly.
 //! The codes go in without the offset because the tensor cores' f32 sums are
 //! not rounded to nearest: with `128 + n` the error grew with the sum of the
-//! offsets and failed the kernels' tests (run 95).
+//! offsets and failed the kernels' tests on an H200.
 //!
 //! Each staged x is split into two bf16, `hi = bf16(x)` and `lo = bf16(x -
 //! hi)`: exact for bf16 and f16 inputs, 16 significant bits of an f32 (down's

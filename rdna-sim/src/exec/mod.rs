@@ -77,7 +77,7 @@ pub struct InFlight {
 /// [`Counts::classes`]), with `add` and `classes`.
 macro_rules! counts {
     ($($(#[$doc:meta])* $field:ident),* $(,)?) => {
-        /// Executed wave-instructions by class (issue 13, section 6).
+        /// Executed wave-instructions by class (the counts of `RDNA_SIM_COUNTS`).
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct Counts {
             $($(#[$doc])* pub $field: u64,)*
