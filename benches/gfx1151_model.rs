@@ -5,7 +5,7 @@
 //! hardware.
 //!
 //! ```sh
-//! bash scripts/predict-gfx1151.sh      # builds the stand-in, runs this, prints the table
+//! cargo xtask predict-gfx1151      # builds the stand-in, runs this, prints the table
 //! ```
 //!
 //! Per launch the stand-in appends to `RDNA_SIM_COUNTS` the executed
@@ -276,7 +276,7 @@ fn moe_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
 
 fn main() {
     let Ok(path) = std::env::var("RDNA_SIM_COUNTS") else {
-        eprintln!("set RDNA_SIM_COUNTS and run on the simulated gfx1151 (scripts/predict-gfx1151.sh)");
+        eprintln!("set RDNA_SIM_COUNTS and run on the simulated gfx1151 (cargo xtask predict-gfx1151)");
         std::process::exit(2);
     };
     let dev = Device::default_device().expect("a device");

@@ -11,7 +11,7 @@
 // and the rate at which the GPU finishes back-to-back calls (calls over the time to drain).
 //
 //   launch_cost <empty.ptx> <kernels.ptx> <xielu bf16 workgroup bytes>
-//   (scripts/bench-h200.sh builds and runs it)
+//   (scripts/gpu-host/bench.sh builds and runs it)
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>

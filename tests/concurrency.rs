@@ -15,7 +15,7 @@
 //! (streams.rs creates a second CUDA context) moves the memory figure.
 //!
 //! `MLXCEL_AMDGPU_CONCURRENCY_LAUNCHES=<n>` sets the launch count of the
-//! concurrent phase (scripts/leak-check.sh runs it under valgrind with fewer).
+//! concurrent phase (`cargo xtask leak-check` runs it under valgrind with fewer).
 
 mod common;
 

@@ -4,7 +4,7 @@
 //! fails, one whose hipMalloc fails. Each gives a named error, and the process
 //! stays usable: once the fault is gone, the next open, allocation and launch work.
 //!
-//! Runs in scripts/test-simulated-gfx1151.sh. Without a HIP runtime it is
+//! Runs in `cargo xtask sim-test`. Without a HIP runtime it is
 //! skipped (failed under `MLXCEL_AMDGPU_EXPECT_HIP=1`); on a real HIP device it
 //! is skipped, since only the stand-in reads `RDNA_SIM_FAIL`. One test in its
 //! own binary: it sets the environment, which the stand-in reads at every call,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Builds mamba-ssm's `selective_scan_cuda` extension, forward only, from its public sources
-(state-spaces/mamba, fetched by scripts/bench-h200-pack.sh) with torch's cpp_extension, for
+(state-spaces/mamba, packed by `cargo xtask gpu-pack bench`) with torch's cpp_extension, for
 the GPU present: the binding file and the three forward files of csrc/selective_scan, plus
 mamba_ssm_bwd_refused.cu (ours), which defines the backward entry points the binding names so
 that calling them raises instead of running. The nvcc flags are the ones mamba-ssm's setup.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Joins one benchmark run's logs (scripts/bench-h200.sh) into a Markdown report and a CSV.
+"""Joins one benchmark run's logs (scripts/gpu-host/bench.sh) into a Markdown report and a CSV.
 
     report.py <dir>    reads <dir>/ours.log, baselines.log, peers.log, mlx.log, launch_cost.log;
                        writes <dir>/bench.md and <dir>/bench.csv

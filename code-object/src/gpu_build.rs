@@ -14,7 +14,7 @@
 //! Every target has its own cargo target directory under `<target>/gpu-kernels/`,
 //! shared by the debug and release builds of the host, so `core` is built once per
 //! GPU target and a rebuild with nothing changed does no work. [`GPU_TARGET_DIR_ENV`]
-//! names another directory (scripts/fuzz.sh points the fuzz workspace's build at
+//! names another directory (`cargo xtask fuzz` points the fuzz workspace's build at
 //! the main one's, which a `--target` build would otherwise not find).
 
 use std::env;

@@ -689,7 +689,7 @@ fn select(input: &mut Input) {
         assert_eq!(status, MLXCEL_AMDGPU_OK, "select cpu 0: {message}");
     } else if matches!(bytes, b"hip" | b"cuda") && status == MLXCEL_AMDGPU_OK {
         // That GPU backend exists here (a GPU, or the simulated gfx1151 of
-        // scripts/test-simulated-gfx1151.sh): selecting it is an answer too.
+        // `cargo xtask sim-test`): selecting it is an answer too.
     } else {
         assert!(
             matches!(status, MLXCEL_AMDGPU_INVALID_ARGUMENT | MLXCEL_AMDGPU_UNAVAILABLE) && !message.is_empty(),

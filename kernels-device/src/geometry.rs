@@ -162,7 +162,7 @@ pub mod add3_layer_norm {
     /// SM, and the kernel waits on memory (an H200 at 25% occupancy, half the
     /// issue slots idle). Each value is the largest that ptxas compiles without
     /// spilling for every NVIDIA architecture from sm_80 to sm_121 (the CUDA
-    /// backend refuses local memory; `scripts/check-ptx-spills.sh`): 5 for the
+    /// backend refuses local memory; `cargo xtask ptx-spills`): 5 for the
     /// full kernel (48 registers; at 6, 40 registers, its bf16 spills for
     /// sm_120), 8 for the short one (32); on an H200 more per SM ran faster.
     /// The timings are in docs/performance.md ("Measurements behind the device

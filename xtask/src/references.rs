@@ -200,7 +200,19 @@ fn self_test() -> Result<()> {
     }
 }
 
+const USAGE: &str = "\
+usage: cargo xtask check-references [--self-test | --rules]
+
+Refuses any tracked text file that points outside the repository: the design notes' files, the
+issue tracker's numbers, and (outside docs/log/) words of how the work was organised or of one
+remote GPU harness. --rules lists what is refused and where; --self-test plants one reference of
+each rule, checks that each is caught in a file outside the logs, that only the rules for
+everywhere fire in a log, and that near misses pass.";
+
 pub fn run(args: &[String]) -> Result<()> {
+    if crate::util::wants_help(args, USAGE) {
+        return Ok(());
+    }
     match args {
         [] => {}
         [flag] if flag == "--self-test" => return self_test(),
@@ -211,7 +223,7 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             return Ok(());
         }
-        _ => return Err("usage: cargo xtask check-references [--self-test | --rules]".into()),
+        _ => return Err(USAGE.into()),
     }
     let root = repo_root()?;
     let findings = scan_tree(&root)?;
