@@ -3,7 +3,8 @@
 // Instruction words are written field by field, zero fields included; lanes are
 // indexed by lane number across several arrays.
 #![allow(clippy::identity_op, clippy::needless_range_loop)]
-use rdna_sim::codeobj::{Kernel, KernelDescriptor};
+mod common;
+use common::synthetic_kernel;
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::{Mode, Wave};
 use rdna_sim::mem::Memory;
@@ -459,26 +460,6 @@ fn unimplemented_instructions_are_errors() {
     assert!(e.contains("v_sin_f32") && e.contains("not implemented"), "{e}");
 }
 
-/// A synthetic one-kernel object for dispatch-level cases.
-fn kernel(code: &[u32]) -> Kernel {
-    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let insts = rdna_sim::decode::decode_all(&bytes, 0x1000).unwrap();
-    let index = insts.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
-    let kd = KernelDescriptor { kernel_code_properties: 1 << 10, ..Default::default() };
-    Kernel {
-        name: "synthetic".into(),
-        code_addr: 0x1000,
-        code_size: bytes.len() as u64,
-        kd,
-        insts,
-        index,
-        args: vec![],
-        kernarg_segment_size: 0,
-        group_segment_fixed_size: 0,
-        wavefront_size: 32,
-    }
-}
-
 #[test]
 fn a_barrier_some_waves_never_reach_fails_instead_of_hanging() {
     // v_readfirstlane_b32 s0, v0; s_cmp_eq_u32 s0, 0; s_cbranch_scc1 +1; s_barrier; s_endpgm
@@ -489,19 +470,19 @@ fn a_barrier_some_waves_never_reach_fails_instead_of_hanging() {
         sopp("s_barrier", 0),
         ENDPGM,
     ];
-    let k = kernel(&code);
+    let k = synthetic_kernel(&code);
     let mut mem = Memory::new();
     let l = Launch { block: [64, 1, 1], ..Launch::default() };
     let e = dispatch::launch(&mut mem, &k, &l).unwrap_err().to_string();
     assert!(e.contains("s_barrier") && e.contains("ended without reaching it"), "{e}");
     // Every wave reaching it: fine.
     let code = [sopp("s_barrier", 0), sopp("s_barrier", 0), ENDPGM];
-    let c = dispatch::launch(&mut mem, &kernel(&code), &l).unwrap();
+    let c = dispatch::launch(&mut mem, &synthetic_kernel(&code), &l).unwrap();
     assert_eq!(c.barriers, 4);
     // An endless loop is reported, not hung.
     let code = [sopp("s_branch", 0xffff), ENDPGM];
     let l = Launch { max_wave_insts: 1000, ..l };
-    let e = dispatch::launch(&mut mem, &kernel(&code), &l).unwrap_err().to_string();
+    let e = dispatch::launch(&mut mem, &synthetic_kernel(&code), &l).unwrap_err().to_string();
     assert!(e.contains("hung"), "{e}");
 }
 

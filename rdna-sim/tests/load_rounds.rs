@@ -2,7 +2,8 @@
 //! on planted load chains of known depth, hand-encoded as in `instructions.rs`.
 // Instruction words are written field by field, zero fields included.
 #![allow(clippy::identity_op)]
-use rdna_sim::codeobj::{Kernel, KernelDescriptor};
+mod common;
+use common::synthetic_kernel;
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::{Counts, Mode, Wave};
 use rdna_sim::mem::Memory;
@@ -121,26 +122,6 @@ fn request_bytes_count_each_distinct_byte_once() {
     assert_eq!((c.vmem_load_request_bytes, c.vmem_load_rounds), (0, 0));
 }
 
-/// A synthetic one-kernel object for dispatch-level cases.
-fn kernel(code: &[u32]) -> Kernel {
-    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let insts = rdna_sim::decode::decode_all(&bytes, 0x1000).unwrap();
-    let index = insts.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
-    let kd = KernelDescriptor { kernel_code_properties: 1 << 10, ..Default::default() };
-    Kernel {
-        name: "planted_chain".into(),
-        code_addr: 0x1000,
-        code_size: bytes.len() as u64,
-        kd,
-        insts,
-        index,
-        args: vec![],
-        kernarg_segment_size: 0,
-        group_segment_fixed_size: 0,
-        wavefront_size: 32,
-    }
-}
-
 #[test]
 fn a_barrier_holds_every_wave_to_the_slowest_waves_latencies() {
     // Wave 0 runs a chain of depth 3; wave 1 skips it. With a barrier after the
@@ -169,8 +150,8 @@ fn a_barrier_holds_every_wave_to_the_slowest_waves_latencies() {
         code
     };
     let l = Launch { block: [64, 1, 1], ..Launch::default() };
-    let c = dispatch::launch(&mut mem, &kernel(&program(true)), &l).unwrap();
+    let c = dispatch::launch(&mut mem, &synthetic_kernel(&program(true)), &l).unwrap();
     assert_eq!((c.vmem_load_rounds, c.vmem_load_request_bytes), (2 * 3, 3 * 2 * 4));
-    let c = dispatch::launch(&mut mem, &kernel(&program(false)), &l).unwrap();
+    let c = dispatch::launch(&mut mem, &synthetic_kernel(&program(false)), &l).unwrap();
     assert_eq!(c.vmem_load_rounds, 3);
 }

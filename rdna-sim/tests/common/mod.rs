@@ -174,3 +174,24 @@ pub fn race_plants_object() -> Result<PathBuf, String> {
         "race-plants",
     )
 }
+
+/// A synthetic one-kernel object for dispatch-level cases: `code` at 0x1000,
+/// no arguments, no workgroup memory, 32-lane waves.
+pub fn synthetic_kernel(code: &[u32]) -> rdna_sim::codeobj::Kernel {
+    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let insts = rdna_sim::decode::decode_all(&bytes, 0x1000).unwrap();
+    let index = insts.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
+    let kd = rdna_sim::codeobj::KernelDescriptor { kernel_code_properties: 1 << 10, ..Default::default() };
+    rdna_sim::codeobj::Kernel {
+        name: "synthetic".into(),
+        code_addr: 0x1000,
+        code_size: bytes.len() as u64,
+        kd,
+        insts,
+        index,
+        args: vec![],
+        kernarg_segment_size: 0,
+        group_segment_fixed_size: 0,
+        wavefront_size: 32,
+    }
+}
