@@ -500,14 +500,7 @@ impl Backend for HipBackend {
             .ok_or_else(|| format!("no kernel {name} exists in this library"))
     }
 
-    fn gpu_function(&self, function: FunctionHandle) -> Result<*mut c_void> {
-        let name = match function {
-            FunctionHandle::Deferred(name) => name,
-            FunctionHandle::Gpu(f) => return Ok(f),
-            FunctionHandle::Cpu(_) => {
-                return Err(Error::CodeObject("a CPU emulator function was given to the HIP backend".into()));
-            }
-        };
+    fn deferred_function(&self, name: &'static str) -> Result<*mut c_void> {
         let kernels = self.loaded().map_err(|reason| Error::Unavailable { kernel: name.to_string(), reason })?;
         match kernels.functions.get(name) {
             Some(FunctionHandle::Gpu(f)) => Ok(*f),
@@ -593,7 +586,7 @@ impl Backend for HipBackend {
         let Some((function, dims, args)) = call.nonempty() else {
             return Ok(());
         };
-        let function = self.gpu_function(function)?;
+        let function = function.gpu(self)?;
         self.current()?;
         self.check_stream(stream)?;
         let launch = |kernel_params: *mut *mut c_void, extra: *mut *mut c_void| {

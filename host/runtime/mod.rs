@@ -99,6 +99,22 @@ pub(crate) enum FunctionHandle {
 unsafe impl Send for FunctionHandle {}
 unsafe impl Sync for FunctionHandle {}
 
+impl FunctionHandle {
+    /// The runtime's handle (`hipFunction_t`, `CUfunction`) for a launch on
+    /// `backend`, which loads a deferred code object first; an emulator entry
+    /// is a defect there.
+    pub(crate) fn gpu(self, backend: &dyn Backend) -> Result<*mut c_void> {
+        match self {
+            FunctionHandle::Gpu(f) => Ok(f),
+            FunctionHandle::Deferred(name) => backend.deferred_function(name),
+            FunctionHandle::Cpu(_) => Err(Error::CodeObject(format!(
+                "a CPU emulator function was given to the {} backend",
+                backend.info().backend
+            ))),
+        }
+    }
+}
+
 /// One launch as a backend receives it: the function, its grid and its packed
 /// arguments.
 #[derive(Clone, Copy)]
@@ -113,17 +129,6 @@ impl<'a> Launch<'a> {
     /// is nothing to launch.
     pub(crate) fn nonempty(self) -> Option<(FunctionHandle, LaunchDims, &'a PackedArgs)> {
         (!self.dims.is_empty()).then_some((self.function, self.dims, self.args))
-    }
-
-    /// The HIP or CUDA function handle with the grid and the arguments, or
-    /// `None` when the grid is empty and there is nothing to launch; any
-    /// other handle is refused with `wrong_handle`.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn gpu(self, wrong_handle: &str) -> Result<Option<(*mut c_void, LaunchDims, &'a PackedArgs)>> {
-        let FunctionHandle::Gpu(function) = self.function else {
-            return Err(Error::CodeObject(wrong_handle.into()));
-        };
-        Ok(if self.dims.is_empty() { None } else { Some((function, self.dims, self.args)) })
     }
 }
 
@@ -148,19 +153,11 @@ pub(crate) trait Backend: Send + Sync {
     fn info(&self) -> &DeviceInfo;
     /// The function for the symbol `name`, or why there is none.
     fn function(&self, name: &str) -> std::result::Result<FunctionHandle, String>;
-    /// The runtime's handle (`hipFunction_t`, `CUfunction`) of `function`,
-    /// loading a deferred code object first; an error for an emulator entry.
-    fn gpu_function(&self, function: FunctionHandle) -> Result<*mut c_void> {
-        match function {
-            FunctionHandle::Gpu(f) => Ok(f),
-            FunctionHandle::Deferred(name) => Err(Error::Internal(format!(
-                "the {} backend deferred kernel {name} but cannot load it",
-                self.info().backend
-            ))),
-            FunctionHandle::Cpu(_) => {
-                Err(Error::CodeObject("a CPU emulator function was given to a GPU backend".into()))
-            }
-        }
+    /// The runtime's handle of the kernel `name` of a code object loaded on
+    /// first use ([`FunctionHandle::Deferred`]); only a backend that defers
+    /// has one.
+    fn deferred_function(&self, name: &'static str) -> Result<*mut c_void> {
+        Err(Error::Internal(format!("the {} backend deferred kernel {name} but cannot load it", self.info().backend)))
     }
     /// Why no kernel can run here any more although [`DeviceInfo::kernels`]
     /// names a code object: the runtime refused it when it was loaded at the
@@ -463,7 +460,7 @@ impl Device {
         if dims.is_empty() {
             return Ok(());
         }
-        let function = self.backend.gpu_function(kernel.function)?;
+        let function = kernel.function.gpu(&*self.backend)?;
         describe::push(describe::DescribedLaunch { function, dims, args: OwnedArgs::new(packed) })
     }
 
