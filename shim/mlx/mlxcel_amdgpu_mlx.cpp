@@ -124,27 +124,41 @@ const void* host_bytes(const array& a) {
 #endif
 }
 
-// The value of a one-element scalar input, known while the graph is built: an
-// array already evaluated, or a constant reached through Full/Broadcast/
-// Reshape nodes (what mlxcel's `full({1}, v, float32)` builds). The C ABI
-// takes scalars by value, so they never enter the launch; one that is not
-// such a constant is refused rather than evaluated, which would synchronize.
+// The evaluated one-element array a constant starts from, following `a`
+// through the Full/Broadcast/Reshape nodes that only move one value around
+// (what mlxcel's `full({1}, v, float32)` builds); else the op the walk stopped
+// at (an AsType or anything else could change the value).
+struct ConstantSource {
+  std::optional<array> leaf;
+  std::string stopped_at;
+};
+
+ConstantSource constant_source(array a) {
+  for (int depth = 0; !a.is_available(); ++depth) {
+    const std::string op = a.has_primitive() ? a.primitive().name() : "no primitive";
+    if (depth == 8 || a.size() != 1 || a.inputs().size() != 1 ||
+        (op != "Full" && op != "Broadcast" && op != "Reshape") || a.inputs()[0].dtype() != a.dtype() ||
+        a.inputs()[0].size() != 1)
+      return {std::nullopt, op};
+    a = a.inputs()[0];
+  }
+  if (a.size() != 1) return {std::nullopt, "a " + std::to_string(a.size()) + "-element array"};
+  return {a, ""};
+}
+
+// The value of a one-element scalar input, known while the graph is built
+// (constant_source). The C ABI takes scalars by value, so they never enter the
+// launch; one that is not such a constant is refused rather than evaluated,
+// which would synchronize.
 float scalar_input(Kernel k, const array& input, const char* name) {
   if (input.dtype() != mx::float32 || input.size() != 1 || input.ndim() > 1)
     refuse(k, std::string("input '") + name + "' must be a [1] float32 array, got " + str(input.shape()) + " " +
                   str(input.dtype()));
-  array a = input;
-  for (int depth = 0; !a.is_available(); ++depth) {
-    const std::string op = a.has_primitive() ? a.primitive().name() : "no primitive";
-    // These only move one value around; an AsType or anything else could
-    // change it, so the walk stops there.
-    if (depth == 8 || a.inputs().size() != 1 || (op != "Full" && op != "Broadcast" && op != "Reshape") ||
-        a.inputs()[0].dtype() != mx::float32 || a.inputs()[0].size() != 1)
-      refuse(k, std::string("input '") + name + "' must be a constant the host knows (full({1}, value, float32) or an "
-                    "evaluated array); it is computed by " + op);
-    a = a.inputs()[0];
-  }
-  const void* bytes = host_bytes(a);
+  ConstantSource source = constant_source(input);
+  if (!source.leaf)
+    refuse(k, std::string("input '") + name + "' must be a constant the host knows (full({1}, value, float32) or an "
+                  "evaluated array); it is computed by " + source.stopped_at);
+  const void* bytes = host_bytes(*source.leaf);
   if (!bytes)
     refuse(k, std::string("input '") + name + "' is a device buffer the host holds no copy of; pass it as "
                   "full({1}, value, float32)");
@@ -154,17 +168,11 @@ float scalar_input(Kernel k, const array& input, const char* name) {
   return v;
 }
 
-// The value of `a` if it is a one-element constant (see scalar_input) of a
+// The value of `a` if it is a one-element constant (constant_source) of a
 // float dtype, else nothing.
-std::optional<float> constant_of(array a) {
-  for (int depth = 0; !a.is_available(); ++depth) {
-    if (depth == 8 || a.size() != 1 || !a.has_primitive() || a.inputs().size() != 1) return std::nullopt;
-    const std::string op = a.primitive().name();
-    if (op != "Full" && op != "Broadcast" && op != "Reshape") return std::nullopt;
-    if (a.inputs()[0].dtype() != a.dtype()) return std::nullopt;
-    a = a.inputs()[0];
-  }
-  const void* bytes = a.size() == 1 ? host_bytes(a) : nullptr;
+std::optional<float> constant_of(const array& a) {
+  ConstantSource source = constant_source(a);
+  const void* bytes = source.leaf ? host_bytes(*source.leaf) : nullptr;
   if (!bytes) return std::nullopt;
   if (a.dtype() == mx::float32) return *static_cast<const float*>(bytes);
   if (a.dtype() == mx::float16) return float(*static_cast<const mx::float16_t*>(bytes));
