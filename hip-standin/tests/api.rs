@@ -33,14 +33,20 @@ fn the_loader_refuses_what_the_runtime_would() {
     assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
 }
 
-#[test]
-fn an_out_of_bounds_store_fails_the_launch_and_says_where() {
+/// The `probe` kernel of the gfx1151 object, loaded on device 0.
+fn probe_on_gfx1151() -> *mut c_void {
     assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
     let image = object("gfx1151");
     let mut m: *mut c_void = ptr::null_mut();
     assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, image.as_ptr() as *const c_void) }, hip::SUCCESS);
     let mut f: *mut c_void = ptr::null_mut();
     assert_eq!(unsafe { hip::hipModuleGetFunction(&mut f, m, c"probe".as_ptr()) }, hip::SUCCESS);
+    f
+}
+
+#[test]
+fn an_out_of_bounds_store_fails_the_launch_and_says_where() {
+    let f = probe_on_gfx1151();
     // probe writes 17 words per thread; give it room for one thread only.
     let mut out: *mut c_void = ptr::null_mut();
     assert_eq!(unsafe { hip::hipMalloc(&mut out, 68) }, hip::SUCCESS);
@@ -96,12 +102,7 @@ fn stream_ordered_memory_and_the_stream_device() {
 /// arguments as they are then, as CLR's nodes do.
 #[test]
 fn a_captured_launch_reads_its_arguments_at_each_replay() {
-    assert_eq!(hip::hipSetDevice(0), hip::SUCCESS);
-    let image = object("gfx1151");
-    let mut m: *mut c_void = ptr::null_mut();
-    assert_eq!(unsafe { hip::hipModuleLoadData(&mut m, image.as_ptr() as *const c_void) }, hip::SUCCESS);
-    let mut f: *mut c_void = ptr::null_mut();
-    assert_eq!(unsafe { hip::hipModuleGetFunction(&mut f, m, c"probe".as_ptr()) }, hip::SUCCESS);
+    let f = probe_on_gfx1151();
     let (mut a, mut b): (*mut c_void, *mut c_void) = (ptr::null_mut(), ptr::null_mut());
     assert_eq!(unsafe { hip::hipMalloc(&mut a, 68 * 64) }, hip::SUCCESS);
     assert_eq!(unsafe { hip::hipMalloc(&mut b, 68 * 64) }, hip::SUCCESS);

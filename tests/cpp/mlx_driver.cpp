@@ -21,6 +21,7 @@
 
 #include <mlx/mlx.h>
 
+#include "mlx_driver_support.h"
 #include "mlxcel_amdgpu.h"
 #include "mlxcel_amdgpu_mlx.h"
 
@@ -28,51 +29,11 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace mx = mlx::core;
 namespace shim = mlxcel_amdgpu::shim;
-using mx::array;
-using mx::Shape;
-using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
-using Bytes = std::vector<uint8_t>;
 
 static bool g_gpu = false;
-static int g_failures = 0;
-static int g_checks = 0;
-
-static void ok(bool cond, const std::string& what) {
-  ++g_checks;
-  if (!cond) {
-    ++g_failures;
-    std::cout << "FAIL: " << what << std::endl;
-  }
-}
-
-static const char* dname(mx::Dtype t) {
-  return t == mx::float32 ? "f32" : t == mx::float16 ? "f16" : t == mx::bfloat16 ? "bf16" : "?";
-}
-
-static uint32_t abi(mx::Dtype t) {
-  return t == mx::float32 ? MLXCEL_AMDGPU_F32 : t == mx::float16 ? MLXCEL_AMDGPU_F16 : MLXCEL_AMDGPU_BF16;
-}
 
 // ---- data ----------------------------------------------------------------
-
-// Knuth's MMIX LCG, values in [-1, 1) * scale + offset (host/reference/data.rs).
-struct Lcg {
-  uint64_t s;
-  explicit Lcg(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  float next(float scale = 1.0f, float offset = 0.0f) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float((s >> 40) / double(1 << 24)) * 2.0f - 1.0f) * scale + offset;
-  }
-};
-
-static std::vector<float> values(size_t n, uint64_t seed, float scale = 1.0f, float offset = 0.0f) {
-  Lcg g(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g.next(scale, offset);
-  return v;
-}
 
 static array make(const std::vector<float>& v, Shape shape, mx::Dtype t) {
   return mx::astype(array(v.data(), std::move(shape), mx::float32), t);

@@ -31,50 +31,19 @@
 
 #include "mlx/backend/rocm/allocator.h"
 #include "mlx/backend/rocm/device.h"
+#include "mlx_driver_support.h"
 #include "mlxcel_amdgpu.h"
 #include "mlxcel_amdgpu_mlx.h"
 
-namespace mx = mlx::core;
 namespace shim = mlxcel_amdgpu::shim;
-using mx::array;
-using mx::Shape;
-using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
-using Bytes = std::vector<uint8_t>;
 
-static int g_failures = 0, g_checks = 0;
 static const mx::Stream g_gpu(100, mx::Device(mx::Device::gpu, 0));
-
-static void ok(bool cond, const std::string& what) {
-  ++g_checks;
-  if (!cond) {
-    ++g_failures;
-    std::cout << "FAIL: " << what << std::endl;
-  }
-}
 
 static void hip_ok(hipError_t e, const char* what) {
   if (e != hipSuccess) throw std::runtime_error(std::string(what) + ": " + hipGetErrorString(e));
 }
 
-static const char* dname(mx::Dtype t) {
-  return t == mx::float32 ? "f32" : t == mx::float16 ? "f16" : "bf16";
-}
-
-static uint32_t abi(mx::Dtype t) {
-  return t == mx::float32 ? MLXCEL_AMDGPU_F32 : t == mx::float16 ? MLXCEL_AMDGPU_F16 : MLXCEL_AMDGPU_BF16;
-}
-
 // ---- inputs, built on the CPU stream into the double's buffers -------------
-
-static std::vector<float> values(size_t n, uint64_t seed, float scale = 1.0f, float offset = 0.0f) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = (float((s >> 40) / double(1 << 24)) * 2.0f - 1.0f) * scale + offset;
-  }
-  return v;
-}
 
 static array make(const std::vector<float>& v, Shape shape, mx::Dtype t) {
   array a = mx::astype(array(v.data(), std::move(shape), mx::float32), t, mx::Device::cpu);
