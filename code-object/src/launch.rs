@@ -56,7 +56,7 @@ pub enum LaunchMem {
     UpTo(u32),
 }
 
-/// The largest workgroup memory of `moe_fc1_relu2` / `moe_down`: the longest row
+/// The largest workgroup memory of the routed-expert GEMVs: the longest row
 /// at the bit width whose staged chunks take the most.
 const MOE_MAX_WORKGROUP_MEM: u32 = {
     let mut m = 0;
@@ -80,7 +80,10 @@ pub const LAUNCH_WORKGROUP_MEM: &[(&str, LaunchMem)] = &[
     ("add3_layer_norm_", LaunchMem::Fixed(add3_layer_norm::WORKGROUP_MEM_BYTES)),
     ("mamba1_scan_", LaunchMem::Fixed(mamba1_scan::Mapping::AMD.workgroup_mem_bytes())),
     ("moe_fc1_relu2_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
+    ("moe_gateup_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
     ("moe_down_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
+    // 6-bit rows are staged in the 8-bit layout.
+    ("moe_down6_", LaunchMem::UpTo(MOE_MAX_WORKGROUP_MEM)),
 ];
 
 /// The workgroup memory the launcher of `kernel` gives it.

@@ -59,7 +59,7 @@ pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
     if dtype_of("mamba1_scan").is_some() {
         return g::mamba1_scan::Mapping::ALL.iter().map(|m| m.workgroup_mem_bytes()).max();
     }
-    if dtype_of("moe_fc1_relu2").or(dtype_of("moe_down")).is_some() {
+    if ["moe_fc1_relu2", "moe_gateup", "moe_down", "moe_down6"].iter().any(|base| dtype_of(base).is_some()) {
         return g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
     }
     None

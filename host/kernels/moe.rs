@@ -36,13 +36,15 @@
 
 use kernels_device::args::BufferExtent;
 use kernels_device::geometry::moe::{
-    BITS, COMBINE_WORKGROUP_SIZE, GROUP_SIZES, MAX_COLS, MAX_K, WORKGROUP_SIZE, values_per_word, workgroup_mem_bytes,
-    workgroups,
+    BITS, COMBINE_WORKGROUP_SIZE, GROUP_SIZES, MAX_COLS, MAX_K, SIX_BIT_UNIT_VALUES, SIX_BITS, WORKGROUP_SIZE,
+    values_per_word, workgroup_mem_bytes, workgroups,
 };
 
-pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args};
+pub use gated::{Activation, GatedBuffers, GatedPointers, down_available, gateup, gateup_available, run_gateup};
+pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args, MoeGateUpArgs};
 pub use shape::MoeShape;
 
+mod gated;
 mod shape;
 
 use super::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, overlapping, symbol};
@@ -55,6 +57,10 @@ use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
 pub const FC1_KERNEL: &str = "moe_fc1_relu2";
 pub const DOWN_KERNEL: &str = "moe_down";
 pub const COMBINE_KERNEL: &str = "moe_combine";
+/// `moe_down` for 6-bit codes.
+pub const DOWN6_KERNEL: &str = "moe_down6";
+/// The gate and up projections with SwiGLU or GeGLU ([`gated`]).
+pub const GATEUP_KERNEL: &str = "moe_gateup";
 
 /// Whether the whole routed-expert forward (all three kernels) for `dtype` can
 /// run on `device`.
@@ -72,11 +78,26 @@ impl MoeShape {
     /// Nemotron-3-Nano-30B-A3B: Din 2688, Dff 1856, E 128, K 6, 4 bits, gs 64.
     pub const NEMOTRON: MoeShape = MoeShape { n_experts: 128, k: 6, din: 2688, dff: 1856, bits: 4, group_size: 64 };
 
-    /// Checks every limit; the error names the field and the limit.
+    /// Checks every limit; the error names the field and the limit. `bits`
+    /// must be 4 or 8 (the width of fc1, gate/up, and down at those widths).
     pub fn validate(&self) -> Result<()> {
         if !BITS.contains(&self.bits) {
             return Err(Error::invalid("bits", format!("{} is not supported; use 4 or 8", self.bits)));
         }
+        self.validate_format()
+    }
+
+    /// [`Self::validate`] for `moe_down`, which also takes 6-bit codes
+    /// (MLX's four values in three bytes; the `moe_down6` kernels).
+    pub fn validate_down(&self) -> Result<()> {
+        if !BITS.contains(&self.bits) && self.bits != SIX_BITS {
+            return Err(Error::invalid("bits", format!("{} is not supported by moe_down; use 4, 6 or 8", self.bits)));
+        }
+        self.validate_format()
+    }
+
+    /// The limits other than the bit width.
+    fn validate_format(&self) -> Result<()> {
         if !GROUP_SIZES.contains(&self.group_size) {
             return Err(Error::invalid(
                 "group_size",
@@ -89,7 +110,9 @@ impl MoeShape {
         if self.k == 0 || self.k > MAX_K {
             return Err(Error::invalid("k", format!("{} is outside 1..={MAX_K}", self.k)));
         }
-        let vpw = values_per_word(self.bits);
+        // Whole u32 words per row: 32 / bits values a word at 4 and 8 bits, 16
+        // values in three words at 6 (every group size is a multiple of both).
+        let vpw = if self.bits == SIX_BITS { SIX_BIT_UNIT_VALUES } else { values_per_word(self.bits) };
         for (name, v) in [("din", self.din), ("dff", self.dff)] {
             if v == 0 || v > MAX_COLS {
                 return Err(Error::invalid(
@@ -106,7 +129,10 @@ impl MoeShape {
             if v % vpw != 0 {
                 return Err(Error::invalid(
                     name,
-                    format!("{v} is not a multiple of {vpw} values per u32 word at {} bits", self.bits),
+                    format!(
+                        "{v} is not a multiple of the {vpw} values that fill whole u32 words at {} bits",
+                        self.bits
+                    ),
                 ));
             }
         }
@@ -122,6 +148,10 @@ impl MoeShape {
     }
 
     fn of_fc1(a: &MoeFc1Relu2Args) -> MoeShape {
+        MoeShape { n_experts: a.n_experts, k: a.k, din: a.din, dff: a.dff, bits: a.bits, group_size: a.group_size }
+    }
+
+    fn of_gateup(a: &MoeGateUpArgs) -> MoeShape {
         MoeShape { n_experts: a.n_experts, k: a.k, din: a.din, dff: a.dff, bits: a.bits, group_size: a.group_size }
     }
 
@@ -191,12 +221,19 @@ pub fn fc1_dims(shape: &MoeShape) -> LaunchDims {
 }
 
 /// The launch geometry of `moe_down`: one wave per row of Din, grid z = K.
+/// 6-bit rows are staged in the 8-bit layout (chunks of 16 values).
 pub fn down_dims(shape: &MoeShape) -> LaunchDims {
+    let staged_bits = if shape.bits == SIX_BITS { 8 } else { shape.bits };
     LaunchDims {
         grid: [workgroups(shape.din), 1, shape.k],
         workgroup_size: WORKGROUP_SIZE,
-        workgroup_mem_bytes: workgroup_mem_bytes(shape.dff, shape.bits),
+        workgroup_mem_bytes: workgroup_mem_bytes(shape.dff, staged_bits),
     }
+}
+
+/// The `moe_down` kernel for a bit width: `moe_down6` for 6-bit codes.
+pub fn down_kernel(bits: u32) -> &'static str {
+    if bits == SIX_BITS { DOWN6_KERNEL } else { DOWN_KERNEL }
 }
 
 /// The launch geometry of `moe_combine`: one thread per element of `out`.
@@ -232,14 +269,14 @@ fn check_combine_shape(k: u32, din: u32) -> Result<()> {
     Ok(())
 }
 
-/// The checked enqueue of fc1 and down: the kernel looked up, then the shape validated.
+/// The checked enqueue of fc1, gate/up and down: the kernel looked up, then the shape validated.
 macro_rules! checked_gemv {
-    ($($args:ty => $base:ident, $shape_of:ident, $dims:ident;)+) => {$(
+    ($($args:ty => $base:expr, $shape_of:ident, $validate:ident, $dims:ident;)+) => {$(
         impl CheckedArgs for $args {
             fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
-                let kernel = kernel_for(device, $base, dtype)?;
                 let shape = MoeShape::$shape_of(&self);
-                shape.validate()?;
+                let kernel = kernel_for(device, $base(&shape), dtype)?;
+                shape.$validate()?;
                 unsafe { enqueue(device, &kernel, $dims(&shape), &self.values(), &self.extents(), capacity, stream) }
             }
         }
@@ -247,8 +284,9 @@ macro_rules! checked_gemv {
 }
 
 checked_gemv! {
-    MoeFc1Relu2Args => FC1_KERNEL, of_fc1, fc1_dims;
-    MoeDownArgs => DOWN_KERNEL, of_down, down_dims;
+    MoeFc1Relu2Args => |_: &MoeShape| FC1_KERNEL, of_fc1, validate, fc1_dims;
+    MoeDownArgs => |shape: &MoeShape| down_kernel(shape.bits), of_down, validate_down, down_dims;
+    MoeGateUpArgs => |_: &MoeShape| GATEUP_KERNEL, of_gateup, validate, fc1_dims;
 }
 
 impl CheckedArgs for MoeCombineArgs {
@@ -278,7 +316,8 @@ pub unsafe fn fc1_relu2<T: Element>(
     shape.fc1_args(x, idx, w1, act, status).enqueue_checked(device, T::DTYPE, &[], stream)
 }
 
-/// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k.
+/// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k;
+/// `shape.bits` 4, 6 or 8 (6-bit codes go to `moe_down6`).
 ///
 /// # Safety
 /// As for [`fc1_relu2`].

@@ -41,14 +41,15 @@ pub struct Quantized {
 }
 
 impl Quantized {
-    /// Values packed per u32 word: `32 / bits`.
+    /// Values packed per u32 word: `32 / bits` (2, 4 and 8 bits only).
     pub fn values_per_word(&self) -> usize {
+        assert!(32 % self.bits == 0, "{} bits do not fill whole words one value at a time", self.bits);
         32 / self.bits as usize
     }
 
     /// Words per row: `cols * bits / 32`.
     pub fn words_per_row(&self) -> usize {
-        self.cols / self.values_per_word()
+        self.cols * self.bits as usize / 32
     }
 
     /// Groups per row: `cols / group_size`.
@@ -56,12 +57,16 @@ impl Quantized {
         self.cols / self.group_size
     }
 
-    /// The code `q` of element `(row, col)`, unpacked from its word.
+    /// The code `q` of element `(row, col)`: bits `col*bits .. (col+1)*bits` of
+    /// the row's words read as one little-endian bit string (at 2, 4 and 8 bits
+    /// value j of a word is its bits `j*bits ..`; at 6 bits a value may span two
+    /// words, four values in three bytes as MLX packs them).
     pub fn code(&self, row: usize, col: usize) -> u32 {
-        let vpw = self.values_per_word();
-        let word = self.words[row * self.words_per_row() + col / vpw];
-        let j = (col % vpw) as u32;
-        (word >> (j * self.bits)) & ((1u32 << self.bits) - 1)
+        let bit = col * self.bits as usize;
+        let row_words = &self.words[row * self.words_per_row()..(row + 1) * self.words_per_row()];
+        let low = row_words[bit / 32] as u64;
+        let high = row_words.get(bit / 32 + 1).map_or(0, |&w| w as u64);
+        (((high << 32 | low) >> (bit % 32)) as u32) & ((1u32 << self.bits) - 1)
     }
 
     /// `(scale, bias)` of element `(row, col)`'s group, as f32 (`f()` of the stored T values).
@@ -86,12 +91,12 @@ impl Quantized {
 }
 
 fn check_format(cols: usize, bits: u32, group_size: usize) {
-    assert!(matches!(bits, 2 | 4 | 8), "bits must be 2, 4 or 8 (got {bits})");
+    assert!(matches!(bits, 2 | 4 | 6 | 8), "bits must be 2, 4, 6 or 8 (got {bits})");
     assert!(
         group_size > 0 && cols.is_multiple_of(group_size),
         "cols {cols} must be a multiple of group size {group_size}"
     );
-    assert!(cols.is_multiple_of(32 / bits as usize), "cols {cols} must fill whole u32 words at {bits} bits");
+    assert!((cols * bits as usize).is_multiple_of(32), "cols {cols} must fill whole u32 words at {bits} bits");
 }
 
 /// Quantizes `w [rows, cols]` (f32) to the MLX affine format with scales and biases stored as
@@ -100,14 +105,14 @@ pub fn quantize(dtype: Dtype, w: &[f32], rows: usize, cols: usize, bits: u32, gr
     check_format(cols, bits, group_size);
     assert_eq!(w.len(), rows * cols, "w must be [rows, cols]");
     let max_code = (1u32 << bits) - 1;
-    let vpw = 32 / bits as usize;
+    let row_words = cols * bits as usize / 32;
     let groups = cols / group_size;
     let mut out = Quantized {
         rows,
         cols,
         bits,
         group_size,
-        words: vec![0; rows * cols / vpw],
+        words: vec![0; rows * row_words],
         scales: vec![0.0; rows * groups],
         biases: vec![0.0; rows * groups],
     };
@@ -135,13 +140,14 @@ pub fn quantize(dtype: Dtype, w: &[f32], rows: usize, cols: usize, bits: u32, gr
                 };
             }
         }
-        // Pack: word p holds values p*vpw .. p*vpw+vpw-1, value j at bits [j*bits, (j+1)*bits).
-        for p in 0..cols / vpw {
-            let mut word = 0u32;
-            for j in 0..vpw {
-                word |= codes[p * vpw + j] << (j as u32 * bits);
+        // Pack: value c at bits [c*bits, (c+1)*bits) of the row's little-endian bit string.
+        let words = &mut out.words[r * row_words..(r + 1) * row_words];
+        for (c, &q) in codes.iter().enumerate() {
+            let bit = c * bits as usize;
+            words[bit / 32] |= q << (bit % 32);
+            if bit % 32 + bits as usize > 32 {
+                words[bit / 32 + 1] |= q >> (32 - bit % 32);
             }
-            out.words[r * (cols / vpw) + p] = word;
         }
     }
     out
@@ -264,6 +270,104 @@ pub fn dense_f32_reference(dtype: Dtype, m: &MoeInputs) -> Vec<f32> {
     out.iter().map(|&v| round(dtype, v as f32)).collect()
 }
 
+/// The gate activation of the SwiGLU (`activation` 0) and GeGLU (1) experts,
+/// `a(g) * u`, in f64: `g * sigmoid(g)`, or `0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))`.
+pub fn gated_f64(activation: u32, g: f64, u: f64) -> f64 {
+    match activation {
+        0 => g / (1.0 + (-g).exp()) * u,
+        1 => 0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh()) * u,
+        _ => panic!("activation {activation} is not 0 (SwiGLU) or 1 (GeGLU)"),
+    }
+}
+
+/// `moe_gateup`: `x [Din]` (T values), `idx [K]`, `gate` and `up` stacks `[E, Dff, Din]`.
+/// Returns `act [K, Dff]` (f32): `act[k, f] = R32(a(g) * u)` ([`gated_f64`] on the f32 sums),
+/// where `g` and `u` are summed in f32 over i ascending from +0.0 as in [`fc1_relu2`].
+pub fn gateup(x: &[f32], idx: &[u32], gate: &Quantized, up: &Quantized, n_experts: usize, activation: u32) -> Vec<f32> {
+    assert!(n_experts > 0 && gate.rows.is_multiple_of(n_experts), "gate rows not a multiple of E {n_experts}");
+    assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "gate and up must have one shape");
+    let dff = gate.rows / n_experts;
+    assert_eq!(x.len(), gate.cols, "x must be [Din]");
+    let dot =
+        |w: &Quantized, row: usize| x.iter().enumerate().fold(0.0f32, |acc, (i, &xi)| acc + xi * w.weight(row, i));
+    let mut act = vec![0.0f32; idx.len() * dff];
+    for k in 0..idx.len() {
+        let e = expert_of(idx, k, n_experts);
+        for f in 0..dff {
+            let row = e * dff + f;
+            act[k * dff + f] = gated_f64(activation, dot(gate, row) as f64, dot(up, row) as f64) as f32;
+        }
+    }
+    act
+}
+
+/// The dense reference of a gated block: dequantize, `a(x gate) * (x up)`, the down
+/// matrix, weighted by scores and summed over k, all in f64, then rounded to `dtype` once.
+pub fn dense_gated_reference(dtype: Dtype, m: &GatedInputs, activation: u32) -> Vec<f32> {
+    let GatedInputs { x, idx, scores, gate, up, down, n_experts } = m;
+    let n_experts = *n_experts;
+    let (dff, din) = (gate.rows / n_experts, gate.cols);
+    let mut out = vec![0.0f64; din];
+    for k in 0..idx.len() {
+        let e = expert_of(idx, k, n_experts);
+        let dot = |w: &Quantized, row: usize| (0..din).map(|i| x[i] as f64 * w.weight_f64(row, i)).sum::<f64>();
+        let hidden: Vec<f64> =
+            (0..dff).map(|f| gated_f64(activation, dot(gate, e * dff + f), dot(up, e * dff + f))).collect();
+        for (h, o) in out.iter_mut().enumerate() {
+            let z: f64 = (0..dff).map(|f| hidden[f] * down.weight_f64(e * din + h, f)).sum();
+            *o += scores[k] as f64 * z;
+        }
+    }
+    out.iter().map(|&v| round(dtype, v as f32)).collect()
+}
+
+/// Test inputs for a gated (SwiGLU or GeGLU) routed block.
+#[derive(Clone, Debug)]
+pub struct GatedInputs {
+    /// `x [Din]`, T values.
+    pub x: Vec<f32>,
+    /// `idx [K]`: distinct expert ids < E.
+    pub idx: Vec<u32>,
+    /// `scores [K]`, f32, positive, summing to about 1.
+    pub scores: Vec<f32>,
+    /// `gate [E, Dff, Din]` and `up [E, Dff, Din]` quantized.
+    pub gate: Quantized,
+    pub up: Quantized,
+    /// `down [E, Din, Dff]` quantized (4, 6 or 8 bits).
+    pub down: Quantized,
+    pub n_experts: usize,
+}
+
+/// Seeded data for a gated block, as [`moe_inputs`]: the gate and up stacks at
+/// `gate_up_bits`, the down stack at `down_bits`.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_inputs(
+    dtype: Dtype,
+    din: usize,
+    dff: usize,
+    n_experts: usize,
+    k: usize,
+    gate_up_bits: u32,
+    down_bits: u32,
+    group_size: usize,
+    seed: u64,
+) -> GatedInputs {
+    let m = moe_inputs(dtype, din, dff, n_experts, k, gate_up_bits, group_size, seed);
+    let mut rng = NormalRng::new(seed ^ 0x5EED_6A7E);
+    let s = 1.0 / (din as f64).sqrt();
+    let up: Vec<f32> = (0..n_experts * dff * din).map(|_| (rng.next_normal() * s) as f32).collect();
+    let down = dequantize(&m.w2);
+    GatedInputs {
+        x: m.x,
+        idx: m.idx,
+        scores: m.scores,
+        gate: m.w1,
+        up: quantize(dtype, &up, n_experts * dff, din, gate_up_bits, group_size),
+        down: quantize(dtype, &down, n_experts * din, dff, down_bits, group_size),
+        n_experts,
+    }
+}
+
 /// Test inputs for the routed experts.
 #[derive(Clone, Debug)]
 pub struct MoeInputs {
@@ -349,6 +453,23 @@ mod tests {
         assert_eq!(q.words[15] >> 24, 255); // the group maximum gets the top code
     }
 
+    /// MLX's 6-bit layout: four values in three bytes, `v0 = b0 & 63`, `v1 = b0 >> 6 | (b1 & 15) << 2`,
+    /// `v2 = b1 >> 4 | (b2 & 3) << 4`, `v3 = b2 >> 2`; values that span two words read back.
+    #[test]
+    fn six_bit_packing() {
+        let row: Vec<f32> = (0..64).map(|v| v as f32).collect();
+        let q = quantize(Dtype::F32, &row, 1, 64, 6, 64);
+        assert_eq!((q.scales[0], q.biases[0]), (1.0, 0.0));
+        assert_eq!(q.words.len(), 12);
+        let bytes: Vec<u8> = q.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for p in 0..16 {
+            let (b0, b1, b2) = (bytes[3 * p] as u32, bytes[3 * p + 1] as u32, bytes[3 * p + 2] as u32);
+            let v = [b0 & 63, b0 >> 6 | (b1 & 15) << 2, b1 >> 4 | (b2 & 3) << 4, b2 >> 2];
+            assert_eq!(v, [4 * p as u32, 4 * p as u32 + 1, 4 * p as u32 + 2, 4 * p as u32 + 3], "pack {p}");
+        }
+        assert_eq!(dequantize(&q), row);
+    }
+
     #[test]
     fn constant_group() {
         let q = quantize(Dtype::F16, &[0.5; 64], 1, 64, 4, 64);
@@ -364,7 +485,7 @@ mod tests {
     fn round_trip_error() {
         let (rows, cols) = (32, 256);
         for dtype in Dtype::ALL {
-            for bits in [4, 8] {
+            for bits in [4, 6, 8] {
                 for gs in [32, 64, 128] {
                     let mut rng = NormalRng::new(bits as u64 * 1000 + gs as u64);
                     let w: Vec<f32> = (0..rows * cols).map(|_| rng.next_normal() as f32 * 0.05).collect();

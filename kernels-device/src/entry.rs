@@ -384,12 +384,34 @@ families! {
         } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
     }
 
-    /// `moe_down`: `part[k, h] = scores[k] * (act[k] . w2[idx[k], h])` for every slot k.
+    /// `moe_gateup`: `act[k, f] = a(x . wg[idx[k], f]) * (x . wu[idx[k], f])` for
+    /// every slot k, `a` SiLU or GELU's tanh form (`activation`, see `moe::gated`).
+    family MoeGateUpArgs {
+        instances { moe_gateup_f32, moe_gateup_f16, moe_gateup_bf16 => crate::moe::moe_gateup::<T>; }
+        params {
+            x: read T [din],
+            idx: read u32 [k],
+            wg: read u32 [n_experts, dff, din / values_per_word(bits)],
+            sg: read T [n_experts, dff, din / group_size],
+            bg: read T [n_experts, dff, din / group_size],
+            wu: read u32 [n_experts, dff, din / values_per_word(bits)],
+            su: read T [n_experts, dff, din / group_size],
+            bu: read T [n_experts, dff, din / group_size],
+            act: write f32 [k, dff],
+            activation: value u32,
+        } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
+    }
+
+    /// `moe_down`: `part[k, h] = scores[k] * (act[k] . w2[idx[k], h])` for every
+    /// slot k; `moe_down6_*` for 6-bit codes, `moe_down_*` for 4 and 8 bits.
     family MoeDownArgs {
-        instances { moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T, { crate::moe::TENSOR_CORES }>; }
+        instances {
+            moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T, { crate::moe::TENSOR_CORES }>;
+            moe_down6_f32, moe_down6_f16, moe_down6_bf16 => crate::moe::moe_down6::<T>;
+        }
         params {
             idx: read u32 [k],
-            w2: read u32 [n_experts, din, dff / values_per_word(bits)],
+            w2: read u32 [n_experts, din, dff as u64 * bits as u64 / 32],
             s2: read T [n_experts, din, dff / group_size],
             b2: read T [n_experts, din, dff / group_size],
             act: read f32 [k, dff],

@@ -486,6 +486,43 @@ pub mod moe {
         Some(RowLayout { words: words_per_row(cols, bits), groups: groups_per_row(cols, group_size), group_shift })
     }
 
+    /// Where `moe_gateup` keeps its gate rows' totals in workgroup memory, in
+    /// floats: after the staged row of `cols` values, in the space
+    /// [`workgroup_mem_bytes`] reserves for the tensor-core schedule (which
+    /// `moe_gateup` does not use), one float per row of the workgroup.
+    pub const fn gate_totals(cols: u32, bits: u32) -> u32 {
+        staged_floats(cols, bits)
+    }
+    const _: () =
+        assert!(MMA_EXTRA_FLOATS >= ROWS_PER_WORKGROUP, "the gate totals fit in the space after the staged row");
+
+    /// Bits per value of `moe_down6`: MLX's 6-bit codes, four in three bytes.
+    pub const SIX_BITS: u32 = 6;
+    /// Values of one unit of 6-bit codes: a lane's share of a row per step,
+    /// 96 bits in three words, staged as one chunk of the 8-bit layout.
+    pub const SIX_BIT_UNIT_VALUES: u32 = 16;
+    /// Words of one unit of 6-bit codes.
+    pub const SIX_BIT_UNIT_WORDS: u32 = SIX_BIT_UNIT_VALUES * SIX_BITS / 32;
+    const _: () = assert!(SIX_BIT_UNIT_VALUES == values_per_chunk(8), "a unit is one staged chunk of the 8-bit layout");
+    const _: () = assert!(GROUP_SIZES[0].is_multiple_of(SIX_BIT_UNIT_VALUES), "a unit's values lie in one group");
+
+    /// The layout of rows of `cols` 6-bit values (`bits` must be [`SIX_BITS`])
+    /// with groups of `group_size`, or `None` where `moe_down6` does not take
+    /// them: the limits of [`row_layout`] otherwise.
+    #[inline(always)]
+    pub const fn row_layout_6bit(cols: u32, bits: u32, group_size: u32) -> Option<RowLayout> {
+        if bits != SIX_BITS
+            || !(group_size == GROUP_SIZES[0] || group_size == GROUP_SIZES[1] || group_size == GROUP_SIZES[2])
+            || cols == 0
+            || cols > MAX_COLS
+            || cols & (group_size - 1) != 0
+        {
+            return None;
+        }
+        let group_shift = group_shift(group_size);
+        Some(RowLayout { words: words_per_row(cols, bits), groups: groups_per_row(cols, group_size), group_shift })
+    }
+
     /// Whether the kernels take rows of `cols` values at `bits` bits with
     /// groups of `group_size` (see [`row_layout`]).
     pub const fn supports(cols: u32, bits: u32, group_size: u32) -> bool {

@@ -80,8 +80,9 @@
 use core::f32::math::mul_add;
 
 use crate::geometry::moe::{
-    QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, RowLayout, STAGE_VALUES, WAVES, WORKGROUP_SIZE,
-    group_of_quad, group_of_word, row_layout, staged_chunk, staged_word, values_per_chunk, values_per_word,
+    QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, RowLayout, SIX_BIT_UNIT_VALUES, SIX_BIT_UNIT_WORDS,
+    STAGE_VALUES, WAVES, WORKGROUP_SIZE, gate_totals, group_of_quad, group_of_word, row_layout, row_layout_6bit,
+    staged_chunk, staged_word, values_per_chunk, values_per_word,
 };
 use crate::num::Elem;
 use crate::vector::{F32x4, U32x4, Vector};
@@ -745,6 +746,233 @@ pub unsafe fn moe_down<T: Elem, const TENSOR: bool>(
         let out = part.add(slot as usize * din as usize);
         let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
     }
+}
+
+/// `moe_gateup`'s activation ([`SWIGLU`] or [`GEGLU`]) of one row: `a(g) * u`
+/// with `a(g) = g / (1 + e^-z)`: SiLU is `z = g`; GELU's tanh form is
+/// `0.5 g (1 + tanh(y)) = g / (1 + e^(-2y))`, `y = sqrt(2/pi) (g + 0.044715 g^3)`,
+/// which needs no tanh and loses nothing to cancellation near 0. `e^x` is
+/// [`crate::num::exp`] (2 ulp) and the division IEEE, on every backend. Any
+/// other `activation` gives NaN (the launcher refuses it first).
+#[inline(always)]
+pub fn gated(activation: u32, g: f32, u: f32) -> f32 {
+    let z = if activation == SWIGLU {
+        g
+    } else if activation == GEGLU {
+        2.0 * (SQRT_2_OVER_PI * mul_add(0.044715 * g, g * g, g))
+    } else {
+        return f32::NAN;
+    };
+    g / (1.0 + crate::num::exp(-z)) * u
+}
+
+/// `moe_gateup`'s `activation` for SwiGLU: `silu(g) * u` (Qwen3 MoE, dots.llm1).
+pub const SWIGLU: u32 = 0;
+/// `moe_gateup`'s `activation` for GeGLU with GELU's tanh form (Gemma 4).
+pub const GEGLU: u32 = 1;
+/// `sqrt(2 / pi)` rounded to f32.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// `act[k, f] = a(x . wg[idx[k], f]) * (x . wu[idx[k], f])` (see [`gated`]).
+///
+/// The mapping of [`moe_fc1_relu2`], over the gate matrix and then the up
+/// matrix (see `GateUp::rows`), with x staged once for both. The f32 schedule
+/// on every target (the tensor-core one is not used here).
+///
+/// # Safety
+/// `x [din]`, `idx [k]`, `wg, wu [n_experts, dff, din*bits/32]` (u32), `sg, bg,
+/// su, bu [n_experts, dff, din/group_size]`, `act [k, dff]` (f32), `status` null
+/// or one u32. Launched as [`moe_fc1_relu2`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_gateup<T: Elem>(
+    x: *const T,
+    idx: *const u32,
+    wg: *const u32,
+    sg: *const T,
+    bg: *const T,
+    wu: *const u32,
+    su: *const T,
+    bu: *const T,
+    act: *mut f32,
+    activation: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
+    let slot = wave::workgroup_id_z();
+    let Some(l) = row_layout(din, bits, group_size) else { return };
+    if slot >= k {
+        return;
+    }
+    unsafe {
+        let e = idx.add(slot as usize).read();
+        if e >= n_experts {
+            bad_expert(idx, n_experts, slot, act, dff, status);
+            return;
+        }
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+        let expert_rows = e as usize * dff as usize;
+        let (wg, wu) = (wg.add(expert_rows * l.words as usize), wu.add(expert_rows * l.words as usize));
+        let (sg, bg) = (sg.add(expert_rows * l.groups as usize), bg.add(expert_rows * l.groups as usize));
+        let (su, bu) = (su.add(expert_rows * l.groups as usize), bu.add(expert_rows * l.groups as usize));
+        let out = act.add(slot as usize * dff as usize);
+        let wide = (wg as usize | wu as usize).is_multiple_of(core::mem::align_of::<Quad>())
+            && l.words.is_multiple_of(QUAD_WORDS);
+        let gate_up = GateUp { wg, sg, bg, wu, su, bu, out, activation, l };
+        match (bits == 4, wide) {
+            (true, true) => gate_up.rows::<4, true>(lds, din, dff, || stage::<T, 4>(x, din, lds)),
+            (true, false) => gate_up.rows::<4, false>(lds, din, dff, || stage::<T, 4>(x, din, lds)),
+            (false, true) => gate_up.rows::<8, true>(lds, din, dff, || stage::<T, 8>(x, din, lds)),
+            (false, false) => gate_up.rows::<8, false>(lds, din, dff, || stage::<T, 8>(x, din, lds)),
+        }
+    }
+}
+
+/// One expert's gate and up matrices and the slot's output row, for [`moe_gateup`].
+#[derive(Clone, Copy)]
+struct GateUp<T> {
+    wg: *const u32,
+    sg: *const T,
+    bg: *const T,
+    wu: *const u32,
+    su: *const T,
+    bu: *const T,
+    out: *mut f32,
+    activation: u32,
+    l: RowLayout,
+}
+
+impl<T: Elem> GateUp<T> {
+    /// This workgroup's rows `f` of the gate matrix, each total kept in
+    /// workgroup memory after the staged x ([`gate_totals`], written and
+    /// later read by the same lane), then the same rows of the up matrix,
+    /// ending with `out[f] = gated(g, u)` (lane 0): two passes of
+    /// [`compute_rows`], so the 4- and 8-bit schedule's code stays the one
+    /// [`moe_fc1_relu2`] and [`moe_down`] run (the cost: one pipeline restart
+    /// a wave). `stage` as for [`compute_rows`], run by the first pass.
+    #[inline(always)]
+    unsafe fn rows<const BITS: u32, const WIDE: bool>(self, lds: *mut f32, din: u32, dff: u32, stage: impl FnOnce()) {
+        let GateUp { wg, sg, bg, wu, su, bu, out, activation, l } = self;
+        let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP;
+        let gates = unsafe { lds.add(gate_totals(din, BITS) as usize) };
+        let keep_gate = |row: u32, total: f32| unsafe { gates.add((row - first_row) as usize).write(total) };
+        let finish = |row: u32, total: f32| unsafe {
+            let gate = gates.add((row - first_row) as usize).read();
+            out.add(row as usize).write(gated(activation, gate, total));
+        };
+        unsafe {
+            compute_rows::<T, BITS, WIDE>(wg, sg, bg, lds, dff, l, stage, keep_gate);
+            compute_rows::<T, BITS, WIDE>(wu, su, bu, lds, dff, l, || {}, finish);
+        }
+    }
+}
+
+/// `moe_down` for MLX's 6-bit codes (four values in three bytes: value `j` of a
+/// row is bits `6 j .. 6 j + 6` of the row read as one little-endian bit
+/// string). Same arguments, grid and output as [`moe_down`] with `bits = 6`.
+///
+/// Lane `l` takes the row's units of 16 values (three words) `l, l + 32, ...`;
+/// a unit's values are one staged chunk of the 8-bit layout (16 floats and
+/// their sum), and all lie in one group. One unit's loads per lane at a time:
+/// simpler and slower than the 4- and 8-bit schedule (6-bit serves one model's
+/// down projection).
+///
+/// # Safety
+/// As for [`moe_down`], with `w2 [n_experts, din, dff*6/32]`: `dff` a
+/// multiple of the group size.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_down6<T: Elem>(
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const T,
+    b2: *const T,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
+    let slot = wave::workgroup_id_z();
+    let Some(l) = row_layout_6bit(dff, bits, group_size) else { return };
+    if slot >= k {
+        return;
+    }
+    unsafe {
+        let e = idx.add(slot as usize).read();
+        if e >= n_experts {
+            bad_expert(idx, n_experts, slot, part, din, status);
+            return;
+        }
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+        stage::<f32, 8>(act.add(slot as usize * dff as usize), dff, lds);
+        let expert_rows = e as usize * din as usize;
+        let score = scores.add(slot as usize).read();
+        let out = part.add(slot as usize * din as usize);
+        let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP + wave::wave_id();
+        let lane = wave::lane_id();
+        let units = dff / SIX_BIT_UNIT_VALUES;
+        let mut row = first_row;
+        let mut i = 0;
+        while i < ROWS_PER_WAVE && row < din {
+            let r = expert_rows + row as usize;
+            let (w, s, b) =
+                (w2.add(r * l.words as usize), s2.add(r * l.groups as usize), b2.add(r * l.groups as usize));
+            let mut acc = 0.0f32;
+            let mut u = lane;
+            while u < units {
+                let p = w.add((u * SIX_BIT_UNIT_WORDS) as usize);
+                let words = [p.read(), p.add(1).read(), p.add(2).read()];
+                let g = ((u * SIX_BIT_UNIT_VALUES) >> l.group_shift) as usize;
+                let (sc, bi) = (s.add(g).read().to_f32(), b.add(g).read().to_f32());
+                let xs = lds.add(staged_chunk(u, 8) as usize);
+                let dot = six_bit_dot(words, xs);
+                let xsum = xs.add(values_per_chunk(8) as usize).read();
+                acc = mul_add(sc, dot, acc);
+                acc = mul_add(bi, xsum, acc);
+                u += wave::WAVE_SIZE;
+            }
+            let total = wave::wave_sum_f32(acc);
+            if lane == 0 {
+                out.add(row as usize).write(score * total);
+            }
+            row += WAVES;
+            i += 1;
+        }
+    }
+}
+
+/// `sum_j x_j q_j` over the 16 six-bit codes of three words (`words[0]` holds
+/// the lowest bits), from +0.0 in value order; `xs` the unit's staged values.
+#[inline(always)]
+unsafe fn six_bit_dot(words: [u32; 3], xs: *const f32) -> f32 {
+    let low = words[0] as u64 | (words[1] as u64) << 32;
+    let code = |j: u32| -> f32 {
+        let bit = 6 * j;
+        let q = if bit + 6 <= 64 {
+            (low >> bit) as u32
+        } else if bit < 64 {
+            (low >> bit) as u32 | words[2] << (64 - bit)
+        } else {
+            words[2] >> (bit - 64)
+        };
+        (q & 0x3F) as f32
+    };
+    let mut d = 0.0f32;
+    for j in 0..SIX_BIT_UNIT_VALUES {
+        d = mul_add(unsafe { xs.add(j as usize).read() }, code(j), d);
+    }
+    d
 }
 
 /// `out[h] = T(sum_k part[k, h])`, the sum in f32 over k ascending from +0.0, one
