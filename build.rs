@@ -10,7 +10,7 @@ fn main() {
     println!("cargo::rerun-if-env-changed={}", code_object::gpu_build::GPU_TARGET_DIR_ENV);
     // The shared library's SONAME carries the ABI version (MLXCEL_AMDGPU_ABI_VERSION).
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo::rustc-cdylib-link-arg=-Wl,-soname,libmlxcel_amdgpu.so.3");
+        println!("cargo::rustc-cdylib-link-arg=-Wl,-soname,libmlxcel_amdgpu.so.4");
     }
     // The host triple, for tests that run the llvm-tools of the sysroot.
     println!("cargo::rustc-env=HOST_TRIPLE={}", std::env::var("HOST").unwrap_or_default());

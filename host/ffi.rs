@@ -57,7 +57,7 @@ use crate::with_element;
 
 /// The version of this C ABI, bumped on every incompatible change of this
 /// header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
-pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 3;
+pub const MLXCEL_AMDGPU_ABI_VERSION: u32 = 4;
 
 /// `xielu`: the most elements `n` of one launch (2^60; the kernel indexes in
 /// 64 bits, and byte offsets must stay within a signed 64-bit range).
@@ -466,6 +466,27 @@ pub extern "C" fn mlxcel_amdgpu_moe_supports(dtype: u32, shape: MoeShape) -> boo
     predicate(|dev| dtype_of(dtype).is_ok_and(|t| moe::supports(dev, t, &shape)))
 }
 
+/// Whether `moe_gateup` and `moe_down` at every width it takes (4, 6 and 8
+/// bits) for `dtype` can run on the device: the gated (SwiGLU, GeGLU) experts.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_gated_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| moe::gateup_available(d, t) && moe::down_available(d, t)))
+}
+
+/// Whether [`mlxcel_amdgpu_moe_gateup`] for `dtype` takes `shape` (4 or 8 bits)
+/// on the device: the checks the launch makes.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_gateup_supports(dtype: u32, shape: MoeShape) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| moe::gateup_available(d, t) && shape.validate().is_ok()))
+}
+
+/// Whether [`mlxcel_amdgpu_moe_down`] for `dtype` takes `shape` (4, 6 or 8
+/// bits) on the device: the checks the launch makes.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_down_supports(dtype: u32, shape: MoeShape) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| moe::down_available(d, t) && shape.validate_down().is_ok()))
+}
+
 /// Writes to `*bytes` the bytes of f32 scratch that
 /// [`mlxcel_amdgpu_moe_routed_forward`] needs for `k`, `din` and `dff` (`act`
 /// and `part`). A size that does not fit in 64 bits and in `size_t` is
@@ -532,7 +553,49 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
     })
 }
 
-/// `part[k, h] = scores[k] * (act[k, :] . dequant(w2[idx[k], h, :]))` (f32 `[k, din]`).
+/// `act[k, f] = a(x . dequant(wg[idx[k], f, :])) * (x . dequant(wu[idx[k], f, :]))`
+/// (f32 `[k, dff]`), `a` SiLU (`activation` 0, SwiGLU) or GELU's tanh form (1,
+/// GeGLU); any other `activation` is `MLXCEL_AMDGPU_INVALID_ARGUMENT`.
+/// `shape.bits` 4 or 8 (the gate and up stacks'). `status` as for
+/// [`mlxcel_amdgpu_moe_fc1_relu2`].
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_fc1_relu2`], with the gate and up stacks each of
+/// `w1`'s shape.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_gateup(
+    dtype: u32,
+    shape: MoeShape,
+    activation: u32,
+    x: *const c_void,
+    idx: *const u32,
+    wg: *const u32,
+    sg: *const c_void,
+    bg: *const c_void,
+    wu: *const u32,
+    su: *const c_void,
+    bu: *const c_void,
+    act: *mut f32,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let activation = moe::Activation::from_code(activation)?;
+        let p = moe::GatedPointers {
+            x: x as u64,
+            idx: idx as u64,
+            gate: quantized(wg, sg, bg),
+            up: quantized(wu, su, bu),
+            act: act as u64,
+            status: status as u64,
+        };
+        let device = device()?;
+        unsafe { moe::gateup(&device, dtype_of(dtype)?, p, activation, &shape, Stream(stream)) }
+    })
+}
+
+/// `part[k, h] = scores[k] * (act[k, :] . dequant(w2[idx[k], h, :]))` (f32 `[k, din]`),
+/// `shape.bits` 4, 6 (MLX's four values in three bytes) or 8.
 /// `status` as for [`mlxcel_amdgpu_moe_fc1_relu2`].
 ///
 /// # Safety

@@ -9,7 +9,7 @@
 
 // The version of this C ABI, bumped on every incompatible change of this
 // header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
-#define MLXCEL_AMDGPU_ABI_VERSION 3
+#define MLXCEL_AMDGPU_ABI_VERSION 4
 
 // `xielu`: the most elements `n` of one launch (2^60; the kernel indexes in
 // 64 bits, and byte offsets must stay within a signed 64-bit range).
@@ -240,6 +240,18 @@ bool mlxcel_amdgpu_moe_available(uint32_t dtype);
 // the same checks the launches make of it.
 bool mlxcel_amdgpu_moe_supports(uint32_t dtype, struct MlxcelAmdgpuMoeShape shape);
 
+// Whether `moe_gateup` and `moe_down` at every width it takes (4, 6 and 8
+// bits) for `dtype` can run on the device: the gated (SwiGLU, GeGLU) experts.
+bool mlxcel_amdgpu_moe_gated_available(uint32_t dtype);
+
+// Whether [`mlxcel_amdgpu_moe_gateup`] for `dtype` takes `shape` (4 or 8 bits)
+// on the device: the checks the launch makes.
+bool mlxcel_amdgpu_moe_gateup_supports(uint32_t dtype, struct MlxcelAmdgpuMoeShape shape);
+
+// Whether [`mlxcel_amdgpu_moe_down`] for `dtype` takes `shape` (4, 6 or 8
+// bits) on the device: the checks the launch makes.
+bool mlxcel_amdgpu_moe_down_supports(uint32_t dtype, struct MlxcelAmdgpuMoeShape shape);
+
 // Writes to `*bytes` the bytes of f32 scratch that
 // [`mlxcel_amdgpu_moe_routed_forward`] needs for `k`, `din` and `dff` (`act`
 // and `part`). A size that does not fit in 64 bits and in `size_t` is
@@ -273,7 +285,32 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_fc1_relu2(uint32_t dtype,
                                                     uint32_t *status,
                                                     void *stream);
 
-// `part[k, h] = scores[k] * (act[k, :] . dequant(w2[idx[k], h, :]))` (f32 `[k, din]`).
+// `act[k, f] = a(x . dequant(wg[idx[k], f, :])) * (x . dequant(wu[idx[k], f, :]))`
+// (f32 `[k, dff]`), `a` SiLU (`activation` 0, SwiGLU) or GELU's tanh form (1,
+// GeGLU); any other `activation` is `MLXCEL_AMDGPU_INVALID_ARGUMENT`.
+// `shape.bits` 4 or 8 (the gate and up stacks'). `status` as for
+// [`mlxcel_amdgpu_moe_fc1_relu2`].
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_fc1_relu2`], with the gate and up stacks each of
+// `w1`'s shape.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_gateup(uint32_t dtype,
+                                                 struct MlxcelAmdgpuMoeShape shape,
+                                                 uint32_t activation,
+                                                 const void *x,
+                                                 const uint32_t *idx,
+                                                 const uint32_t *wg,
+                                                 const void *sg,
+                                                 const void *bg,
+                                                 const uint32_t *wu,
+                                                 const void *su,
+                                                 const void *bu,
+                                                 float *act,
+                                                 uint32_t *status,
+                                                 void *stream);
+
+// `part[k, h] = scores[k] * (act[k, :] . dequant(w2[idx[k], h, :]))` (f32 `[k, din]`),
+// `shape.bits` 4, 6 (MLX's four values in three bytes) or 8.
 // `status` as for [`mlxcel_amdgpu_moe_fc1_relu2`].
 //
 // # Safety

@@ -245,6 +245,64 @@ fn moe(ty: &str, down: bool, path: usize) -> Case {
     case
 }
 
+/// moe_gateup (`down` false; SwiGLU on path 0, GeGLU otherwise) or the 6-bit
+/// moe_down6 of dtype `ty` on one of [`MOE_PATHS`] (its bit width ignored by
+/// moe_down6, which reads single words on every path).
+fn moe_gated(ty: &str, down: bool, path: usize) -> Case {
+    use kernels_device::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
+    let (path_bits, wide, idx) = MOE_PATHS[path];
+    let bits = if down { 6 } else { path_bits };
+    let (cols, rows) = if down { (MOE_DFF, MOE_DIN) } else { (MOE_DIN, MOE_DFF) };
+    let words = (MOE_EXPERTS * rows * cols * bits / 32) as usize;
+    let groups = (MOE_EXPERTS * rows * cols / MOE_GROUP) as usize;
+    let mut seed = 0x8765_4321u32 + path as u32;
+    let mut w = || -> Vec<u32> {
+        (0..words)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed
+            })
+            .collect()
+    };
+    let mut bufs = Vec::new();
+    let mut scalars = vec![];
+    if down {
+        bufs.extend([u32s(&idx), u32s(&w()), enc(ty, &noise(groups, 41, 0.05)), enc(ty, &noise(groups, 42, 0.05))]);
+        bufs.push(enc("f32", &noise((MOE_SLOTS * MOE_DFF) as usize, 43, 1.0)));
+        bufs.push(enc("f32", &noise(MOE_SLOTS as usize, 44, 1.0)));
+        bufs.push(zeros((MOE_SLOTS * MOE_DIN) as usize, 4));
+    } else {
+        bufs.extend([enc(ty, &noise(MOE_DIN as usize, 45, 1.0)), u32s(&idx)]);
+        for (i, stack) in [w(), w()].iter().enumerate() {
+            bufs.push(u32s(stack));
+            bufs.push(enc(ty, &noise(groups, 46 + 2 * i as u32, 0.05)));
+            bufs.push(enc(ty, &noise(groups, 47 + 2 * i as u32, 0.05)));
+        }
+        bufs.push(zeros((MOE_SLOTS * MOE_DFF) as usize, 4));
+        scalars.push(Arg::U32(if path == 0 { 0 } else { 1 }));
+    }
+    bufs.push(zeros(1, 4));
+    let status = bufs.len() - 1;
+    let mut args: Vec<Arg> = (0..status).map(Arg::Buf).collect();
+    args.extend(scalars);
+    args.extend([MOE_EXPERTS, MOE_SLOTS, MOE_DIN, MOE_DFF, bits, MOE_GROUP].map(Arg::U32));
+    args.push(Arg::Buf(status));
+    let name = format!("{}_{ty}", if down { "moe_down6" } else { "moe_gateup" });
+    let staged_bits = if down { 8 } else { bits };
+    let lds = workgroup_mem_bytes(cols, staged_bits);
+    let mut case = Case::new(&name, [workgroups(rows), 1, MOE_SLOTS], WORKGROUP_SIZE, lds, args, bufs);
+    if !wide {
+        // Both stacks' words 4 bytes off alignment (the single-word path).
+        case.shift[if down { 1 } else { 2 }] = 4;
+        if !down {
+            case.shift[5] = 4;
+        }
+    }
+    case
+}
+
 /// moe_combine of dtype `ty`: 3 slots, 300 outputs (a partial second workgroup).
 fn moe_combine(ty: &str) -> Case {
     use kernels_device::geometry::moe::COMBINE_WORKGROUP_SIZE;
@@ -333,6 +391,13 @@ clean! {
     moe_down_bf16_wide_4bit => moe("bf16", true, 0);
     moe_down_bf16_narrow_8bit => moe("bf16", true, 1);
     moe_down_bf16_bad_ids => moe("bf16", true, 2);
+    moe_gateup_f32_wide_4bit => moe_gated("f32", false, 0);
+    moe_gateup_f16_narrow_8bit => moe_gated("f16", false, 1);
+    moe_gateup_bf16_wide_4bit => moe_gated("bf16", false, 0);
+    moe_gateup_bf16_bad_ids => moe_gated("bf16", false, 2);
+    moe_down6_f32 => moe_gated("f32", true, 0);
+    moe_down6_f16 => moe_gated("f16", true, 1);
+    moe_down6_bf16_bad_ids => moe_gated("bf16", true, 2);
     moe_combine_f32 => moe_combine("f32");
     moe_combine_f16 => moe_combine("f16");
     moe_combine_bf16 => moe_combine("bf16");

@@ -49,7 +49,7 @@ using mx::array;
 using mx::Shape;
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
 
-enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeDown, MoeRoutedForward };
+enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward };
 
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -57,6 +57,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::Add3LayerNorm: return "add3_layer_norm";
     case Kernel::Mamba1Scan: return "mamba1_scan";
     case Kernel::MoeFc1Relu2: return "moe_fc1_relu2";
+    case Kernel::MoeGateUp: return "moe_gateup";
     case Kernel::MoeDown: return "moe_down";
     case Kernel::MoeRoutedForward: return "moe_routed_forward";
   }
@@ -263,13 +264,14 @@ struct Launch {
   uint32_t rows = 0, d = 0;         // add3
   uint32_t batch = 0, len = 0, dm = 0, state = 0;  // mamba1_scan
   MlxcelAmdgpuMoeShape moe{};
+  uint32_t activation = 0;   // moe_gateup: 0 SwiGLU, 1 GeGLU
   size_t scratch_bytes = 0;  // moe_routed_forward
 
   bool operator==(const Launch& o) const {
     return kernel == o.kernel && dtype == o.dtype && std::memcmp(scalars, o.scalars, sizeof scalars) == 0 &&
            has_bias == o.has_bias && n == o.n && rows == o.rows && d == o.d && batch == o.batch && len == o.len &&
            dm == o.dm && state == o.state && std::memcmp(&moe, &o.moe, sizeof moe) == 0 &&
-           scratch_bytes == o.scratch_bytes;
+           activation == o.activation && scratch_bytes == o.scratch_bytes;
   }
 };
 
@@ -298,6 +300,11 @@ MlxcelAmdgpuStatus call_abi(const Launch& l, const std::vector<void*>& in, const
       return mlxcel_amdgpu_moe_fc1_relu2(l.dtype, l.moe, in[0], static_cast<const uint32_t*>(in[1]),
                                          static_cast<const uint32_t*>(in[2]), in[3], in[4],
                                          static_cast<float*>(out[0]), nullptr, stream);
+    case Kernel::MoeGateUp:
+      return mlxcel_amdgpu_moe_gateup(l.dtype, l.moe, l.activation, in[0], static_cast<const uint32_t*>(in[1]),
+                                      static_cast<const uint32_t*>(in[2]), in[3], in[4],
+                                      static_cast<const uint32_t*>(in[5]), in[6], in[7],
+                                      static_cast<float*>(out[0]), nullptr, stream);
     case Kernel::MoeDown:
       return mlxcel_amdgpu_moe_down(l.dtype, l.moe, static_cast<const uint32_t*>(in[0]),
                                     static_cast<const uint32_t*>(in[1]), in[2], in[3],
@@ -477,6 +484,7 @@ class AbiKernel : public mx::Primitive {
       case Kernel::Add3LayerNorm: return "MlxcelAmdgpuAdd3LayerNorm";
       case Kernel::Mamba1Scan: return "MlxcelAmdgpuMamba1Scan";
       case Kernel::MoeFc1Relu2: return "MlxcelAmdgpuMoeFc1Relu2";
+      case Kernel::MoeGateUp: return "MlxcelAmdgpuMoeGateUp";
       case Kernel::MoeDown: return "MlxcelAmdgpuMoeDown";
       case Kernel::MoeRoutedForward: return "MlxcelAmdgpuMoeRoutedForward";
     }
@@ -696,26 +704,43 @@ struct MoeArgs {
   }
 };
 
+// The size of `a` (any shape: mlxcel passes the router's [1, K] or [K]
+// indices and scores as they come, and x as [1, Din] or [Din]).
+void expect_elements(Kernel k, const array& a, const char* name, mx::Dtype dtype, int64_t count) {
+  if (a.dtype() != dtype) refuse(k, std::string("input '") + name + "' must be " + str(dtype) + ", got " + str(a.dtype()));
+  if (int64_t(a.size()) != count)
+    refuse(k, std::string("input '") + name + "' must hold " + std::to_string(count) + " elements, got " + str(a.shape()));
+}
+
+// Which shapes a MoE getter takes: fc1 and gate/up 4 or 8 bits, down also 6.
+const char* bits_taken(Kernel k) {
+  return k == Kernel::MoeDown ? "4, 6 or 8" : "4 or 8";
+}
+
 MoeArgs moe_args(Call& c, const array& indices, const array& any_w) {
   const Kernel k = c.k;
   Template& t = c.t;
   mx::Dtype T = activation_dtype(c);
-  if (indices.ndim() != 1) refuse(k, "input 'indices' must be [K], got " + str(indices.shape()));
   if (any_w.ndim() != 3) refuse(k, "the weight stacks must be [E, rows, words], got " + str(any_w.shape()));
-  const int K = indices.shape(0);
-  t.int_equal("K", K, true);
+  const int K = t.int_value("K");
   const int din = t.int_value("Din"), dff = t.int_value("Dff");
   const int bits = t.int_value("bits"), gs = t.int_value("group_size");
-  t.done();
+  expect_elements(k, indices, "indices", mx::uint32, K);
   MlxcelAmdgpuMoeShape s{to_u32(k, "E", any_w.shape(0)), to_u32(k, "K", K), to_u32(k, "Din", din),
                          to_u32(k, "Dff", dff),         to_u32(k, "bits", bits), to_u32(k, "group_size", gs)};
   uint32_t code = *abi_dtype(T);
-  if (!mlxcel_amdgpu_moe_available(code)) unavailable(k, T);
-  if (!mlxcel_amdgpu_moe_supports(code, s))
-    refuse(k, "shape not supported: bits " + std::to_string(bits) + " (4 or 8), group_size " + std::to_string(gs) +
-                  " (32, 64 or 128), Din " + std::to_string(din) + " and Dff " + std::to_string(dff) +
-                  " (multiples of group_size, at most " + std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + "), K " +
-                  std::to_string(K) + ", E " + std::to_string(any_w.shape(0)));
+  bool available = k == Kernel::MoeFc1Relu2 || k == Kernel::MoeRoutedForward ? mlxcel_amdgpu_moe_available(code)
+                                                                              : mlxcel_amdgpu_moe_gated_available(code);
+  if (!available) unavailable(k, T);
+  bool supported = k == Kernel::MoeGateUp ? mlxcel_amdgpu_moe_gateup_supports(code, s)
+                   : k == Kernel::MoeDown ? mlxcel_amdgpu_moe_down_supports(code, s)
+                                          : mlxcel_amdgpu_moe_supports(code, s);
+  if (!supported)
+    refuse(k, "shape not supported: bits " + std::to_string(bits) + " (" + bits_taken(k) + "), group_size " +
+                  std::to_string(gs) + " (32, 64 or 128), Din " + std::to_string(din) + " and Dff " +
+                  std::to_string(dff) + " (multiples of group_size, at most " +
+                  std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + "), K " + std::to_string(K) + ", E " +
+                  std::to_string(any_w.shape(0)));
   return {T, s};
 }
 
@@ -733,9 +758,9 @@ void expect_stack(Kernel k, const std::vector<array>& in, size_t at, const char*
 // indices [K] and the fc1 stack; their shape and dtype.
 MoeArgs fc1_inputs(Call& c) {
   MoeArgs m = moe_args(c, c.inputs[1], c.inputs[2]);
-  const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
-  expect_input(c.k, c.inputs[0], "x", m.T, {din});
-  expect_input(c.k, c.inputs[1], "indices", mx::uint32, {K});
+  c.t.done();
+  const int din = m.shape.din, dff = m.shape.dff;
+  expect_elements(c.k, c.inputs[0], "x", m.T, din);
   expect_stack(c.k, c.inputs, 2, "fc1_w", "fc1_s", "fc1_b", m, dff, din);
   return m;
 }
@@ -746,15 +771,38 @@ std::vector<array> moe_fc1_relu2(Call& c) {
   return c.outputs(m.launch(c.k), c.inputs);
 }
 
+// mlxcel's gate/up step of its SwiGLU and GeGLU experts: inputs {x, indices,
+// gate_w, gate_s, gate_b, up_w, up_s, up_b}, template argument "act" the
+// activation (0 SwiGLU, 1 GeGLU).
+std::vector<array> moe_gateup(Call& c) {
+  const Kernel k = c.k;
+  const std::vector<array>& inputs = c.inputs;
+  MoeArgs m = moe_args(c, inputs[1], inputs[2]);
+  const int act = c.t.int_value("act");
+  c.t.done();
+  if (act != 0 && act != 1) refuse(k, "template argument 'act' = " + std::to_string(act) + " is not 0 (SwiGLU) or 1 (GeGLU)");
+  const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
+  expect_elements(k, inputs[0], "x", m.T, din);
+  expect_stack(k, inputs, 2, "gate_w", "gate_s", "gate_b", m, dff, din);
+  expect_stack(k, inputs, 5, "up_w", "up_s", "up_b", m, dff, din);
+  if (inputs[5].shape(0) != int(m.shape.n_experts))
+    refuse(k, "input 'up_w' holds " + std::to_string(inputs[5].shape(0)) + " experts, 'gate_w' " +
+                  std::to_string(m.shape.n_experts));
+  expect_outputs(k, c.shapes, c.dtypes, {{K, dff}}, {mx::float32});
+  Launch l = m.launch(k);
+  l.activation = uint32_t(act);
+  return c.outputs(l, inputs);
+}
+
 std::vector<array> moe_down(Call& c) {
   const Kernel k = c.k;
   const std::vector<array>& inputs = c.inputs;
   MoeArgs m = moe_args(c, inputs[0], inputs[1]);
+  c.t.done();
   const int K = m.shape.k, din = m.shape.din, dff = m.shape.dff;
-  expect_input(k, inputs[0], "indices", mx::uint32, {K});
   expect_stack(k, inputs, 1, "down_w", "down_s", "down_b", m, din, dff);
   expect_input(k, inputs[4], "act_g", mx::float32, {K, dff});
-  expect_input(k, inputs[5], "scores", mx::float32, {K});
+  expect_elements(k, inputs[5], "scores", mx::float32, K);
   expect_outputs(k, c.shapes, c.dtypes, {{K, din}}, {mx::float32});
   return c.outputs(m.launch(k), inputs);
 }
@@ -768,7 +816,7 @@ std::vector<array> moe_routed_forward(Call& c) {
   if (inputs[5].shape(0) != int(m.shape.n_experts))
     refuse(k, "input 'down_w' holds " + std::to_string(inputs[5].shape(0)) + " experts, 'fc1_w' " +
                   std::to_string(m.shape.n_experts));
-  expect_input(k, inputs[8], "scores", mx::float32, {K});
+  expect_elements(k, inputs[8], "scores", mx::float32, K);
   expect_outputs(k, c.shapes, c.dtypes, {{din}}, {m.T});
   Launch l = m.launch(k);
   if (mlxcel_amdgpu_moe_scratch_bytes(m.shape.k, m.shape.din, m.shape.dff, &l.scratch_bytes) != MLXCEL_AMDGPU_OK)
@@ -795,6 +843,7 @@ MLXCEL_AMDGPU_GETTER(xielu, Xielu, 5)
 MLXCEL_AMDGPU_GETTER(add3_layer_norm, Add3LayerNorm, 6)
 MLXCEL_AMDGPU_GETTER(mamba1_scan, Mamba1Scan, 7)
 MLXCEL_AMDGPU_GETTER(moe_fc1_relu2, MoeFc1Relu2, 5)
+MLXCEL_AMDGPU_GETTER(moe_gateup, MoeGateUp, 8)
 MLXCEL_AMDGPU_GETTER(moe_down, MoeDown, 6)
 MLXCEL_AMDGPU_GETTER(moe_routed_forward, MoeRoutedForward, 9)
 #undef MLXCEL_AMDGPU_GETTER
@@ -829,6 +878,22 @@ bool moe_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int64_t df
   return mlxcel_amdgpu_moe_supports(*code, s);
 }
 
+bool moe_gated_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_moe_gated_available);
+}
+bool moe_gated_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int gate_up_bits,
+                        int down_bits, int group_size) {
+  auto code = abi_dtype(t);
+  if (!code || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || gate_up_bits < 0 ||
+      down_bits < 0 || group_size < 0)
+    return false;
+  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k),         uint32_t(din),
+                         uint32_t(dff),       uint32_t(gate_up_bits), uint32_t(group_size)};
+  MlxcelAmdgpuMoeShape d = s;
+  d.bits = uint32_t(down_bits);
+  return mlxcel_amdgpu_moe_gateup_supports(*code, s) && mlxcel_amdgpu_moe_down_supports(*code, d);
+}
+
 bool xielu_available() {
   return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
 }
@@ -842,6 +907,9 @@ bool mamba1_scan_available() {
 }
 bool moe_available() {
   return moe_available(mx::float32) && moe_available(mx::float16) && moe_available(mx::bfloat16);
+}
+bool moe_gated_available() {
+  return moe_gated_available(mx::float32) && moe_gated_available(mx::float16) && moe_gated_available(mx::bfloat16);
 }
 
 }  // namespace mlxcel_amdgpu::shim

@@ -46,15 +46,25 @@ CustomKernelFunction& add3_layer_norm_kernel();
 // outputs {[B, L, Dm] T, [B, Dm, N] f32}; template args {"T", "N", "Dm"}.
 CustomKernelFunction& mamba1_scan_kernel();
 
-// Nemotron-H squared-ReLU MoE, fc1 step. Inputs {x [Din] T, indices [K] u32,
+// Nemotron-H squared-ReLU MoE, fc1 step. Inputs {x (Din elements) T, indices (K elements) u32,
 // fc1_w [E, Dff, Din*bits/32] u32, fc1_s, fc1_b [E, Dff, Din/gs] T};
 // output {[K, Dff] f32}; template args {"T", "K", "Din", "Dff", "bits",
 // "group_size"}.
 CustomKernelFunction& moe_fc1_relu2_kernel();
 
-// The down step. Inputs {indices [K] u32, down_w [E, Din, Dff*bits/32] u32,
-// down_s, down_b [E, Din, Dff/gs] T, act_g [K, Dff] f32, scores [K] f32};
-// output {[K, Din] f32}; template args as for fc1 (no "act").
+// The gate/up step of the SwiGLU and GeGLU experts (mlxcel's
+// `moe_gateup_ports`, through `run_fused_moe_two_kernel`). Inputs {x (Din
+// elements) T, indices (K elements) u32, gate_w, up_w [E, Dff, Din*bits/32]
+// u32, gate_s, gate_b, up_s, up_b [E, Dff, Din/gs] T}; output {[K, Dff] f32};
+// template args {"T", "K", "Din", "Dff", "bits" (4 or 8), "group_size",
+// "act" (0 SwiGLU, 1 GeGLU)}.
+CustomKernelFunction& moe_gateup_kernel();
+
+// The down step, shared by both MoE paths (mlxcel's `moe_down_ports`).
+// Inputs {indices (K elements) u32, down_w [E, Din, Dff*bits/32] u32, down_s,
+// down_b [E, Din, Dff/gs] T, act_g [K, Dff] f32, scores (K elements) f32};
+// output {[K, Din] f32}; template args as for fc1 (no "act"), "bits" 4, 6
+// (MLX's four values in three bytes) or 8.
 CustomKernelFunction& moe_down_kernel();
 
 // The whole routed forward of one token (fc1 + relu^2, down, combine) in one
@@ -72,6 +82,10 @@ bool mamba1_scan_supports(Dtype dtype, int64_t batch, int64_t len, int64_t dm, i
 bool moe_available(Dtype dtype);
 bool moe_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
                   int group_size);
+// The gated experts' pair: moe_gateup and moe_down (4, 6 and 8 bits).
+bool moe_gated_available(Dtype dtype);
+bool moe_gated_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int gate_up_bits,
+                        int down_bits, int group_size);
 
 // The same for every activation dtype (float32, float16 and bfloat16), for a
 // gate that is asked before the dtype is known.
@@ -79,5 +93,6 @@ bool xielu_available();
 bool add3_layer_norm_available();
 bool mamba1_scan_available();
 bool moe_available();
+bool moe_gated_available();
 
 }  // namespace mlxcel_amdgpu::shim

@@ -71,6 +71,16 @@ static void same_bytes(const std::string& what, const Bytes& got, const Bytes& w
                    " elements differ from the C ABI (first at " + std::to_string(first) + ")");
 }
 
+// Normalized RMS of the deviation (divided by the reference's RMS).
+static double nrms_of(const std::vector<float>& got, const std::vector<float>& want) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    d2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    r2 += double(want[i]) * want[i];
+  }
+  return std::sqrt(d2 / std::max(r2, 1e-300));
+}
+
 // Normalized RMS and max deviation (each divided by the reference's RMS).
 static void close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
                   double nrms_tol, double nmax_tol) {
@@ -489,6 +499,142 @@ static array routed_dense_f32(const Moe& m, const array& idx, const array& score
   return mx::sum(mx::multiply(part, mx::reshape(scores, {m.K, 1})), 0, false);      // [din] f32
 }
 
+// ---- the SwiGLU / GeGLU experts: mlxcel's run_fused_moe_two_kernel --------
+
+struct Gated {
+  mx::Dtype t;
+  int E, K, din, dff, gu_bits, d_bits, gs, act;
+  array x, router_w, wg, sg, bg, wu, su, bu, wd, sd, bd;
+};
+
+static Gated make_gated(mx::Dtype t, int E, int K, int din, int dff, int gu_bits, int d_bits, int gs, int act) {
+  auto q = [&](int rows, int cols, uint32_t seed, int bits) {
+    return mx::quantize(make(values(size_t(E) * rows * cols, seed, 0.05f), {E, rows, cols}, t), gs, bits);
+  };
+  auto g = q(dff, din, 21, gu_bits), u = q(dff, din, 22, gu_bits), d = q(din, dff, 23, d_bits);
+  return {t,    E,    K,    din,  dff,  gu_bits, d_bits, gs,   act, make(values(din, 24), {1, din}, t),
+          make(values(size_t(E) * din, 25, 0.1f), {E, din}, t),
+          g[0], g[1], g[2], u[0], u[1], u[2], d[0], d[1], d[2]};
+}
+
+// Qwen3 MoE's router: softmax in f32, argpartition top-k, renormalized.
+static std::pair<array, array> softmax_router(const Gated& m) {
+  auto probs = mx::softmax(mx::astype(mx::matmul(m.x, mx::transpose(m.router_w)), mx::float32), -1);
+  auto idx = mx::slice(mx::argpartition(mx::negative(probs), m.K - 1, -1), {0, 0}, {1, m.K});
+  auto scores = mx::take_along_axis(probs, idx, -1);
+  return {idx, mx::divide(scores, mx::sum(scores, -1, true))};
+}
+
+// run_fused_moe_two_kernel as mlxcel calls it, with the shim's getters:
+// {act_g, part, out}.
+static std::vector<array> gated_two_kernels(const Gated& m, const array& idx, const array& scores) {
+  auto T = m.t;
+  TemplateArgs a = {{"T", T},       {"K", m.K},       {"Din", m.din}, {"Dff", m.dff},
+                    {"bits", m.gu_bits}, {"group_size", m.gs}, {"act", m.act}};
+  TemplateArgs b = {{"T", T}, {"K", m.K}, {"Din", m.din}, {"Dff", m.dff}, {"bits", m.d_bits}, {"group_size", m.gs}};
+  auto rA = shim::moe_gateup_kernel()({mx::astype(m.x, T), mx::astype(idx, mx::uint32), m.wg, mx::astype(m.sg, T),
+                                       mx::astype(m.bg, T), m.wu, mx::astype(m.su, T), mx::astype(m.bu, T)},
+                                      {Shape{m.K, m.dff}}, {mx::float32}, {32, m.dff, m.K}, {32, 2, 1}, a, std::nullopt,
+                                      false, {});
+  auto rB = shim::moe_down_kernel()({mx::astype(idx, mx::uint32), m.wd, mx::astype(m.sd, T), mx::astype(m.bd, T),
+                                     rA[0], mx::astype(scores, mx::float32)},
+                                    {Shape{m.K, m.din}}, {mx::float32}, {32, m.din, m.K}, {32, 2, 1}, b, std::nullopt,
+                                    false, {});
+  return {rA[0], rB[0], mx::astype(mx::sum(rB[0], 0, false), T)};
+}
+
+static array gate_activation(const Gated& m, const array& g) {
+  if (m.act == 0) return mx::multiply(g, mx::sigmoid(g));
+  auto inner = mx::multiply(array(0.7978845608f), mx::add(g, mx::multiply(array(0.044715f), mx::power(g, array(3.0f)))));
+  return mx::multiply(mx::multiply(array(0.5f), g), mx::add(array(1.0f), mx::tanh(inner)));
+}
+
+// The dense f32 reference: dequantized weights, every step in f32.
+static array gated_dense_f32(const Gated& m, const array& idx, const array& scores) {
+  auto deq = [&](const array& w, const array& s, const array& b, int bits) {
+    return mx::dequantize(w, mx::astype(s, mx::float32), mx::astype(b, mx::float32), m.gs, bits);
+  };
+  auto i = mx::reshape(idx, {m.K});
+  auto x = mx::reshape(mx::astype(m.x, mx::float32), {m.din, 1});
+  auto g = mx::matmul(mx::take(deq(m.wg, m.sg, m.bg, m.gu_bits), i, 0), x);  // [K, dff, 1]
+  auto u = mx::matmul(mx::take(deq(m.wu, m.su, m.bu, m.gu_bits), i, 0), x);
+  auto h = mx::multiply(gate_activation(m, g), u);
+  auto part = mx::reshape(mx::matmul(mx::take(deq(m.wd, m.sd, m.bd, m.d_bits), i, 0), h), {m.K, m.din});
+  return mx::sum(mx::multiply(part, mx::reshape(scores, {m.K, 1})), 0, false);
+}
+
+// MLX's own graph of the experts: gather_qmm for gate, up and down.
+static array gated_gather_qmm(const Gated& m, const array& idx, const array& scores) {
+  auto x = mx::reshape(m.x, {1, 1, 1, m.din});
+  auto g = mx::gather_qmm(x, m.wg, m.sg, m.bg, std::nullopt, idx, true, m.gs, m.gu_bits);
+  auto u = mx::gather_qmm(x, m.wu, m.su, m.bu, std::nullopt, idx, true, m.gs, m.gu_bits);
+  auto h = mx::multiply(mx::astype(gate_activation(m, mx::astype(g, mx::float32)), g.dtype()), u);
+  h = mx::squeeze(mx::gather_qmm(h, m.wd, m.sd, m.bd, std::nullopt, idx, true, m.gs, m.d_bits), -2);
+  auto sc = mx::astype(mx::reshape(scores, {1, m.K, 1}), h.dtype());
+  return mx::reshape(mx::astype(mx::sum(mx::multiply(h, sc), -2, false), m.t), {m.din});
+}
+
+static void test_gated_moe() {
+  struct Case {
+    mx::Dtype t;
+    int E, K, din, dff, gu_bits, d_bits, gs, act;
+  };
+  const Case cases[] = {{mx::bfloat16, 16, 8, 512, 384, 4, 4, 64, 0},   // Qwen3 MoE, reduced
+                        {mx::bfloat16, 8, 6, 256, 192, 4, 6, 64, 0},    // dots.llm1: 6-bit down
+                        {mx::float16, 8, 4, 256, 256, 8, 8, 32, 1},     // GeGLU (Gemma 4)
+                        {mx::float32, 4, 3, 128, 256, 4, 4, 128, 0}};
+  for (const auto& c : cases) {
+    std::string name = std::string("gated moe ") + dname(c.t) + " E=" + std::to_string(c.E) +
+                       " K=" + std::to_string(c.K) + " " + std::to_string(c.din) + "x" + std::to_string(c.dff) +
+                       " bits=" + std::to_string(c.gu_bits) + "/" + std::to_string(c.d_bits) +
+                       " gs=" + std::to_string(c.gs) + (c.act ? " GeGLU" : " SwiGLU");
+    Gated m = make_gated(c.t, c.E, c.K, c.din, c.dff, c.gu_bits, c.d_bits, c.gs, c.act);
+    auto [idx, scores] = softmax_router(m);
+    mx::eval(idx, scores);
+    ok(shim::moe_gated_supports(c.t, c.E, c.K, c.din, c.dff, c.gu_bits, c.d_bits, c.gs), name + ": supported");
+    auto two = gated_two_kernels(m, idx, scores);
+
+    // The C ABI on the same inputs, bit for bit.
+    Device d;
+    MlxcelAmdgpuMoeShape s{uint32_t(c.E), uint32_t(c.K), uint32_t(c.din), uint32_t(c.dff), uint32_t(c.gu_bits),
+                           uint32_t(c.gs)};
+    MlxcelAmdgpuMoeShape sd = s;
+    sd.bits = uint32_t(c.d_bits);
+    auto T = c.t;
+    auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
+    void* x = d.up(mx::reshape(m.x, {c.din}));
+    auto* id = u32(mx::astype(mx::reshape(idx, {c.K}), mx::uint32));
+    auto* sc = static_cast<const float*>(d.up(mx::astype(mx::reshape(scores, {c.K}), mx::float32)));
+    size_t act_bytes = size_t(c.K) * c.dff * 4, part_bytes = size_t(c.K) * c.din * 4;
+    auto* act = static_cast<float*>(d.alloc(act_bytes));
+    auto* part = static_cast<float*>(d.alloc(part_bytes));
+    abi_ok(mlxcel_amdgpu_moe_gateup(abi(T), s, uint32_t(c.act), x, id, u32(m.wg), d.up(m.sg), d.up(m.bg), u32(m.wu),
+                                    d.up(m.su), d.up(m.bu), act, nullptr, nullptr),
+           name + " gateup");
+    abi_ok(mlxcel_amdgpu_moe_down(abi(T), sd, id, u32(m.wd), d.up(m.sd), d.up(m.bd), act, sc, part, nullptr, nullptr),
+           name + " down");
+    same_bytes(name + " act_g vs the C ABI", bytes_of(two[0]), d.down(act, act_bytes), 4);
+    same_bytes(name + " part vs the C ABI", bytes_of(two[1]), d.down(part, part_bytes), 4);
+
+    // The contract: against the dense f32 reference rounded to T once, and
+    // against MLX's own graph of the experts.
+    auto dense = floats_of(mx::astype(gated_dense_f32(m, idx, scores), T));
+    close(name + " vs dense f32", floats_of(two[2]), dense, 5e-4, 2e-2);
+    // MLX's graph rounds g, u, the activation and each expert's output to T,
+    // so in bf16 it is itself a few percent from the dense reference: ours
+    // must be no farther from it than 1.5 times that distance.
+    auto graph = floats_of(gated_gather_qmm(m, idx, scores));
+    double graph_err = nrms_of(graph, dense);
+    std::cout << "  " << name << ": MLX's graph vs dense f32: nRMS " << graph_err << std::endl;
+    close(name + " vs MLX's gather_qmm graph", floats_of(two[2]), graph, std::max(5e-4, 1.5 * graph_err), 2e-1);
+    // Negative control: the other activation is far outside the contract.
+    Gated other = m;
+    other.act = 1 - m.act;
+    ok(nrms_of(floats_of(gated_two_kernels(other, idx, scores)[2]), dense) > 0.05,
+       name + ": the wrong activation went unnoticed");
+  }
+}
+
 static void test_moe() {
   struct Case {
     mx::Dtype t;
@@ -639,9 +785,26 @@ static void test_refusals() {
   };
   raises("moe 6-bit", "shape not supported: bits 6", fc1(idx, 6));
   raises("moe int32 indices", "input 'indices' must be uint32", fc1(mx::astype(idx, mx::int32), 4));
-  raises("moe down scores shape", "input 'scores' must have shape [2]", [&] {
+  raises("moe down scores shape", "input 'scores' must hold 2 elements", [&] {
     TemplateArgs ta = {{"T", bf}, {"K", 2}, {"Din", 128}, {"Dff", 128}, {"bits", 4}, {"group_size", 64}};
     shim::moe_down_kernel()({idx, m.w2, m.s2, m.b2, mx::zeros({2, 128}), mx::zeros({3})}, {Shape{2, 128}},
+                            {mx::float32}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+  });
+
+  raises("moe_gateup act 2", "template argument 'act' = 2", [&] {
+    TemplateArgs ta = {{"T", bf},       {"K", 2},           {"Din", 128}, {"Dff", 128},
+                       {"bits", 4}, {"group_size", 64}, {"act", 2}};
+    shim::moe_gateup_kernel()({m.x, idx, m.w1, m.s1, m.b1, m.w1, m.s1, m.b1}, {Shape{2, 128}}, {mx::float32},
+                              kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+  });
+  raises("moe_gateup without act", "missing template argument 'act'", [&] {
+    TemplateArgs ta = {{"T", bf}, {"K", 2}, {"Din", 128}, {"Dff", 128}, {"bits", 4}, {"group_size", 64}};
+    shim::moe_gateup_kernel()({m.x, idx, m.w1, m.s1, m.b1, m.w1, m.s1, m.b1}, {Shape{2, 128}}, {mx::float32},
+                              kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+  });
+  raises("moe_down 5-bit", "shape not supported: bits 5 (4, 6 or 8)", [&] {
+    TemplateArgs ta = {{"T", bf}, {"K", 2}, {"Din", 128}, {"Dff", 128}, {"bits", 5}, {"group_size", 64}};
+    shim::moe_down_kernel()({idx, m.w2, m.s2, m.b2, mx::zeros({2, 128}), mx::zeros({2})}, {Shape{2, 128}},
                             {mx::float32}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
   });
 
@@ -649,12 +812,13 @@ static void test_refusals() {
   for (mx::Dtype t : {mx::float32, mx::float16, mx::bfloat16}) {
     ok(shim::xielu_available(t) == mlxcel_amdgpu_xielu_available(abi(t)) && shim::xielu_available(t),
        std::string("xielu_available ") + dname(t));
-    ok(shim::add3_layer_norm_available(t) && shim::mamba1_scan_available(t) && shim::moe_available(t),
+    ok(shim::add3_layer_norm_available(t) && shim::mamba1_scan_available(t) && shim::moe_available(t) &&
+           shim::moe_gated_available(t) == mlxcel_amdgpu_moe_gated_available(abi(t)) && shim::moe_gated_available(t),
        std::string("availability ") + dname(t));
   }
   ok(!shim::xielu_available(mx::int32), "xielu_available(int32) is false");
   ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
-         shim::moe_available(),
+         shim::moe_available() && shim::moe_gated_available(),
      "the dtype-less availability functions");
   ok(shim::add3_layer_norm_supports(bf, 1, 6656) && !shim::add3_layer_norm_supports(bf, 1, 6657),
      "add3_layer_norm_supports follows MLXCEL_AMDGPU_ADD3_MAX_D");
@@ -765,7 +929,7 @@ int main(int argc, char** argv) {
     void (*f)();
   };
   for (Step s : {Step{"xielu", test_xielu}, Step{"add3_layer_norm", test_add3}, Step{"mamba1_scan", test_mamba},
-                 Step{"moe", test_moe}, Step{"refusals", test_refusals}}) {
+                 Step{"moe", test_moe}, Step{"gated moe", test_gated_moe}, Step{"refusals", test_refusals}}) {
     int before = g_failures;
     auto t0 = std::chrono::steady_clock::now();
     try {
