@@ -346,6 +346,58 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
     );
 }
 
+/// The gated experts at Qwen3-30B-A3B's shape (E 128, K 8, Din 2048, Dff 768, group 64):
+/// `moe_gateup` then `moe_down`, 16 disjoint sets of eight experts in turn (L2-cold), against
+/// read_stream over the same bytes in two dependent launches.
+fn bench_gated<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32) {
+    let dtype = T::DTYPE;
+    let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
+    let stack = |r, c, seed| random_stack::<T>(dev, &shape, r, c, seed);
+    let ((wg, sg, bg), (wu, su, bu), (wd, sd, bd)) =
+        (stack(shape.dff, shape.din, 31), stack(shape.dff, shape.din, 32), stack(shape.din, shape.dff, 33));
+    let x = upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(5, shape.din as usize)));
+    let idx_sets: Vec<DeviceBuffer<u32>> =
+        (0..16u32).map(|s| dev.upload(&(0..8).map(|j| s * 8 + j).collect::<Vec<u32>>()).unwrap()).collect();
+    let mut turn = 0usize;
+    let mut next_idx = move || {
+        turn += 1;
+        idx_sets[turn % idx_sets.len()].ptr()
+    };
+    let scores = dev.upload(&[0.125f32; 8]).unwrap();
+    let act = dev.alloc::<f32>((shape.k * shape.dff) as usize).unwrap();
+    let part = dev.alloc::<f32>((shape.k * shape.din) as usize).unwrap();
+    let status = dev.upload(&[0u32]).unwrap();
+    let q = |w: &DeviceBuffer<u32>, s: &DeviceBuffer<T>, b: &DeviceBuffer<T>| QuantizedPointers {
+        w: w.ptr(),
+        scales: s.ptr(),
+        biases: b.ptr(),
+    };
+    let (gate, up, down) = (q(&wg, &sg, &bg), q(&wu, &su, &bu), q(&wd, &sd, &bd));
+    let matrix_bytes = |r: u32, c: u32| {
+        (shape.k as usize
+            * r as usize
+            * (c as usize * bits as usize / 8 + 2 * dtype.size() * (c / shape.group_size) as usize)) as f64
+    };
+    let gateup_bytes = 2.0 * matrix_bytes(shape.dff, shape.din);
+    let down_bytes = matrix_bytes(shape.din, shape.dff);
+    let pair = median_ms(dev, 30, 10, || unsafe {
+        let idx = next_idx();
+        let p = moe::GatedPointers { x: x.ptr(), idx, gate, up, act: act.ptr(), status: status.ptr() };
+        moe::gateup(dev, dtype, p, moe::Activation::SwiGlu, &shape, Stream::DEFAULT)?;
+        moe::down::<T>(dev, idx, down, act.ptr(), scores.ptr(), part.ptr(), &shape, status.ptr(), Stream::DEFAULT)
+    });
+    let name = format!("moe_gateup + moe_down {dtype}");
+    rows.push(Row::timed(name, format!("Qwen3-30B-A3B bits={bits}"), pair, gateup_bytes + down_bytes));
+    let parts = [(gateup_bytes as usize) / 16 * 16, (down_bytes as usize) / 16 * 16];
+    rows.push(Row::timed(
+        format!("read_stream yardstick {dtype}"),
+        format!("gated experts' bytes bits={bits} in 2 launches"),
+        read_stream_ms(dev, &parts),
+        parts.iter().sum::<usize>() as f64,
+    ));
+    assert_eq!(status.download().unwrap()[0], 0, "no expert id was out of range");
+}
+
 fn main() {
     let csv = std::env::args().any(|a| a == "--csv");
     let dev = Device::default_device().expect("a device");
@@ -407,6 +459,9 @@ fn main() {
         // The activations' other dtypes, at 4 bits (the weights' bytes dominate).
         for dtype in [Dtype::F16, Dtype::F32] {
             with_element!(dtype, T => bench_moe::<T>(&dev, &mut rows, 4, copy));
+        }
+        for bits in [4, 8] {
+            bench_gated::<bf16>(&dev, &mut rows, bits);
         }
     }
 

@@ -899,6 +899,27 @@ static void timing(bool small) {
     row("Nemotron MoE block bf16 E=128 K=6 (fc1+down kernels)", time_us([&] { return block(0); }, it), gq);
     row("Nemotron MoE block bf16 E=128 K=6 (routed forward)", time_us([&] { return block(1); }, it), gq);
   }
+  // Qwen3-30B-A3B's MoE block (E 128, K 8, hidden 2048, expert 768, group 64): MLX's router, then
+  // the experts, ours (run_fused_moe_two_kernel's gate/up and down) or MLX's gather_qmm graph. 16
+  // inputs in turn, so that successive evals choose other experts (the weights come from memory).
+  for (int bits : {4, 8}) {
+    Gated m = small ? make_gated(mx::bfloat16, 8, 8, 256, 128, bits, bits, 64, 0)
+                    : make_gated(mx::bfloat16, 128, 8, 2048, 768, bits, bits, 64, 0);
+    std::vector<array> xs;
+    for (uint32_t i = 0; i < 16; ++i) xs.push_back(make(values(m.din, 100 + i), {1, m.din}, m.t));
+    mx::eval(xs);
+    mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
+    size_t turn = 0;
+    auto block = [&](bool ours) {
+      Gated g = m;
+      g.x = xs[turn++ % xs.size()];
+      auto [idx, scores] = softmax_router(g);
+      array e = ours ? gated_two_kernels(g, idx, scores)[2] : gated_gather_qmm(g, idx, scores);
+      return std::vector{mx::add(mx::reshape(e, {1, g.din}), g.x)};
+    };
+    std::string name = "Qwen3-30B-A3B MoE block bf16 " + std::to_string(bits) + "-bit (gateup+down kernels)";
+    row(name.c_str(), time_us([&] { return block(true); }, it), time_us([&] { return block(false); }, it));
+  }
 }
 
 int main(int argc, char** argv) {
