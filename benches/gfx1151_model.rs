@@ -42,11 +42,11 @@ use mlxcel_amdgpu::embedded;
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
-use mlxcel_amdgpu::kernels::moe::{self, MoeShape, RoutedUpload};
+use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedUpload, RoutedUpload};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::TABLE_MIN_ELEMS_PER_WORKGROUP;
 use mlxcel_amdgpu::reference::mamba::ScanInputs;
-use mlxcel_amdgpu::reference::moe::moe_inputs;
+use mlxcel_amdgpu::reference::moe::{gated_inputs, moe_inputs};
 use mlxcel_amdgpu::reference::{Dtype, data};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Stream, with_element};
 
@@ -274,6 +274,48 @@ fn moe_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     }
 }
 
+/// The gated experts at Qwen3-30B-A3B's shape (Din 2048, Dff 768, K 8, group 64), with
+/// the eight selected experts only: `moe_gateup` (SwiGLU) and `moe_down`.
+fn gated_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+    type T = bf16;
+    let dtype = Dtype::Bf16;
+    for bits in [4, 8] {
+        let shape = MoeShape { n_experts: 8, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
+        let (k, din, dff, gs) = (8usize, 2048usize, 768usize, 64usize);
+        let inp = gated_inputs(dtype, din, dff, 8, k, bits, bits, gs, 6);
+        let launches = counts.launches(dev, || {
+            let q = |m| QuantizedUpload::<T>::new(dev, m).unwrap();
+            let (gate, up, down) = (q(&inp.gate), q(&inp.up), q(&inp.down));
+            let x = upload::<T>(dev, &inp.x);
+            let idx = dev.upload(&inp.idx).unwrap();
+            let scores = dev.upload(&inp.scores).unwrap();
+            let mut act = dev.alloc::<f32>(k * dff).unwrap();
+            let mut part = dev.alloc::<f32>(k * din).unwrap();
+            let bufs = moe::GatedBuffers {
+                x: &x,
+                idx: &idx,
+                gate: gate.buffers(),
+                up: up.buffers(),
+                act: &mut act,
+                status: None,
+            };
+            moe::run_gateup::<T>(dev, bufs, moe::Activation::SwiGlu, &shape, Stream::DEFAULT).unwrap();
+            moe::run_down::<T>(dev, &idx, down.buffers(), &act, &scores, &mut part, &shape, None, Stream::DEFAULT)
+                .unwrap();
+        });
+        let weights = |r: usize, c: usize| (k * r * (c * bits as usize / 8 + 2 * dtype.size() * (c / gs))) as f64;
+        let bytes = [
+            2.0 * weights(dff, din) + (din * dtype.size() + k * dff * 4) as f64,
+            weights(din, dff) + (k * dff * 4 + k * din * 4) as f64,
+        ];
+        assert_eq!(launches.len(), 2, "the gated experts are two launches");
+        for (l, b) in launches.into_iter().zip(bytes) {
+            let kernel = format!("{} {dtype}", l.kernel.trim_end_matches("_bf16"));
+            rows.push(Row { kernel, shape: format!("Qwen3-30B-A3B bits={bits}"), launch: l, bytes: b });
+        }
+    }
+}
+
 fn main() {
     let Ok(path) = std::env::var("RDNA_SIM_COUNTS") else {
         eprintln!("set RDNA_SIM_COUNTS and run on the simulated gfx1151 (cargo xtask predict-gfx1151)");
@@ -295,6 +337,7 @@ fn main() {
         with_element!(dtype, T => mamba_rows::<T>(&counts, &dev, &mut rows));
     }
     moe_rows(&counts, &dev, &mut rows);
+    gated_rows(&counts, &dev, &mut rows);
 
     println!(
         "Predicted on gfx1151 (Radeon 8060S: {CUS} CUs, {SIMDS} SIMD32, {} GHz, {} GB/s, DRAM latency {} to {} ns), from {}:",
