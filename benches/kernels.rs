@@ -16,6 +16,7 @@ mod timing;
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
+use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape};
 use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device;
@@ -398,6 +399,41 @@ fn bench_gated<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32) {
     assert_eq!(status.download().unwrap()[0], 0, "no expert id was out of range");
 }
 
+/// The router at Qwen3-30B-A3B's shape (E 128, Din 2048, K 8, renormalized) for
+/// `m` tokens: `moe_router_logits` then `moe_topk`, over 128 router copies in
+/// turn (64 MiB in bf16, more than the H200's L2), beside `read_stream` over the
+/// same bytes in two launches.
+fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
+    let dtype = T::DTYPE;
+    let shape = RouterShape { m, n_experts: 128, din: 2048, k: 8 };
+    let (e, din) = (shape.n_experts as usize, shape.din as usize);
+    let routers: Vec<DeviceBuffer<T>> = (0..128u64)
+        .map(|s| upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(100 + s, e * din))))
+        .collect();
+    let x = upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(7, m as usize * din)));
+    let logits = dev.alloc::<f32>(m as usize * e).unwrap();
+    let ids = dev.alloc::<u32>((m * shape.k) as usize).unwrap();
+    let scores = dev.alloc::<f32>((m * shape.k) as usize).unwrap();
+    let mut turn = 0usize;
+    let ms = median_ms(dev, 30, 10, || unsafe {
+        turn += 1;
+        let wr = routers[turn % routers.len()].ptr();
+        router::router_logits(dev, dtype, x.ptr(), wr, logits.ptr(), &shape, Stream::DEFAULT)?;
+        router::topk(dev, logits.ptr(), ids.ptr(), scores.ptr(), &shape, true, Stream::DEFAULT)
+    });
+    let logits_bytes = ((e + m as usize) * din * dtype.size() + m as usize * e * 4) as f64;
+    let topk_bytes = (m as usize * (e * 4 + 2 * shape.k as usize * 4)) as f64;
+    let what = format!("Qwen3-30B-A3B M={m}");
+    rows.push(Row::timed(format!("moe_router_logits + moe_topk {dtype}"), what, ms, logits_bytes + topk_bytes));
+    let parts = [(logits_bytes as usize) / 16 * 16, (topk_bytes as usize).div_ceil(16) * 16];
+    rows.push(Row::timed(
+        format!("read_stream yardstick {dtype}"),
+        format!("router's bytes M={m} in 2 launches"),
+        read_stream_ms(dev, &parts),
+        parts.iter().sum::<usize>() as f64,
+    ));
+}
+
 fn main() {
     let csv = std::env::args().any(|a| a == "--csv");
     let dev = Device::default_device().expect("a device");
@@ -462,6 +498,9 @@ fn main() {
         }
         for bits in [4, 8] {
             bench_gated::<bf16>(&dev, &mut rows, bits);
+        }
+        for m in [1, 8] {
+            bench_router::<bf16>(&dev, &mut rows, m);
         }
     }
 

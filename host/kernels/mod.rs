@@ -59,6 +59,12 @@ pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
     if dtype_of("mamba1_scan").is_some() {
         return g::mamba1_scan::Mapping::ALL.iter().map(|m| m.workgroup_mem_bytes()).max();
     }
+    if dtype_of("moe_router_logits").is_some() {
+        return Some(0);
+    }
+    if name == "moe_topk" {
+        return Some(g::moe_router::topk_workgroup_mem_bytes(g::moe_router::MAX_EXPERTS));
+    }
     if ["moe_fc1_relu2", "moe_gateup", "moe_down", "moe_down6"].iter().any(|base| dtype_of(base).is_some()) {
         return g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
     }

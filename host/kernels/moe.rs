@@ -45,6 +45,7 @@ pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args, Mo
 pub use shape::MoeShape;
 
 mod gated;
+pub mod router;
 mod shape;
 
 use super::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, overlapping, symbol};

@@ -424,6 +424,48 @@ pub fn moe_inputs(
     }
 }
 
+/// The router's logits, each summed in f64 and rounded once to f32:
+/// `logits[t, e] = sum_i x[t, i] * wr[e, i]` for `m` tokens of `din` values and
+/// `n_experts` router rows.
+pub fn router_logits(x: &[f32], wr: &[f32], m: usize, n_experts: usize, din: usize) -> Vec<f32> {
+    assert_eq!((x.len(), wr.len()), (m * din, n_experts * din), "router_logits: sizes");
+    let mut logits = Vec::with_capacity(m * n_experts);
+    for t in 0..m {
+        let row = &x[t * din..(t + 1) * din];
+        for e in 0..n_experts {
+            let w = &wr[e * din..(e + 1) * din];
+            logits.push(row.iter().zip(w).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32);
+        }
+    }
+    logits
+}
+
+/// The router's selection for each of `m` tokens, from f32 logits `[m, n_experts]`:
+/// the softmax in f64; the `k` largest probabilities, larger first and the lower
+/// expert on equal probabilities, NaN never chosen (then the id is `u32::MAX`
+/// and the score NaN); the scores divided by their sum when `renorm`. Returns
+/// `(ids, scores)`, each `[m, k]`.
+pub fn topk(logits: &[f32], m: usize, n_experts: usize, k: usize, renorm: bool) -> (Vec<u32>, Vec<f32>) {
+    assert_eq!(logits.len(), m * n_experts, "topk: logits size");
+    let (mut ids, mut scores) = (Vec::with_capacity(m * k), Vec::with_capacity(m * k));
+    for row in logits.chunks(n_experts) {
+        let top = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
+        let exps: Vec<f64> = row.iter().map(|&v| (v as f64 - top).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        let p: Vec<f64> = exps.iter().map(|&v| v / sum).collect();
+        let mut order: Vec<usize> = (0..n_experts).filter(|&e| !p[e].is_nan()).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        let chosen: Vec<Option<usize>> = (0..k).map(|r| order.get(r).copied()).collect();
+        let total: f64 = chosen.iter().map(|c| c.map_or(f64::NAN, |e| p[e])).sum();
+        for c in chosen {
+            ids.push(c.map_or(u32::MAX, |e| e as u32));
+            let score = c.map_or(f64::NAN, |e| p[e]);
+            scores.push((if renorm { score / total } else { score }) as f32);
+        }
+    }
+    (ids, scores)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::metrics::{nmax, nrms};

@@ -431,6 +431,34 @@ families! {
         }
     }
 
+    /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens.
+    family MoeRouterLogitsArgs {
+        instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }
+        params {
+            x: read T [m, din],
+            wr: read T [n_experts, din],
+            logits: write f32 [m, n_experts],
+            m: value u32,
+            n_experts: value u32,
+            din: value u32,
+        }
+    }
+
+    /// `moe_topk`: per token, the softmax of its logits and the `k` most
+    /// probable experts with their (optionally renormalized) probabilities.
+    family MoeTopKArgs {
+        instances { moe_topk: f32 => crate::moe::router::moe_topk; }
+        params {
+            logits: read f32 [m, n_experts],
+            ids: write u32 [m, k],
+            scores: write f32 [m, k],
+            m: value u32,
+            n_experts: value u32,
+            k: value u32,
+            renorm: value u32,
+        }
+    }
+
     /// `mamba1_scan`: the selective scan. Each state element is read once, by
     /// the lane that owns it, before that lane writes it, so `state_out` may be
     /// exactly `state_in` (an in-place update).

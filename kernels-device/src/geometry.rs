@@ -331,6 +331,35 @@ pub mod mamba1_scan {
 /// the activation row (x or act, as f32) is staged once per workgroup in workgroup
 /// memory in chunks of one quad's values, each chunk followed by [`PAD`](moe::PAD)
 /// floats whose first holds the chunk's sum.
+/// The router of the routed experts (`moe::router`).
+pub mod moe_router {
+    use super::WAVE_SIZE;
+
+    /// Router rows (one a wave) per workgroup of `moe_router_logits`.
+    pub const WAVES: u32 = 8;
+    /// Threads per workgroup of `moe_router_logits`.
+    pub const LOGITS_WORKGROUP_SIZE: u32 = WAVES * WAVE_SIZE;
+    /// Threads per workgroup of `moe_topk`: one wave, one token.
+    pub const TOPK_WORKGROUP_SIZE: u32 = WAVE_SIZE;
+    /// The most tokens of one launch (the decode batch, or a speculative
+    /// verification's tokens): each is a per-lane accumulator.
+    pub const MAX_TOKENS: usize = 8;
+    /// Values per aligned load of a router row (16 bytes of a 16-bit type).
+    pub const CHUNK: u32 = 8;
+    /// Chunks per lane issued together before their first use.
+    pub const BATCH: usize = 4;
+    /// The most experts: `moe_topk` keeps one bit per expert of each lane in a
+    /// word (32 lanes x 32 bits).
+    pub const MAX_EXPERTS: u32 = WAVE_SIZE * 32;
+    /// The most experts chosen per token.
+    pub const MAX_TOPK: u32 = 16;
+
+    /// Workgroup memory of `moe_topk` for `n_experts`: one f32 each.
+    pub const fn topk_workgroup_mem_bytes(n_experts: u32) -> u32 {
+        4 * n_experts
+    }
+}
+
 pub mod moe {
     use super::WAVE_SIZE;
 

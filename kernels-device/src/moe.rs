@@ -88,6 +88,7 @@ use crate::num::Elem;
 use crate::vector::{F32x4, U32x4, Vector};
 use crate::wave;
 
+pub mod router;
 mod tensor_cores;
 
 /// Whether 4-bit codes in 16-byte aligned weights go through the tensor-core

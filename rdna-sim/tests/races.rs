@@ -320,6 +320,33 @@ fn moe_combine(ty: &str) -> Case {
     )
 }
 
+/// moe_router_logits of dtype `ty`: 3 tokens, 13 rows (a partial second
+/// workgroup) of 40 values (whole chunks) or 37 (single values).
+fn router_logits(ty: &str, din: u32) -> Case {
+    use kernels_device::geometry::moe_router::{LOGITS_WORKGROUP_SIZE, WAVES};
+    let (m, e) = (3u32, 13u32);
+    let bufs = vec![
+        enc(ty, &noise((m * din) as usize, 51, 1.0)),
+        enc(ty, &noise((e * din) as usize, 52, 0.1)),
+        zeros((m * e) as usize, 4),
+    ];
+    let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(m), Arg::U32(e), Arg::U32(din)];
+    Case::new(&format!("moe_router_logits_{ty}"), [e.div_ceil(WAVES), 1, 1], LOGITS_WORKGROUP_SIZE, 0, args, bufs)
+}
+
+/// moe_topk: 3 tokens of 70 experts (lanes with two and three each), K 5,
+/// renormalized; token 1 has a tie at its top.
+fn topk() -> Case {
+    use kernels_device::geometry::moe_router::{TOPK_WORKGROUP_SIZE, topk_workgroup_mem_bytes};
+    let (m, e, k) = (3u32, 70u32, 5u32);
+    let mut logits = noise((m * e) as usize, 53, 2.0);
+    logits[(e + 4) as usize] = 9.0;
+    logits[(e + 37) as usize] = 9.0;
+    let bufs = vec![enc("f32", &logits), zeros((m * k) as usize, 4), zeros((m * k) as usize, 4)];
+    let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(m), Arg::U32(e), Arg::U32(k), Arg::U32(1)];
+    Case::new("moe_topk", [m, 1, 1], TOPK_WORKGROUP_SIZE, topk_workgroup_mem_bytes(e), args, bufs)
+}
+
 /// One test per case: `name => case expression`.
 macro_rules! clean {
     ($($test:ident => $case:expr;)*) => {$(
@@ -398,6 +425,10 @@ clean! {
     moe_down6_f32 => moe_gated("f32", true, 0);
     moe_down6_f16 => moe_gated("f16", true, 1);
     moe_down6_bf16_bad_ids => moe_gated("bf16", true, 2);
+    moe_router_logits_f32_chunks => router_logits("f32", 40);
+    moe_router_logits_f16_values => router_logits("f16", 37);
+    moe_router_logits_bf16_chunks => router_logits("bf16", 40);
+    moe_topk => topk();
     moe_combine_f32 => moe_combine("f32");
     moe_combine_f16 => moe_combine("f16");
     moe_combine_bf16 => moe_combine("bf16");

@@ -136,7 +136,8 @@ impl Wave {
                 self.barriers += 1;
                 return Ok(Step::Barrier);
             }
-            "s_nop" | "s_clause" | "s_delay_alu" | "s_sleep" | "s_waitcnt_depctr" => {
+            // Scheduling and fetch hints, with no effect on the state the simulator models.
+            "s_nop" | "s_clause" | "s_delay_alu" | "s_sleep" | "s_waitcnt_depctr" | "s_set_inst_prefetch_distance" => {
                 env.counts.other += 1;
                 return Ok(Step::Next);
             }

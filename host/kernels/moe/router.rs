@@ -1,0 +1,211 @@
+//! The router of the routed experts, for one to `MAX_TOKENS` tokens:
+//! - `moe_router_logits`: `logits [M, E] = x [M, Din] . wr [E, Din]^T` in f32;
+//! - `moe_topk`: per token, the softmax of its logits, the `K` most probable
+//!   experts (`ids [M, K]`, larger first, the lower id on equal probabilities)
+//!   and their probabilities (`scores [M, K]`), divided by their sum when
+//!   `renorm` (MLX's `norm_topk_prob`).
+//!
+//! A NaN or `+inf` logit, or a row of `-inf` ones, makes every probability of
+//! that token NaN: its ids are then `u32::MAX` (out of range, which the expert
+//! kernels report through their status word) and its scores NaN.
+
+use kernels_device::entry::{MoeRouterLogitsArgs, MoeTopKArgs};
+use kernels_device::geometry::moe_router::{
+    LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_SIZE, WAVES, topk_workgroup_mem_bytes,
+};
+
+use crate::dtype::{Dtype, Element};
+use crate::error::{Error, Result};
+use crate::kernels::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
+
+/// The router's matrix product.
+pub const LOGITS_KERNEL: &str = "moe_router_logits";
+/// The softmax and top-k selection (f32 logits, one symbol).
+pub const TOPK_KERNEL: &str = "moe_topk";
+
+/// Whether both router kernels for `dtype` can run on `device`.
+pub fn router_available(device: &Device, dtype: Dtype) -> bool {
+    device.is_available(&symbol(LOGITS_KERNEL, dtype)) && device.is_available(TOPK_KERNEL)
+}
+
+/// The router's sizes: `m` tokens, `n_experts` experts, rows of `din` values,
+/// `k` experts chosen per token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterShape {
+    pub m: u32,
+    pub n_experts: u32,
+    pub din: u32,
+    pub k: u32,
+}
+
+impl RouterShape {
+    /// Checks every size against the kernels' limits, naming the first that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        check_tokens(self.m)?;
+        check_experts(self.n_experts)?;
+        if self.din == 0 {
+            return Err(Error::invalid("din", "is 0; a router row needs at least one value"));
+        }
+        check_k(self.k, self.n_experts)
+    }
+}
+
+fn check_tokens(m: u32) -> Result<()> {
+    if m == 0 || m as usize > MAX_TOKENS {
+        return Err(Error::invalid("m", format!("{m} tokens is outside 1..={MAX_TOKENS}")));
+    }
+    Ok(())
+}
+
+fn check_experts(n_experts: u32) -> Result<()> {
+    if n_experts == 0 || n_experts > MAX_EXPERTS {
+        return Err(Error::invalid("n_experts", format!("{n_experts} is outside 1..={MAX_EXPERTS}")));
+    }
+    Ok(())
+}
+
+fn check_k(k: u32, n_experts: u32) -> Result<()> {
+    if k == 0 || k > MAX_TOPK {
+        return Err(Error::invalid("k", format!("{k} is outside 1..={MAX_TOPK}")));
+    }
+    if k > n_experts {
+        return Err(Error::invalid("k", format!("{k} is more than the {n_experts} experts")));
+    }
+    Ok(())
+}
+
+/// `moe_router_logits`' launch: one wave per router row.
+pub fn logits_dims(n_experts: u32) -> LaunchDims {
+    LaunchDims {
+        grid: [n_experts.div_ceil(WAVES), 1, 1],
+        workgroup_size: LOGITS_WORKGROUP_SIZE,
+        workgroup_mem_bytes: 0,
+    }
+}
+
+/// `moe_topk`'s launch: one wave per token, one f32 of workgroup memory per expert.
+pub fn topk_dims(m: u32, n_experts: u32) -> LaunchDims {
+    LaunchDims {
+        grid: [m, 1, 1],
+        workgroup_size: TOPK_WORKGROUP_SIZE,
+        workgroup_mem_bytes: topk_workgroup_mem_bytes(n_experts),
+    }
+}
+
+impl CheckedArgs for MoeRouterLogitsArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
+        check_tokens(self.m)?;
+        check_experts(self.n_experts)?;
+        if self.din == 0 {
+            return Err(Error::invalid("din", "is 0; a router row needs at least one value"));
+        }
+        let dims = logits_dims(self.n_experts);
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
+    }
+}
+
+impl CheckedArgs for MoeTopKArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        if dtype != Dtype::F32 {
+            return Err(Error::invalid("logits", format!("are {}; moe_topk takes f32 logits", dtype.name())));
+        }
+        let kernel = device.kernel(TOPK_KERNEL)?;
+        check_tokens(self.m)?;
+        check_experts(self.n_experts)?;
+        check_k(self.k, self.n_experts)?;
+        if self.renorm > 1 {
+            return Err(Error::invalid("renorm", format!("{} is not 0 or 1", self.renorm)));
+        }
+        let dims = topk_dims(self.m, self.n_experts);
+        device.check_workgroup_mem(&kernel, &dims)?;
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
+    }
+}
+
+/// `logits[t, e] = x[t] . wr[e]` (f32) for `t < shape.m`, `e < shape.n_experts`
+/// (`shape.k` is not used).
+///
+/// # Safety
+/// `x` (`[M, Din]` of `dtype`), `wr` (`[E, Din]` of `dtype`) and `logits`
+/// (`[M, E]` f32) are device pointers of `device` of those sizes.
+pub unsafe fn router_logits(
+    device: &Device,
+    dtype: Dtype,
+    x: u64,
+    wr: u64,
+    logits: u64,
+    shape: &RouterShape,
+    stream: Stream,
+) -> Result<()> {
+    let RouterShape { m, n_experts, din, .. } = *shape;
+    MoeRouterLogitsArgs { x, wr, logits, m, n_experts, din }.enqueue_checked(device, dtype, &[], stream)
+}
+
+/// The softmax of each token's logits and its `shape.k` most probable experts
+/// (`shape.din` is not used).
+///
+/// # Safety
+/// `logits` (`[M, E]` f32), `ids` (`[M, K]` u32) and `scores` (`[M, K]` f32)
+/// are device pointers of `device` of those sizes.
+pub unsafe fn topk(
+    device: &Device,
+    logits: u64,
+    ids: u64,
+    scores: u64,
+    shape: &RouterShape,
+    renorm: bool,
+    stream: Stream,
+) -> Result<()> {
+    let RouterShape { m, n_experts, k, .. } = *shape;
+    MoeTopKArgs { logits, ids, scores, m, n_experts, k, renorm: renorm as u32 }.enqueue_checked(
+        device,
+        Dtype::F32,
+        &[],
+        stream,
+    )
+}
+
+/// [`router_logits`] over typed buffers, checking their sizes.
+pub fn run_router_logits<T: Element>(
+    device: &Device,
+    x: &DeviceBuffer<T>,
+    wr: &DeviceBuffer<T>,
+    logits: &mut DeviceBuffer<f32>,
+    shape: &RouterShape,
+    stream: Stream,
+) -> Result<()> {
+    let RouterShape { m, n_experts, din, .. } = *shape;
+    let capacity = [("x", x.bytes()), ("wr", wr.bytes()), ("logits", logits.bytes())];
+    MoeRouterLogitsArgs { x: x.ptr(), wr: wr.ptr(), logits: logits.ptr(), m, n_experts, din }.enqueue_checked(
+        device,
+        T::DTYPE,
+        &capacity,
+        stream,
+    )
+}
+
+/// [`topk`] over typed buffers, checking their sizes.
+pub fn run_topk(
+    device: &Device,
+    logits: &DeviceBuffer<f32>,
+    ids: &mut DeviceBuffer<u32>,
+    scores: &mut DeviceBuffer<f32>,
+    shape: &RouterShape,
+    renorm: bool,
+    stream: Stream,
+) -> Result<()> {
+    let RouterShape { m, n_experts, k, .. } = *shape;
+    let capacity = [("logits", logits.bytes()), ("ids", ids.bytes()), ("scores", scores.bytes())];
+    let args = MoeTopKArgs {
+        logits: logits.ptr(),
+        ids: ids.ptr(),
+        scores: scores.ptr(),
+        m,
+        n_experts,
+        k,
+        renorm: renorm as u32,
+    };
+    args.enqueue_checked(device, Dtype::F32, &capacity, stream)
+}

@@ -1,0 +1,254 @@
+//! The router of the routed experts (`moe_router_logits` and `moe_topk`) on every
+//! backend present, against `reference::moe::{router_logits, topk}`.
+//!
+//! - Logits: `max|got - want| / max|want| < 1e-5` against sums in f64 (f32 fmas
+//!   over at most a few thousand products).
+//! - Selection: the ids equal the reference's exactly (the test logits have no
+//!   two probabilities within f32 rounding of each other, except the planted
+//!   ties, which both sides break towards the lower id); the scores within
+//!   1e-6 relative (the f32 softmax against f64).
+
+mod common;
+
+use common::{Suite, download_values, label};
+use mlxcel_amdgpu::half::bf16;
+use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape, run_router_logits, run_topk};
+use mlxcel_amdgpu::reference::data::normal;
+use mlxcel_amdgpu::reference::{metrics, moe};
+use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
+
+fn upload_as<T: Element>(dev: &Device, v: &[f32]) -> DeviceBuffer<T> {
+    dev.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>()).unwrap()
+}
+
+fn poisoned<T: Copy>(dev: &Device, n: usize) -> DeviceBuffer<T> {
+    let mut b = dev.alloc::<T>(n).unwrap();
+    b.fill_bytes(0xFF).unwrap();
+    b
+}
+
+/// The router's logits for `m` tokens of `din` values and `n_experts` rows,
+/// against the f64 reference; returns them.
+fn check_logits<T: Element>(dev: &Device, m: usize, n_experts: usize, din: usize, seed: u64) -> Vec<f32> {
+    let x = normal(T::DTYPE, seed, m * din, 1.0);
+    let wr = normal(T::DTYPE, seed + 1, n_experts * din, 0.05);
+    let shape = RouterShape { m: m as u32, n_experts: n_experts as u32, din: din as u32, k: 1 };
+    let mut logits = poisoned::<f32>(dev, m * n_experts);
+    run_router_logits::<T>(dev, &upload_as(dev, &x), &upload_as(dev, &wr), &mut logits, &shape, Stream::DEFAULT)
+        .unwrap();
+    let got = download_values(&logits);
+    let want = moe::router_logits(&x, &wr, m, n_experts, din);
+    let e = metrics::max_abs_diff(&got, &want) / metrics::max_abs_diff(&want, &vec![0.0f32; want.len()]);
+    assert!(e < 1e-5, "{} logits m {m} E {n_experts} din {din}: error {e:e}", label::<T>(dev));
+    got
+}
+
+/// `moe_topk` of `logits` against the reference: ids exact, scores within 1e-6.
+fn check_topk(
+    dev: &Device,
+    logits: &[f32],
+    m: usize,
+    n_experts: usize,
+    k: usize,
+    renorm: bool,
+) -> (Vec<u32>, Vec<f32>) {
+    let shape = RouterShape { m: m as u32, n_experts: n_experts as u32, din: 1, k: k as u32 };
+    let mut ids = poisoned::<u32>(dev, m * k);
+    let mut scores = poisoned::<f32>(dev, m * k);
+    run_topk(dev, &dev.upload(logits).unwrap(), &mut ids, &mut scores, &shape, renorm, Stream::DEFAULT).unwrap();
+    let (ids, scores) = (ids.download().unwrap(), scores.download().unwrap());
+    let (want_ids, want_scores) = moe::topk(logits, m, n_experts, k, renorm);
+    let what = format!("{} topk m {m} E {n_experts} k {k} renorm {renorm}", dev.backend());
+    assert_eq!(ids, want_ids, "{what}: ids");
+    for (i, (&g, &w)) in scores.iter().zip(&want_scores).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || ((g - w).abs() as f64) <= 1e-6 * (w.abs() as f64).max(1e-30);
+        assert!(ok, "{what}: score {i}: got {g:e}, want {w:e}");
+    }
+    (ids, scores)
+}
+
+/// Logits whose probabilities are at least 1e-3 apart in relative terms: a
+/// shuffled ramp, so the selection has no near ties.
+fn spread_logits(m: usize, n_experts: usize, seed: u64) -> Vec<f32> {
+    let mut rng = mlxcel_amdgpu::reference::data::NormalRng::new(seed);
+    let mut out = Vec::with_capacity(m * n_experts);
+    for _ in 0..m {
+        let mut row: Vec<f32> = (0..n_experts).map(|e| -4.0 + 8.0 * e as f32 / n_experts as f32).collect();
+        for i in (1..row.len()).rev() {
+            row.swap(i, rng.next_below(i + 1));
+        }
+        out.extend(row);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// moe_router_logits
+// ---------------------------------------------------------------------------
+
+/// One to eight tokens, a row count that is not a multiple of the waves per
+/// workgroup, rows of whole aligned chunks.
+fn logits_every_dtype_and_token_count<T: Element>(dev: &Device) {
+    for (m, seed) in [(1, 11), (3, 12), (8, 13)] {
+        check_logits::<T>(dev, m, 20, 264, seed);
+    }
+}
+
+/// Rows that are not whole chunks take single values: same tolerance.
+fn logits_odd_rows_take_the_value_path(dev: &Device) {
+    check_logits::<bf16>(dev, 2, 9, 131, 21);
+    check_logits::<f32>(dev, 5, 3, 7, 22);
+}
+
+/// A token matrix one element into its buffer (not 16-byte aligned) takes the
+/// value path too.
+fn logits_misaligned_x_takes_the_value_path(dev: &Device) {
+    let (m, e, din) = (2, 12, 64);
+    let x = normal(Dtype::Bf16, 31, m * din, 1.0);
+    let wr = normal(Dtype::Bf16, 32, e * din, 0.05);
+    let mut shifted = vec![0.0f32];
+    shifted.extend(&x);
+    let xs = upload_as::<bf16>(dev, &shifted);
+    let w = upload_as::<bf16>(dev, &wr);
+    let logits = poisoned::<f32>(dev, m * e);
+    let shape = RouterShape { m: m as u32, n_experts: e as u32, din: din as u32, k: 1 };
+    unsafe { router::router_logits(dev, Dtype::Bf16, xs.ptr() + 2, w.ptr(), logits.ptr(), &shape, Stream::DEFAULT) }
+        .unwrap();
+    let got = download_values(&logits);
+    let want = moe::router_logits(&x, &wr, m, e, din);
+    let err = metrics::max_abs_diff(&got, &want) / metrics::max_abs_diff(&want, &vec![0.0f32; want.len()]);
+    assert!(err < 1e-5, "{}: misaligned x: error {err:e}", dev.backend());
+}
+
+// ---------------------------------------------------------------------------
+// moe_topk
+// ---------------------------------------------------------------------------
+
+/// Qwen3-30B-A3B's router (E 128, K 8, renormalized) for one to eight tokens,
+/// from the logits kernel's own output.
+fn qwen3_30b_a3b_router(dev: &Device) {
+    for m in [1, 8] {
+        let logits = check_logits::<bf16>(dev, m, 128, 2048, 40 + m as u64);
+        check_topk(dev, &logits, m, 128, 8, true);
+    }
+}
+
+/// Qwen3-Next-80B-A3B's (E 512, K 10, renormalized).
+fn qwen3_next_router(dev: &Device) {
+    let logits = check_logits::<bf16>(dev, 2, 512, 2048, 50);
+    check_topk(dev, &logits, 2, 512, 10, true);
+}
+
+/// Every K from 1 to the limit, with and without renormalization, expert
+/// counts below, at and above one per lane, and the largest.
+fn topk_every_k_and_expert_count(dev: &Device) {
+    for (n_experts, ks) in [(5, &[1, 5][..]), (32, &[2, 16]), (100, &[1, 7, 16]), (1024, &[16])] {
+        let logits = spread_logits(3, n_experts, n_experts as u64);
+        for &k in ks {
+            for renorm in [false, true] {
+                check_topk(dev, &logits, 3, n_experts, k, renorm);
+            }
+        }
+    }
+}
+
+/// Equal logits give equal probabilities; the lower expert id comes first.
+fn topk_ties_go_to_the_lower_id(dev: &Device) {
+    let mut logits = spread_logits(2, 64, 7);
+    // Token 0: experts 3, 40 and 63 tie at the top; token 1: all equal.
+    for e in [3, 40, 63] {
+        logits[e] = 9.0;
+    }
+    logits[64..].fill(0.5);
+    let (ids, _) = check_topk(dev, &logits, 2, 64, 4, false);
+    assert_eq!(&ids[..3], &[3, 40, 63], "{}: the tie at the top", dev.backend());
+    assert_eq!(&ids[4..], &[0, 1, 2, 3], "{}: all tied", dev.backend());
+}
+
+/// A NaN or +inf logit, or a row of -inf ones, chooses no expert: ids
+/// `u32::MAX`, scores NaN; the other tokens are unaffected.
+fn topk_non_finite_rows_choose_nothing(dev: &Device) {
+    let n_experts = 40;
+    let mut logits = spread_logits(4, n_experts, 9);
+    logits[5] = f32::NAN;
+    logits[n_experts + 7] = f32::INFINITY;
+    logits[2 * n_experts..3 * n_experts].fill(f32::NEG_INFINITY);
+    let (ids, scores) = check_topk(dev, &logits, 4, n_experts, 3, true);
+    for t in 0..3 {
+        assert!(ids[t * 3..t * 3 + 3].iter().all(|&i| i == u32::MAX), "{}: token {t} ids", dev.backend());
+        assert!(scores[t * 3..t * 3 + 3].iter().all(|s| s.is_nan()), "{}: token {t} scores", dev.backend());
+    }
+    assert!(ids[9..].iter().all(|&i| (i as usize) < n_experts), "{}: token 3 is finite", dev.backend());
+}
+
+/// A -inf logit is a probability of 0: chosen last, never in place of a
+/// finite one.
+fn topk_negative_infinity_is_chosen_last(dev: &Device) {
+    let mut logits = spread_logits(1, 8, 3);
+    logits[2] = f32::NEG_INFINITY;
+    logits[6] = f32::NEG_INFINITY;
+    let (ids, scores) = check_topk(dev, &logits, 1, 8, 8, false);
+    assert_eq!(&ids[6..], &[2, 6], "{}", dev.backend());
+    assert_eq!(&scores[6..], &[0.0, 0.0], "{}", dev.backend());
+}
+
+// ---------------------------------------------------------------------------
+// Refusals
+// ---------------------------------------------------------------------------
+
+fn refused(r: Result<(), Error>, argument: &str) {
+    match r.map_err(|e| e.root().clone()) {
+        Err(Error::InvalidArgument { argument: a, .. }) if a == argument => {}
+        other => panic!("expected a refusal of `{argument}`, got {other:?}"),
+    }
+}
+
+/// Token counts, expert counts and K beyond the limits, and short buffers, are
+/// named errors before any launch.
+fn bad_router_shapes_are_refused() {
+    let dev = Device::cpu();
+    let good = RouterShape { m: 2, n_experts: 16, din: 8, k: 4 };
+    let x = dev.alloc::<bf16>(64).unwrap();
+    let wr = dev.alloc::<bf16>(16 * 8).unwrap();
+    let mut logits = dev.alloc::<f32>(8 * 1025).unwrap();
+    let mut ids = dev.alloc::<u32>(8 * 17).unwrap();
+    let mut scores = dev.alloc::<f32>(8 * 17).unwrap();
+    let lg = |shape: RouterShape, logits: &mut DeviceBuffer<f32>| {
+        run_router_logits::<bf16>(&dev, &x, &wr, logits, &shape, Stream::DEFAULT)
+    };
+    refused(lg(RouterShape { m: 0, ..good }, &mut logits), "m");
+    refused(lg(RouterShape { m: 9, ..good }, &mut logits), "m");
+    refused(lg(RouterShape { n_experts: 0, ..good }, &mut logits), "n_experts");
+    refused(lg(RouterShape { din: 0, ..good }, &mut logits), "din");
+    refused(lg(RouterShape { n_experts: 17, ..good }, &mut logits), "wr");
+    let mut short = dev.alloc::<f32>(2 * 16 - 1).unwrap();
+    refused(lg(good, &mut short), "logits");
+    let mut tk = |shape: RouterShape| run_topk(&dev, &logits, &mut ids, &mut scores, &shape, true, Stream::DEFAULT);
+    refused(tk(RouterShape { n_experts: 1025, ..good }), "n_experts");
+    refused(tk(RouterShape { k: 0, ..good }), "k");
+    refused(tk(RouterShape { k: 17, n_experts: 64, ..good }), "k");
+    refused(tk(RouterShape { k: 5, n_experts: 4, ..good }), "k");
+    refused(tk(RouterShape { m: 9, ..good }), "m");
+    assert!(good.validate().is_ok());
+    refused(RouterShape { k: 17, ..good }.validate(), "k");
+}
+
+fn availability_matches_the_backends<T: Element>(dev: &Device) {
+    assert!(router::router_available(dev, T::DTYPE), "{}: the router is built for every dtype", label::<T>(dev));
+}
+
+fn main() {
+    Suite::new()
+        .per_backend_and_dtype("logits_every_dtype_and_token_count", typed!(logits_every_dtype_and_token_count))
+        .per_backend("logits_odd_rows_take_the_value_path", logits_odd_rows_take_the_value_path)
+        .per_backend("logits_misaligned_x_takes_the_value_path", logits_misaligned_x_takes_the_value_path)
+        .per_backend("qwen3_30b_a3b_router", qwen3_30b_a3b_router)
+        .per_backend("qwen3_next_router", qwen3_next_router)
+        .per_backend("topk_every_k_and_expert_count", topk_every_k_and_expert_count)
+        .per_backend("topk_ties_go_to_the_lower_id", topk_ties_go_to_the_lower_id)
+        .per_backend("topk_non_finite_rows_choose_nothing", topk_non_finite_rows_choose_nothing)
+        .per_backend("topk_negative_infinity_is_chosen_last", topk_negative_infinity_is_chosen_last)
+        .single("bad_router_shapes_are_refused", bad_router_shapes_are_refused)
+        .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
+        .run()
+}
