@@ -95,8 +95,8 @@ const COLS: usize = MAP.states_per_lane as usize;
 const LANES_SMALL: u32 = MAP.lanes_small();
 const LANES_LARGE: u32 = 2 * MAP.lanes_small();
 
-// The step loops are `unroll!(k in 0..8 => ..)`, the column loops unroll at
-// most 8, and the exchanges take at most 16 lanes (the geometry checks this).
+// The transposed sums (`channel_sums_8`) halve 8 steps' values three times,
+// and the exchanges take at most 16 lanes (the geometry checks this).
 const _: () = assert!(UNROLL == 8 && LANES_LARGE <= 16);
 // `staged_row` reads 2, 4 or 8 columns.
 const _: () = assert!(COLS == 2 || COLS == 4 || COLS == 8);
@@ -110,11 +110,10 @@ const PREFETCH_CHUNKS: usize = 3;
 
 /// Values of B (and of C) each lane stages per chunk, at most: `UNROLL * N / 32`.
 const STAGE: usize = UNROLL * MAX_N as usize / wave::WAVE_SIZE as usize;
-const _: () = assert!(STAGE == 8, "the staging loops unroll 8");
-const _: () = assert!(
-    2 * UNROLL * (wave::WAVE_SIZE / LANES_SMALL) as usize <= 8 * wave::WAVE_SIZE as usize,
-    "the dt and x staging loops unroll 8 values a lane"
-);
+/// Values of dt and x together each lane stages per chunk, at most (with
+/// `stages_dt_x`): both arrays' `UNROLL` steps of the wave's channels, most
+/// with `lanes_small()` lanes a channel.
+const DTX_STAGE: usize = 2 * UNROLL * (wave::WAVE_SIZE / LANES_SMALL) as usize / wave::WAVE_SIZE as usize;
 
 /// Two floats: one 8-byte access (a lane's staged B or C with two columns).
 type F32x2 = Vector<f32, 2, Align8>;
@@ -346,7 +345,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // would wait for the load at once.
         let load_dt_x = |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
             let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
-            crate::unroll!(k in 0..8 => {
+            crate::unroll!(k in 0..UNROLL => {
                 let at = wave::uniform_usize(seq_first + (t + k) * dm);
                 dtv[k] = dt_c.add(at).read();
                 xv[k] = x_c.add(at).read();
@@ -383,7 +382,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let load_stage = |t: usize| -> ([T; STAGE], [T; STAGE]) {
             let first = wave::uniform_usize(bc_first + t * n);
             let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
-            crate::unroll!(m in 0..8 => {
+            crate::unroll!(m in 0..STAGE => {
                 if m < per_lane {
                     bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
                     cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
@@ -404,7 +403,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             }
         };
         if top_half && chunks > 0 {
-            crate::unroll!(m in 0..8 => {
+            crate::unroll!(m in 0..STAGE => {
                 if m < per_lane {
                     let e = lane as usize + m * wave::WAVE_SIZE as usize;
                     staged.add(e).write(0.0);
@@ -425,8 +424,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
         let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
         let (dt_seq, x_seq) = (dt.add(seq_first), x.add(seq_first));
-        let (mut dtx_src, mut dtx_at) = ([dt_seq; 8], [0usize; 8]);
-        crate::unroll!(m in 0..8 => {
+        let (mut dtx_src, mut dtx_at) = ([dt_seq; DTX_STAGE], [0usize; DTX_STAGE]);
+        crate::unroll!(m in 0..DTX_STAGE => {
             if m < dtx_per_lane {
                 let v = lane as usize + m * wave::WAVE_SIZE as usize;
                 let (array, c, k) = (v / (UNROLL * chans), v % chans, (v / chans) % UNROLL);
@@ -435,9 +434,9 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 dtx_at[m] = (array * chans + c) * UNROLL + k;
             }
         });
-        let load_dtx = |t: usize| -> [T; 8] {
-            let mut v = [T::from_bits_u32(0); 8];
-            crate::unroll!(m in 0..8 => {
+        let load_dtx = |t: usize| -> [T; DTX_STAGE] {
+            let mut v = [T::from_bits_u32(0); DTX_STAGE];
+            crate::unroll!(m in 0..DTX_STAGE => {
                 if m < dtx_per_lane {
                     v[m] = dtx_src[m].add(wave::uniform_usize(t * dm)).read();
                 }
@@ -462,23 +461,23 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // the chunk otherwise and ptxas's schedule of it was slower
         // (docs/performance.md, "dt and x staged").
         if top_half && chunks > 0 {
-            crate::unroll!(m in 0..8 => {
+            crate::unroll!(m in 0..DTX_STAGE => {
                 if m < dtx_per_lane {
                     dtx_staged.add(dtx_at[m]).write(0.0);
                 }
             });
         }
-        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; 8]| {
+        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| {
             // Every lane has read the previous chunk's values.
             wave::sync_lanes();
-            crate::unroll!(m in 0..8 => {
+            crate::unroll!(m in 0..STAGE => {
                 if m < per_lane {
                     let e = lane as usize + m * wave::WAVE_SIZE as usize;
                     stage_at(staged.add(e), bv[m]);
                     stage_at(staged.add(UNROLL * n + e), cv[m]);
                 }
             });
-            crate::unroll!(m in 0..8 => {
+            crate::unroll!(m in 0..DTX_STAGE => {
                 if m < dtx_per_lane {
                     stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
                 }
@@ -568,13 +567,13 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 }
                 wave::schedule_fence();
                 if !MAP.stages_dt_x {
-                    crate::unroll!(k in 0..8 => {
+                    crate::unroll!(k in 0..UNROLL => {
                         dtv[k] = cur.0[k].to_f32();
                         xv[k] = cur.1[k].to_f32();
                     });
                 }
                 let mut q = [0.0f32; UNROLL];
-                crate::unroll!(k in 0..8 => {
+                crate::unroll!(k in 0..UNROLL => {
                     // Two steps' B and C at a time: the scheduler would otherwise
                     // read all 8 steps' first (128 registers with eight columns).
                     if k.is_multiple_of(2) && k > 0 {
@@ -585,7 +584,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 // The 8 totals, transposed: this lane stores `kept` of the steps (with
                 // 16 lanes, two lanes hold each total: the even one stores it).
                 let mut xd = [0.0f32; UNROLL];
-                crate::unroll!(k in 0..8 => {
+                crate::unroll!(k in 0..UNROLL => {
                     xd[k] = xv[k] * dsk;
                 });
                 let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);

@@ -59,6 +59,10 @@ const _: () = {
 /// `usize`, so that every index into a per-lane array is a constant.
 ///
 /// - `unroll!(i in 0..8 => { .. })`: `i` = 0, 1, .., 7 (the count a literal, 1 to 8).
+/// - `unroll!(i in 0..COUNT => { .. })`: the count a constant expression (a
+///   `const` item, a const generic, arithmetic on them) of at most 8, checked at
+///   compile time: indices 0 to 7, each run only `if i < COUNT`, which the
+///   compiler prunes, so the code is that of the literal count.
 /// - `unroll!(i, const C in 0..8 => { .. })`: also binds `const C: u32` to the
 ///   same index (for const generic arguments such as a source lane).
 /// - `unroll!(i in 0..n, at most 8 => { .. })`: for a count `n` known at compile
@@ -76,6 +80,9 @@ macro_rules! unroll {
         const { assert!($n <= $max, "unroll!: the count exceeds its bound") };
         $crate::unroll!(@indices $max, @each_if $i, $n, $body)
     }};
+    ($i:ident in 0..$n:expr => $body:block) => {
+        $crate::unroll!(@indices ($n), @each $i, $body)
+    };
 
     // The index lists: `$n` literal to `0 1 .. n-1`.
     (@indices 1, $($rest:tt)*) => { $crate::unroll!($($rest)* ; 0) };
@@ -86,6 +93,11 @@ macro_rules! unroll {
     (@indices 6, $($rest:tt)*) => { $crate::unroll!($($rest)* ; 0 1 2 3 4 5) };
     (@indices 7, $($rest:tt)*) => { $crate::unroll!($($rest)* ; 0 1 2 3 4 5 6) };
     (@indices 8, $($rest:tt)*) => { $crate::unroll!($($rest)* ; 0 1 2 3 4 5 6 7) };
+    // A count that is not a literal: a constant expression, at most 8.
+    (@indices $n:tt, @each $i:ident, $body:block) => {{
+        const { assert!($n <= 8, "unroll!: a constant count above 8") };
+        $crate::unroll!(@indices 8, @each_if $i, $n, $body)
+    }};
 
     // One block per index.
     (@each $i:ident, $body:block ; $($k:literal)*) => {{
@@ -125,6 +137,15 @@ mod tests {
             guarded += 1 << i;
         });
         assert_eq!(guarded, 0b111);
+
+        const HALF: usize = 8 / 2;
+        let mut by_const = [0usize; 8];
+        let mut calls = 0;
+        crate::unroll!(i in 0..HALF + 1 => {
+            by_const[i] = 10 + i;
+            calls += 1;
+        });
+        assert_eq!((calls, by_const), (5, [10, 11, 12, 13, 14, 0, 0, 0]));
     }
 
     #[test]
