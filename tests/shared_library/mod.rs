@@ -142,7 +142,10 @@ fn mlx_root() -> Result<PathBuf, String> {
     if usable(&root) {
         Ok(root)
     } else {
-        Err(format!("the mlx-cpu wheel unpacked into {} has no include/mlx/mlx.h and lib/libmlx.so", unpacked.display()))
+        Err(format!(
+            "the mlx-cpu wheel unpacked into {} has no include/mlx/mlx.h and lib/libmlx.so",
+            unpacked.display()
+        ))
     }
 }
 
@@ -150,11 +153,16 @@ fn mlx_root() -> Result<PathBuf, String> {
 /// missing and what to do.
 pub fn mlx() -> PathBuf {
     let mlx = mlx_root().unwrap_or_else(|why| {
+        if std::env::var_os("MLX_ROOT").is_some() {
+            panic!(
+                "{why}: point MLX_ROOT at an MLX {MLX_VERSION} install, or unset it and this test fetches MLX itself"
+            );
+        }
         let wheel = mlx_wheel().map_or_else(|e| e, |(url, sha256)| format!("{url} (SHA-256 {sha256})"));
         panic!(
-            "MLX {MLX_VERSION} is needed for this test and could not be obtained: {why}. \
-             Without network access, unzip the wheel {wheel} on this machine and set MLX_ROOT to its mlx/ \
-             directory (MLX_ROOT may name any MLX {MLX_VERSION} install with include/ and lib/libmlx.so)"
+            "MLX {MLX_VERSION} is needed for this test and could not be obtained: {why}. Without network \
+             access: download the wheel {wheel} elsewhere, check its SHA-256, unzip it on this machine and \
+             set MLX_ROOT to its mlx/ directory (or to any MLX {MLX_VERSION} install with include/ and lib/libmlx.so)"
         )
     });
     let version = std::fs::read_to_string(mlx.join("include/mlx/version.h")).unwrap_or_default();
