@@ -37,12 +37,15 @@ fn main() {
     for var in [TARGETS_ENV, GPU_TARGET_DIR_ENV, PREBUILT_ENV, gpu_builder::toolchain::NO_INSTALL_ENV] {
         println!("cargo::rerun-if-env-changed={var}");
     }
+    // For a dependent's build script (mlxcel-core's, which compiles the MLX shim): the C
+    // header's directory and the shim's sources.
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    println!("cargo::metadata=include={}", root.join("include").display());
+    println!("cargo::metadata=shim_dir={}", root.join("shim/mlx").display());
     // The shared library's SONAME carries the ABI version (MLXCEL_AMDGPU_ABI_VERSION).
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo::rustc-cdylib-link-arg=-Wl,-soname,libmlxcel_amdgpu.so.4");
     }
-    // The host triple, for tests that run the llvm-tools of the sysroot.
-    println!("cargo::rustc-env=HOST_TRIPLE={}", env::var("HOST").unwrap_or_default());
 
     let result = device
         .ok_or_else(|| "kernels-device gave no DEP_MLXCEL_AMDGPU_KERNELS_MANIFEST_DIR".to_string())

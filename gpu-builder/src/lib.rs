@@ -60,6 +60,27 @@ const PROFILE_SETTINGS: &[(&str, &str)] = &[
     ("panic", "\"abort\""),
 ];
 
+/// The cargo arguments that build with the GPU profile: its settings as
+/// `--config` and `--profile` [`PROFILE`] (for a `cargo` of the pinned
+/// toolchain run by hand or by a test).
+pub fn profile_args() -> Vec<String> {
+    let mut args = Vec::new();
+    for (key, value) in PROFILE_SETTINGS {
+        args.push("--config".to_string());
+        args.push(format!("profile.{PROFILE}.{key}={value}"));
+    }
+    args.extend(["--profile".to_string(), PROFILE.to_string()]);
+    args
+}
+
+/// The LLVM tool `name` (`llvm-objdump`, `llvm-readobj`) of the pinned
+/// toolchain's `llvm-tools`, installed as the GPU build would install it.
+pub fn pinned_llvm_tool(name: &str) -> Result<PathBuf, String> {
+    let (toolchain, _) = Toolchain::ensure(toolchain::PINNED)?;
+    let tool = toolchain.llvm_tool(name);
+    if tool.exists() { Ok(tool) } else { Err(format!("{} does not exist", tool.display())) }
+}
+
 /// An AMD code object that [`Builder::build`] produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeObjectFile {
@@ -281,10 +302,7 @@ impl Run<'_> {
             .arg(&self.manifest)
             .arg("--target-dir")
             .arg(target_dir);
-        for (key, value) in PROFILE_SETTINGS {
-            cmd.arg("--config").arg(format!("profile.{PROFILE}.{key}={value}"));
-        }
-        cmd.args(["--profile", PROFILE, "-Zbuild-std=core", "--message-format=json-render-diagnostics"]).args([
+        cmd.args(profile_args()).args(["-Zbuild-std=core", "--message-format=json-render-diagnostics"]).args([
             "--target",
             target,
             "--crate-type",

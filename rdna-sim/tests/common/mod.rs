@@ -31,10 +31,7 @@ pub fn shipped_object(arch: &str) -> Option<PathBuf> {
 
 /// llvm-objdump of the pinned toolchain (the llvm-tools component).
 pub fn objdump() -> Option<PathBuf> {
-    let out = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().ok()?;
-    let sysroot = String::from_utf8(out.stdout).ok()?;
-    let p = Path::new(sysroot.trim()).join("lib/rustlib/x86_64-unknown-linux-gnu/bin/llvm-objdump");
-    p.exists().then_some(p)
+    gpu_builder::pinned_llvm_tool("llvm-objdump").ok()
 }
 
 /// A kernel argument of a test launch.
