@@ -9,11 +9,12 @@ const USAGE: &str = "\
 usage: cargo xtask ci
 
 The checks of CI that follow the README's commands (`.ci/run` runs those first, then this), in
-order, each with its duration: formatting; clippy with warnings as errors; no tracked file
-pointing outside the repository, and that check's self-test; xtask's own tests; the crate as a
-dependency on mlxcel's toolchain (tests/consumer); the published crates packaged and published
-dry; the CPU backend under valgrind; the suite's HIP cases and the self-test on the simulated gfx1151; ptxas on the
-PTX for every NVIDIA architecture; a short fuzz run of both targets. Stops at the first failure.";
+order, each with its duration: formatting; clippy with warnings as errors; no tracked file pointing
+outside the repository, and that check's self-test; xtask's own tests; the crate as a dependency on
+mlxcel's toolchain (tests/consumer); the published crates packaged and published dry; the CPU
+backend under valgrind; the suite's HIP cases and the self-test on the simulated gfx1151; ptxas on
+the PTX for every NVIDIA architecture; a short fuzz run of both targets. Stops at the first
+failure.";
 
 pub fn run_task(args: &[String]) -> Result<()> {
     if wants_help(args, USAGE) {
