@@ -41,7 +41,8 @@ pub fn run_task(args: &[String]) -> Result<()> {
     step("cargo xtask check-references --self-test", &|| crate::references::run(&args(&["--self-test"])))?;
     step("cargo test -p xtask", &|| run(cargo(&root).args(["test", "-p", "xtask"])))?;
     // mlxcel-amdgpu as a path dependency on mlxcel's toolchain (1.93.1): the Rust API and the C
-    // ABI from C++ on the CPU backend (about 1.5 min; the GPU kernels built above are reused).
+    // ABI from C++ on the CPU backend, then the offline build from pre-built code objects (about
+    // 2 min; the GPU kernels built above are reused).
     step("cargo xtask consumer", &|| crate::consumer::consumer(&[]))?;
     // `cargo package` and `cargo publish --dry-run` of the published crates: each builds from its
     // package alone (about 3 min).

@@ -2,9 +2,10 @@
 //! the published crates package and would publish.
 
 use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{Result, cargo, output, repo_root, run, target_dir, wants_help};
+use crate::util::{Result, cargo, output, remove, repo_root, run, target_dir, wants_help};
 
 const CONSUMER_USAGE: &str = "\
 usage: cargo xtask consumer
@@ -13,7 +14,10 @@ Builds and runs tests/consumer, a crate of its own pinned to mlxcel's toolchain 
 rust-toolchain.toml, installed by rustup if missing) that depends on mlxcel-amdgpu by path, as
 mlxcel does: xielu on the CPU backend through the Rust API and through the C ABI from C++ compiled
 by its build script. Its target directory is <target>/consumer; the GPU kernels come from
-<target>/gpu-kernels, so that what the workspace's build compiled is not compiled again.";
+<target>/gpu-kernels, so that what the workspace's build compiled is not compiled again. Then the
+offline path: `cargo check` of the consumer with MLXCEL_AMDGPU_PREBUILT_DIR naming a copy of the
+code objects the build embedded (and MLXCEL_AMDGPU_NO_TOOLCHAIN_INSTALL=1), which the build audits
+again instead of compiling the kernels.";
 
 const PACKAGE_USAGE: &str = "\
 usage: cargo xtask package
@@ -46,19 +50,54 @@ pub fn consumer(args: &[String]) -> Result<()> {
         run(Command::new("rustup").args(["toolchain", "install", &channel, "--profile", "minimal"]))?;
     }
     let target = target_dir(&root)?;
+    let consumer_target = target.join("consumer");
     // The rustup proxy, in the consumer's directory, with nothing of this cargo's choice of
     // toolchain: its rust-toolchain.toml decides.
-    let mut cmd = Command::new("cargo");
-    for var in ["RUSTUP_TOOLCHAIN", "CARGO", "RUSTC", "RUSTDOC", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR"] {
-        cmd.env_remove(var);
+    let cargo_there = |args: &[&str]| {
+        let mut cmd = Command::new("cargo");
+        for var in ["RUSTUP_TOOLCHAIN", "CARGO", "RUSTC", "RUSTDOC", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR"] {
+            cmd.env_remove(var);
+        }
+        cmd.current_dir(&dir).args(args).arg("--locked").arg("--target-dir").arg(&consumer_target);
+        cmd
+    };
+    run(cargo_there(&["run"]).env("MLXCEL_AMDGPU_GPU_TARGET_DIR", target.join("gpu-kernels")))?;
+
+    // The offline path, from the code objects that build embedded.
+    let out = newest_out_dir(&consumer_target.join("debug/build"))?;
+    let prebuilt = consumer_target.join("prebuilt");
+    remove(&prebuilt)?;
+    fs::create_dir_all(&prebuilt)?;
+    let mut copied = 0;
+    for entry in fs::read_dir(&out)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "hsaco") {
+            fs::copy(&path, prebuilt.join(path.file_name().ok_or("a file without a name")?))?;
+            copied += 1;
+        }
     }
-    run(cmd
-        .current_dir(&dir)
-        .env("MLXCEL_AMDGPU_GPU_TARGET_DIR", target.join("gpu-kernels"))
-        .arg("run")
-        .arg("--locked")
-        .arg("--target-dir")
-        .arg(target.join("consumer")))
+    if copied == 0 {
+        return Err(format!("{} holds no code object", out.display()).into());
+    }
+    run(cargo_there(&["check"])
+        .env("MLXCEL_AMDGPU_PREBUILT_DIR", &prebuilt)
+        .env("MLXCEL_AMDGPU_NO_TOOLCHAIN_INSTALL", "1"))
+}
+
+/// The `out` directory of mlxcel-amdgpu's build script under `build` that was written last.
+fn newest_out_dir(build: &Path) -> Result<PathBuf> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in fs::read_dir(build)? {
+        let out = entry?.path().join("out");
+        let embedded = out.join("embedded.rs");
+        if let Ok(meta) = fs::metadata(&embedded) {
+            let modified = meta.modified()?;
+            if newest.as_ref().is_none_or(|(t, _)| modified > *t) {
+                newest = Some((modified, out));
+            }
+        }
+    }
+    newest.map(|(_, out)| out).ok_or_else(|| format!("no build of mlxcel-amdgpu under {}", build.display()).into())
 }
 
 pub fn package(args: &[String]) -> Result<()> {
