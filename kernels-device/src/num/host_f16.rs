@@ -6,9 +6,11 @@
 //! exact and keeps a NaN's payload and its quiet bit as they are; narrowing
 //! rounds to nearest, ties to even, keeps subnormals, overflows to infinity and
 //! turns a NaN into a quiet NaN with the top 9 bits of its payload. So the
-//! emulator computes the same bits as with the primitive; `tests/num.rs`
-//! checks both directions on every input against `half` and against the
-//! recorded behaviour of the primitive.
+//! emulator computes the same bits as with the primitive (compared on every
+//! input of each conversion and every pair of a product with nightly-2026-05-20),
+//! except the payload of the product of two NaNs, which Rust leaves unspecified
+//! for the primitive too (either operand's). `tests/num.rs` checks both
+//! directions on every input against `half` and the NaN rules above.
 
 /// IEEE binary16 (see the module).
 #[allow(non_camel_case_types)]
@@ -119,7 +121,8 @@ const fn round(kept: u32, rest: u32) -> u32 {
 impl core::ops::Mul for f16 {
     type Output = f16;
     /// The binary16 product: the f32 product (exact for two binary16 values)
-    /// rounded once, as LLVM computes the primitive's product on the host.
+    /// rounded once, as LLVM computes the primitive's product on the host. Of
+    /// two NaNs, the result carries either one's payload.
     #[inline(always)]
     fn mul(self, rhs: f16) -> f16 {
         f16::from_f32(self.to_f32() * rhs.to_f32())
