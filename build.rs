@@ -61,7 +61,8 @@ fn main() {
 /// `OUT_DIR` (`<processor>.hsaco`, `kernels_sm_80.ptx`).
 fn build_and_embed(device: &Path) -> Result<(), String> {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR is not set (run from a build script)")?);
-    let targets = amdgpu_targets(env::var(TARGETS_ENV).ok().as_deref())?;
+    let targets =
+        gpu_builder::parse_targets(env::var(TARGETS_ENV).ok().as_deref(), DEFAULT_AMDGPU_TARGETS, TARGETS_ENV)?;
     let cuda = env::var_os("CARGO_FEATURE_CUDA").is_some();
     let kernel_names: Vec<&str> = kernels_device::entry::KERNELS.iter().map(|k| k.name).collect();
 
@@ -75,7 +76,7 @@ fn build_and_embed(device: &Path) -> Result<(), String> {
         _ => {
             let gpu_dir = match env::var_os(GPU_TARGET_DIR_ENV) {
                 Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-                _ => gpu_target_dir(&out_dir)?,
+                _ => gpu_builder::gpu_target_dir(&out_dir)?,
             };
             let mut builder = gpu_builder::Builder::new(device.join("Cargo.toml"), gpu_dir)
                 .amdgpu_targets(&targets)
@@ -147,29 +148,4 @@ fn build_and_embed(device: &Path) -> Result<(), String> {
         None => embedded += "pub static PTX: Option<EmbeddedPtx> = None;\n",
     }
     fs::write(out_dir.join("embedded.rs"), embedded).map_err(|e| e.to_string())
-}
-
-/// The AMD targets to build: `list` ([`TARGETS_ENV`]) if set, else [`DEFAULT_AMDGPU_TARGETS`].
-fn amdgpu_targets(list: Option<&str>) -> Result<Vec<String>, String> {
-    let Some(list) = list else {
-        return Ok(DEFAULT_AMDGPU_TARGETS.iter().map(|s| s.to_string()).collect());
-    };
-    let targets: Vec<String> = list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-    if targets.is_empty() {
-        return Err(format!("{TARGETS_ENV} is set but names no target (example: {TARGETS_ENV}=gfx1100,gfx1151)"));
-    }
-    for t in &targets {
-        gpu_builder::check_processor(t).map_err(|e| format!("{TARGETS_ENV}: {e}"))?;
-    }
-    Ok(targets)
-}
-
-/// `<cargo target dir>/gpu-kernels`, found from OUT_DIR
-/// (`<target dir>[/<triple>]/<profile>/build/<package>-<hash>/out`).
-fn gpu_target_dir(out_dir: &Path) -> Result<PathBuf, String> {
-    let profile_dir = out_dir
-        .ancestors()
-        .nth(3)
-        .ok_or_else(|| format!("OUT_DIR {} has not the layout cargo gives it", out_dir.display()))?;
-    Ok(profile_dir.parent().unwrap_or(profile_dir).join("gpu-kernels"))
 }

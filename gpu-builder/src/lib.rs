@@ -243,6 +243,34 @@ impl Builder {
     }
 }
 
+/// The AMD targets of a comma-separated `list` (from the variable `var`, named in
+/// errors), or `default` when there is no list. Spaces and empty items are dropped;
+/// a list that names nothing, or a name that is no AMD processor, is refused.
+pub fn parse_targets(list: Option<&str>, default: &[&str], var: &str) -> Result<Vec<String>, String> {
+    let Some(list) = list else {
+        return Ok(default.iter().map(|s| s.to_string()).collect());
+    };
+    let targets: Vec<String> = list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    if targets.is_empty() {
+        return Err(format!("{var} is set but names no target (example: {var}=gfx1100,gfx1151)"));
+    }
+    for t in &targets {
+        check_processor(t).map_err(|e| format!("{var}: {e}"))?;
+    }
+    Ok(targets)
+}
+
+/// `<cargo target dir>/gpu-kernels` for a build script whose `OUT_DIR` is
+/// `out_dir` (`<target dir>[/<triple>]/<profile>/build/<package>-<hash>/out`):
+/// one directory for the debug and release builds of the host.
+pub fn gpu_target_dir(out_dir: &Path) -> Result<PathBuf, String> {
+    let profile_dir = out_dir
+        .ancestors()
+        .nth(3)
+        .ok_or_else(|| format!("OUT_DIR {} has not the layout cargo gives it", out_dir.display()))?;
+    Ok(profile_dir.parent().unwrap_or(profile_dir).join(PROFILE))
+}
+
 /// An AMD processor name: `gfx` and letters, digits and dashes.
 pub fn check_processor(name: &str) -> Result<(), String> {
     if name.starts_with("gfx") && name.len() > 3 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -515,6 +543,26 @@ mod tests {
         for bad in ["sm_80", "gfx", "gfx11 51", ""] {
             assert!(check_processor(bad).unwrap_err().contains("is not an AMD GPU processor"), "{bad}");
         }
+    }
+
+    #[test]
+    fn target_lists() {
+        let default = &["gfx1151", "gfx11-generic"];
+        assert_eq!(parse_targets(None, default, "V").unwrap(), default);
+        assert_eq!(parse_targets(Some(" gfx1100, gfx1151 ,"), default, "V").unwrap(), ["gfx1100", "gfx1151"]);
+        assert!(parse_targets(Some(" , "), default, "V").unwrap_err().contains("V is set but names no target"));
+        let err = parse_targets(Some("gfx1151,sm_80"), default, "V").unwrap_err();
+        assert!(err.contains("V: \"sm_80\" is not an AMD GPU"), "{err}");
+        assert!(parse_targets(Some("gfx11 51"), default, "V").is_err());
+    }
+
+    #[test]
+    fn gpu_target_dir_from_out_dir() {
+        let out = Path::new("/t/debug/build/mlxcel-amdgpu-0123/out");
+        assert_eq!(gpu_target_dir(out).unwrap(), Path::new("/t/gpu-kernels"));
+        let out = Path::new("/t/x86_64-unknown-linux-gnu/release/build/mlxcel-amdgpu-0123/out");
+        assert_eq!(gpu_target_dir(out).unwrap(), Path::new("/t/x86_64-unknown-linux-gnu/gpu-kernels"));
+        assert!(gpu_target_dir(Path::new("out")).is_err());
     }
 
     #[test]
