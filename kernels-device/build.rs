@@ -9,6 +9,11 @@
 
 fn main() {
     println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    // Where this crate's sources are, for the build script of mlxcel-amdgpu, which compiles
+    // them for the GPU targets (`links` metadata: DEP_MLXCEL_AMDGPU_KERNELS_MANIFEST_DIR).
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        println!("cargo::metadata=manifest_dir={}", std::path::Path::new(&dir).display());
+    }
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     if arch != "amdgpu" {
         return;

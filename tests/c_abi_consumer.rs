@@ -48,14 +48,9 @@ fn cpp_consumer_calls_the_abi_end_to_end() {
     assert!(stdout.contains("C ABI consumer: all checks passed"));
 }
 
-/// The DT_SONAME of a shared library, read with the sysroot's llvm-readobj.
+/// The DT_SONAME of a shared library, read with the pinned toolchain's llvm-readobj.
 fn soname_of(lib: &Path) -> String {
-    let sysroot = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--print", "sysroot"])
-        .output()
-        .expect("rustc --print sysroot");
-    let sysroot = String::from_utf8(sysroot.stdout).unwrap();
-    let readobj = Path::new(sysroot.trim()).join("lib/rustlib").join(env!("HOST_TRIPLE")).join("bin/llvm-readobj");
+    let readobj = gpu_builder::pinned_llvm_tool("llvm-readobj").unwrap();
     let out = Command::new(&readobj).arg("--dynamic-table").arg(lib).output().expect("run llvm-readobj");
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.contains("SONAME")).unwrap_or_else(|| panic!("no SONAME in {text}"));

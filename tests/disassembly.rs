@@ -1,19 +1,14 @@
 //! Tier 2: what the compiler made of the wave primitives, read from the
 //! disassembly of the embedded gfx1151 code object (llvm-objdump of the
-//! `llvm-tools` component).
+//! pinned toolchain's `llvm-tools`).
 
 use mlxcel_amdgpu::embedded::AMDGPU_CODE_OBJECTS;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// llvm-objdump of the toolchain that compiled the kernels.
 fn objdump() -> PathBuf {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let out = Command::new(rustc).args(["--print", "sysroot"]).output().expect("rustc --print sysroot");
-    let sysroot = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    let host = env!("HOST_TRIPLE");
-    let tool = sysroot.join("lib/rustlib").join(host).join("bin/llvm-objdump");
-    assert!(tool.exists(), "{} is missing: rustup component add llvm-tools", tool.display());
-    tool
+    gpu_builder::pinned_llvm_tool("llvm-objdump").unwrap()
 }
 
 fn disassemble(processor: &str) -> String {

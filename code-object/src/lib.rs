@@ -1,13 +1,12 @@
 //! The AMD GPU code objects of mlxcel-amdgpu: reading them, checking them
-//! against the launchers, summarizing them, and building them.
+//! against the launchers, and summarizing them (the crate `gpu-builder` builds them).
 //!
 //! - [`elf`]: the ELF reader (header, notes, symbols);
 //! - [`metadata`]: the `NT_AMDGPU_METADATA` decoder, into typed kernel descriptors;
 //! - [`launch`]: what the launchers use (workgroup sizes, launch-sized workgroup
 //!   memory), from `kernels_device::geometry`;
 //! - [`audit`]: the rules a code object must meet for the launchers to be right;
-//! - [`summary`]: the resource table printed by `mlxcel-amdgpu inspect`;
-//! - [`gpu_build`]: the GPU build driver run by the root `build.rs`.
+//! - [`summary`]: the resource table printed by `mlxcel-amdgpu inspect`.
 //!
 //! [`CodeObject::parse`] puts the first two together. Every malformed input
 //! (truncated, not ELF, wrong machine, no metadata, malformed MessagePack,
@@ -19,7 +18,6 @@ use std::fmt;
 
 pub mod audit;
 pub mod elf;
-pub mod gpu_build;
 pub mod launch;
 pub mod metadata;
 pub mod summary;

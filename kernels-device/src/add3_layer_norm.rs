@@ -10,7 +10,7 @@
 // Sums are spelled `s = s + v`, as in the contract (their order is the point).
 #![allow(clippy::assign_op_pattern)]
 
-use core::f32::math::{mul_add, sqrt};
+use crate::num::math::{mul_add, sqrt};
 use core::mem::MaybeUninit;
 
 use crate::geometry::add3_layer_norm::{CHUNK_STRIDE, CHUNKS, MAX_D, SLOT_SUM, SLOT_VAR, WAVES};

@@ -157,7 +157,7 @@ pub trait ElemName {
 impl ElemName for f32 {
     const NAME: &'static str = "f32";
 }
-impl ElemName for f16 {
+impl ElemName for crate::num::f16 {
     const NAME: &'static str = "f16";
 }
 impl ElemName for crate::num::Bf16 {

@@ -33,7 +33,7 @@
 use crate::args::{Access, ArgKind, ArgValue, BufferExtent, ElemName, KernelArg, KernelSpec, Param, ScalarArg};
 use crate::geometry::add3_layer_norm as add3;
 use crate::geometry::moe::values_per_word;
-use crate::num::Bf16;
+use crate::num::{Bf16, f16};
 
 /// The Rust type of a parameter in the entry point's signature.
 macro_rules! param_type {

@@ -21,7 +21,7 @@
     target_arch = "nvptx64",
     feature(stdarch_nvptx, link_llvm_intrinsics, abi_unadjusted, repr_simd, simd_ffi, asm_experimental_arch)
 )]
-#![feature(f16, core_float_math)]
+#![cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), feature(f16, core_float_math))]
 #![allow(internal_features)]
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

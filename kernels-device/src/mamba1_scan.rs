@@ -80,7 +80,7 @@
 //! writes them after it, at the same addresses, and no other lane or wave touches
 //! them: `state_in` and `state_out` may be the same buffer.
 
-use core::f32::math::mul_add;
+use crate::num::math::mul_add;
 
 use crate::geometry::mamba1_scan::{MAX_N, Mapping, UNROLL};
 use crate::num::{Elem, consts::LOG2E, exp2_fast};

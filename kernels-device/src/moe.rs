@@ -77,7 +77,7 @@
 // helpers take raw pointers and scalars, many of them.
 #![allow(clippy::assign_op_pattern, clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use core::f32::math::mul_add;
+use crate::num::math::mul_add;
 
 use crate::geometry::moe::{
     QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, RowLayout, SIX_BIT_UNIT_VALUES, SIX_BIT_UNIT_WORDS,

@@ -2,13 +2,58 @@
 //! docs/contracts.md, section 2).
 //!
 //! Everything here uses only IEEE operations (`+ - * /`, `mul_add`, `sqrt`,
-//! `round_ties_even`, comparisons, conversions and bit casts) from `core`, so the
+//! `round_ties_even`, comparisons, conversions and bit casts), so the
 //! same source gives the same bits on amdgpu, nvptx and the host. One exception:
 //! on NVIDIA a rounding to bf16 is the hardware's `cvt.rn.bf16.f32`, which gives
 //! the same bits except for a NaN's payload (the contracts compare NaN-ness).
 //! Nothing here can panic.
 
-use core::f32::math::{mul_add, round_ties_even};
+use self::math::{mul_add, round_ties_even};
+
+/// IEEE binary16. On the GPU targets the primitive `f16`; on the host (the
+/// emulator, built by a stable rustc) [`host_f16::f16`], the same bits from
+/// every operation the kernels use.
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+#[allow(non_camel_case_types)]
+pub type f16 = primitive::F16;
+/// The primitive, named where nothing shadows it.
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+mod primitive {
+    pub type F16 = f16;
+}
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub use host_f16::f16;
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod host_f16;
+
+/// The correctly rounded f32 operations the kernels use beyond `+ - * /`: on
+/// the GPU targets `core::f32::math`'s, on the host std's methods, which give
+/// the same bits (each is one correctly rounded IEEE operation).
+pub mod math {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    pub use core::f32::math::{mul_add, round_ties_even, sqrt};
+
+    /// `a * b + c` with one rounding.
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    #[inline(always)]
+    pub fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+
+    /// The square root, correctly rounded.
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    #[inline(always)]
+    pub fn sqrt(v: f32) -> f32 {
+        v.sqrt()
+    }
+
+    /// The nearest integer, ties to even.
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    #[inline(always)]
+    pub fn round_ties_even(v: f32) -> f32 {
+        v.round_ties_even()
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Element types
@@ -96,7 +141,32 @@ macro_rules! native_elem {
 }
 
 native_elem!(f32, u32, "f32", 4, 23);
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
 native_elem!(f16, u16, "f16", 2, 10);
+
+/// The host's binary16: the same conversions as the primitive's `as` casts.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+impl Elem for f16 {
+    const NAME: &'static str = "f16";
+    const BYTES: usize = 2;
+    const MANTISSA_BITS: u32 = 10;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    #[inline(always)]
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits() as u32
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        f16::from_bits(bits as u16)
+    }
+}
 
 /// bfloat16, stored as its raw bits (Rust has no bf16 type).
 #[repr(transparent)]

@@ -57,7 +57,7 @@ use crate::geometry::xielu::{
     ELEMS_PER_THREAD, F16_TABLE_ENTRIES, F16_TABLE_LO_BITS, F16_TABLE_SPAN, TABLE_BINADES, TABLE_CHUNKS_IN_FLIGHT,
     TABLE_ENTRIES, TABLE_LO_BITS, TABLE_MIN_EXP, TABLE_SPAN, uses_table_grid,
 };
-use crate::num::{Elem, expm1, expm1_nonpos, round_to};
+use crate::num::{Elem, expm1, expm1_nonpos, f16, round_to};
 use crate::vector::Vector;
 use crate::wave;
 
@@ -93,7 +93,7 @@ const F16_PRODUCTS: bool = !cfg!(target_arch = "nvptx64");
 #[inline(always)]
 fn product<T: Elem>(a: f32, b: f32, round: impl Fn(f32) -> f32) -> f32 {
     if F16_PRODUCTS && T::BYTES == 2 && T::MANTISSA_BITS == 10 {
-        ((a as f16) * (b as f16)) as f32
+        (<f16 as Elem>::from_f32(a) * <f16 as Elem>::from_f32(b)).to_f32()
     } else {
         round(a * b)
     }

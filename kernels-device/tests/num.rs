@@ -1,11 +1,10 @@
 //! Host tests of `kernels_device::num`: conversions against the `half` crate,
 //! `expm1` and `exp` against f64 references.
 //!
-//! Run with `cargo +nightly test -p kernels-device --release --test num -- --nocapture`
+//! Run with `cargo test -p kernels-device --release --test num -- --nocapture`
 //! to see the measured errors.
-#![feature(f16)]
 
-use kernels_device::num::{self, Bf16, Elem, consts, ldexp1, round_to};
+use kernels_device::num::{self, Bf16, Elem, consts, f16, ldexp1, round_to};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -239,6 +238,50 @@ fn widening_all_f16_and_bf16_patterns() {
             assert_eq!(Bf16::from_f32(ours), Bf16(b));
         }
     }
+}
+
+/// The host's f16 treats NaNs as rustc's primitive does there (LLVM's
+/// `__extendhfsf2` and `__truncsfhf2`): widening keeps the payload and the
+/// quiet bit; narrowing sets the quiet bit and keeps the payload's top 9 bits.
+/// (`half` quiets on widening, so the comparisons above leave NaN bits out.)
+#[test]
+fn f16_nan_bits_are_the_primitives() {
+    for b in (0x7C01u16..=0x7FFF).chain(0xFC01..=0xFFFF) {
+        let sign = ((b & 0x8000) as u32) << 16;
+        let want = sign | 0x7F80_0000 | (((b & 0x03FF) as u32) << 13);
+        assert_eq!(f16::from_bits(b).to_f32().to_bits(), want, "{b:#06x}");
+        assert!(f16::from_bits(b).is_nan() && !(f16::from_bits(b) == f16::from_bits(b)));
+    }
+    for bits in (0x7F80_0001u32..=0x7FFF_FFFF).step_by(4093).chain([0x7F80_0001, 0x7FBF_FFFF, 0x7FC0_0000, 0x7FFF_FFFF])
+    {
+        for sign in [0, 0x8000_0000u32] {
+            let want = ((sign >> 16) | 0x7E00 | ((bits & 0x003F_FFFF) >> 13)) as u16;
+            assert_eq!(f16::from_f32(f32::from_bits(sign | bits)).to_bits(), want, "{:#010x}", sign | bits);
+        }
+    }
+}
+
+/// The host's f16 product is the f32 product rounded once, signed zeros and
+/// infinities included (`half` rounds it the same way).
+#[test]
+fn f16_products() {
+    let mut state = 0x9E37_79B9u32;
+    for _ in 0..200_000 {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let (a, b) = (state as u16, (state >> 16) as u16);
+        let ours = f16::from_bits(a) * f16::from_bits(b);
+        let theirs = half::f16::from_bits(a) * half::f16::from_bits(b);
+        assert!(
+            ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
+            "{a:#06x} * {b:#06x}: {:#06x} vs {:#06x}",
+            ours.to_bits(),
+            theirs.to_bits()
+        );
+    }
+    assert_eq!((f16::from_bits(0x8000) * f16::from_bits(0x3C00)).to_bits(), 0x8000);
+    assert_eq!((f16::MAX * f16::MAX).to_bits(), f16::INFINITY.to_bits());
 }
 
 /// Special f32 inputs for narrowing: zeros, infinities, NaNs, subnormals, the
@@ -611,7 +654,7 @@ fn expm1_nonpos_equals_expm1_for_x_at_most_0() {
     // and every 61st f32 pattern <= 0 (the negative half is 0x8000_0000..).
     for bits in 0x8000u32..=0xFFFF {
         let b = f32::from_bits(bits << 16);
-        let h = f16::from_bits(bits as u16) as f32;
+        let h = f16::from_bits(bits as u16).to_f32();
         for x in [b, h] {
             assert_eq!(expm1_nonpos_mismatch(x), 0.0, "expm1_nonpos({x:e})");
         }

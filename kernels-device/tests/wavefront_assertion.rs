@@ -13,18 +13,16 @@ fn check_for(cpu: &str, extra_flags: &str) -> (bool, String) {
     if !extra_flags.is_empty() {
         flags = format!("{flags}\x1f{extra_flags}");
     }
-    let out = Command::new(env!("CARGO"))
+    // The toolchain that compiles the kernels, with the GPU build's profile.
+    let (toolchain, _) = gpu_builder::Toolchain::ensure(gpu_builder::toolchain::PINNED).unwrap();
+    let out = Command::new(&toolchain.cargo)
         .env_remove("RUSTFLAGS")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env("RUSTC", &toolchain.rustc)
         .env("CARGO_ENCODED_RUSTFLAGS", flags)
-        .args([
-            "check",
-            "--target",
-            "amdgcn-amd-amdhsa",
-            "-Zbuild-std=core",
-            "--profile",
-            "gpu-kernels",
-            "--manifest-path",
-        ])
+        .args(["check", "--target", "amdgcn-amd-amdhsa", "-Zbuild-std=core"])
+        .args(gpu_builder::profile_args())
+        .arg("--manifest-path")
         .arg(manifest)
         .arg("--target-dir")
         .arg(target_dir)

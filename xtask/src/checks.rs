@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::util::{
-    Result, cargo, cargo_messages, executables, host_triple, output, repo_root, root_out_dir, run, scratch_dir,
-    target_dir, wants_help,
+    Result, cargo, cargo_messages, executables, output, repo_root, root_out_dir, run, scratch_dir, target_dir,
+    wants_help,
 };
 
 const LEAK_USAGE: &str = "\
@@ -258,11 +258,10 @@ pub fn codegen(args: &[String]) -> Result<()> {
         return Ok(());
     }
 
-    let sysroot = output(Command::new("rustc").args(["--print", "sysroot"]))?;
-    let bin = Path::new(sysroot.trim()).join("lib/rustlib").join(host_triple()?).join("bin");
-    // A tool's output without its first two lines, which name the file.
+    // A tool of the pinned toolchain's llvm-tools; its output without its first two lines, which
+    // name the file.
     let text_of = |tool: &str, args: &[&str], file: &Path| -> Result<String> {
-        let text = output(Command::new(bin.join(tool)).args(args).arg(file))?;
+        let text = output(Command::new(gpu_builder::pinned_llvm_tool(tool)?).args(args).arg(file))?;
         Ok(text.lines().skip(2).collect::<Vec<_>>().join("\n"))
     };
     let mut same = true;

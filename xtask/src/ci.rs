@@ -9,10 +9,12 @@ const USAGE: &str = "\
 usage: cargo xtask ci
 
 The checks of CI that follow the README's commands (`.ci/run` runs those first, then this), in
-order, each with its duration: formatting; clippy with warnings as errors; no tracked file
-pointing outside the repository, and that check's self-test; xtask's own tests; the CPU backend
-under valgrind; the suite's HIP cases and the self-test on the simulated gfx1151; ptxas on the
-PTX for every NVIDIA architecture; a short fuzz run of both targets. Stops at the first failure.";
+order, each with its duration: formatting; clippy with warnings as errors; no tracked file pointing
+outside the repository, and that check's self-test; xtask's own tests; the crate as a dependency on
+mlxcel's toolchain (tests/consumer); the published crates packaged and published dry; the CPU
+backend under valgrind; the suite's HIP cases and the self-test on the simulated gfx1151; ptxas on
+the PTX for every NVIDIA architecture; a short fuzz run of both targets. Stops at the first
+failure.";
 
 pub fn run_task(args: &[String]) -> Result<()> {
     if wants_help(args, USAGE) {
@@ -38,6 +40,13 @@ pub fn run_task(args: &[String]) -> Result<()> {
     step("cargo xtask check-references", &|| crate::references::run(&[]))?;
     step("cargo xtask check-references --self-test", &|| crate::references::run(&args(&["--self-test"])))?;
     step("cargo test -p xtask", &|| run(cargo(&root).args(["test", "-p", "xtask"])))?;
+    // mlxcel-amdgpu as a path dependency on mlxcel's toolchain (1.93.1): the Rust API and the C
+    // ABI from C++ on the CPU backend, then the offline build from pre-built code objects (about
+    // 2 min; the GPU kernels built above are reused).
+    step("cargo xtask consumer", &|| crate::consumer::consumer(&[]))?;
+    // `cargo package` and `cargo publish --dry-run` of the published crates: each builds from its
+    // package alone (about 3 min).
+    step("cargo xtask package", &|| crate::consumer::package(&[]))?;
     // The CPU backend's leak check: valgrind over the concurrency case and the C ABI consumer
     // (about 40 s).
     step("cargo xtask leak-check", &|| crate::checks::leak_check(&[]))?;

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{Result, cargo, copy_tree, host_triple, remove, repo_root, run, scratch_dir, target_dir, wants_help};
+use crate::util::{Result, copy_tree, host_triple, remove, repo_root, run, scratch_dir, target_dir, wants_help};
 
 const USAGE: &str = "\
 usage: cargo xtask fuzz short [SECONDS] | long SECONDS [TARGET] | minimize [TARGET] | build
@@ -71,7 +71,13 @@ impl Fuzz {
             Some(dir) => PathBuf::from(dir),
             None => target_dir(&self.root)?.join("gpu-kernels"),
         };
-        run(cargo(&self.root.join("fuzz"))
+        // cargo-fuzz's flags need a nightly: the one that compiles the GPU kernels (which
+        // fuzz/rust-toolchain.toml also names, for `cargo fuzz` run by hand in fuzz/).
+        let (nightly, _) = gpu_builder::Toolchain::ensure(gpu_builder::toolchain::PINNED)?;
+        run(Command::new(&nightly.cargo)
+            .current_dir(self.root.join("fuzz"))
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env("RUSTC", &nightly.rustc)
             .env("RUSTFLAGS", flags.join(" "))
             .env("MLXCEL_AMDGPU_GPU_TARGET_DIR", gpu_kernels)
             .args(["build", "--release", "--locked", "--target", &self.host, "--bins"]))

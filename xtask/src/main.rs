@@ -3,6 +3,7 @@
 
 mod checks;
 mod ci;
+mod consumer;
 mod fuzz;
 mod gpu;
 mod references;
@@ -25,6 +26,13 @@ const TASKS: &[(&str, &str, &str, Task)] = &[
     ("sim-test", "[CARGO TEST ARGS]", "the suite's HIP cases on the simulated gfx1151", sim::test),
     ("sim-selftest", "", "the self-test on the simulated gfx1151, and its executed instructions", sim::selftest),
     ("predict-gfx1151", "", "the gfx1151 model on the simulated device (about 5 min)", sim::predict),
+    (
+        "consumer",
+        "",
+        "tests/consumer on mlxcel's toolchain: a kernel through the Rust API and the C ABI",
+        consumer::consumer,
+    ),
+    ("package", "", "cargo package and cargo publish --dry-run of the published crates", consumer::package),
     ("leak-check", "", "valgrind over the CPU backend and the C ABI consumer", checks::leak_check),
     ("ptx-spills", "[ARCH...]", "ptxas on the PTX for sm_80 to sm_121: no local memory", checks::ptx_spills),
     ("codegen", "save|compare [DIR] [--no-build]", "save or compare the AMD code objects and the PTX", checks::codegen),

@@ -41,7 +41,7 @@
 //! added over its four quads by a xor butterfly, then over the slices in slice
 //! order.
 
-use core::f32::math::mul_add;
+use crate::num::math::mul_add;
 
 use crate::geometry::moe::{
     MMA_BLOCK_QUADS, MMA_ROWS, MMA_SLICES, QUAD_WORDS, ROWS_PER_WORKGROUP, RowLayout, STAGE_VALUES, WORKGROUP_SIZE,
@@ -335,6 +335,7 @@ mod tests {
     use crate::emulator::{LaunchConfig, launch};
     use crate::geometry::moe::{row_layout, workgroup_mem_bytes, workgroups};
     use crate::moe::{moe_down, moe_fc1_relu2};
+    use crate::num::f16;
     use crate::vector::U32x4;
 
     struct Rng(u32);
@@ -532,7 +533,8 @@ mod tests {
             let (hi, lo) = split_bf16(x);
             widen(hi) + widen(lo)
         };
-        for x in [1.0f32, -0.0, 3.140625, f16::MAX as f32, (f16::MIN_POSITIVE as f32) / 1024.0, 1.0 + 2.0f32.powi(-10)]
+        for x in
+            [1.0f32, -0.0, 3.140625, f16::MAX.to_f32(), f16::MIN_POSITIVE.to_f32() / 1024.0, 1.0 + 2.0f32.powi(-10)]
         {
             assert_eq!(sum(x), x, "{x} is a bf16 or an f16 value");
         }

@@ -31,10 +31,7 @@ pub fn shipped_object(arch: &str) -> Option<PathBuf> {
 
 /// llvm-objdump of the pinned toolchain (the llvm-tools component).
 pub fn objdump() -> Option<PathBuf> {
-    let out = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().ok()?;
-    let sysroot = String::from_utf8(out.stdout).ok()?;
-    let p = Path::new(sysroot.trim()).join("lib/rustlib/x86_64-unknown-linux-gnu/bin/llvm-objdump");
-    p.exists().then_some(p)
+    gpu_builder::pinned_llvm_tool("llvm-objdump").ok()
 }
 
 /// A kernel argument of a test launch.
@@ -162,17 +159,20 @@ pub fn download(mem: &rdna_sim::mem::Memory, bufs: &[Vec<u8>], addrs: &[u64]) ->
 }
 
 /// The test-only gfx1151 object of planted races (`kernels-device` with its
-/// `race-plants` feature), built on first use in a cargo target directory of
-/// its own (`<target>/gpu-kernels/race-plants-gfx1151`): a minute the first
-/// time (it builds `core` for the GPU), nothing afterwards.
+/// `race-plants` feature), built on first use by gpu-builder in a cargo target
+/// directory of its own (`<target>/gpu-kernels/race-plants/gfx1151`): a minute
+/// the first time (it builds `core` for the GPU), nothing afterwards. Not
+/// audited and without launch bounds: it is no product.
 pub fn race_plants_object() -> Result<PathBuf, String> {
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-    code_object::gpu_build::build_test_object(
-        &workspace().join("kernels-device/Cargo.toml"),
-        &target.join("gpu-kernels/race-plants-gfx1151"),
-        "gfx1151",
-        "race-plants",
+    let built = gpu_builder::Builder::new(
+        workspace().join("kernels-device/Cargo.toml"),
+        target.join("gpu-kernels/race-plants"),
     )
+    .amdgpu_targets(["gfx1151"])
+    .features(["race-plants"])
+    .build()?;
+    Ok(built.amdgpu[0].path.clone())
 }
 
 /// A synthetic one-kernel object for dispatch-level cases: `code` at 0x1000,
