@@ -31,7 +31,7 @@
 // Sums are spelled `acc = acc + v` (their order is the point).
 #![allow(clippy::assign_op_pattern, clippy::too_many_arguments)]
 
-use core::f32::math::mul_add;
+use crate::num::math::mul_add;
 
 use crate::geometry::WAVE_SIZE;
 use crate::geometry::moe_router::{BATCH, CHUNK, MAX_TOKENS, WAVES};
