@@ -27,6 +27,11 @@ fn poisoned<T: Copy>(dev: &Device, n: usize) -> DeviceBuffer<T> {
     b
 }
 
+/// `max|got - want| / max|want|`: the logits' error bound.
+fn error_over_largest(got: &[f32], want: &[f32]) -> f64 {
+    metrics::max_abs_diff(got, want) / metrics::max_abs_diff(want, &vec![0.0f32; want.len()])
+}
+
 /// The router's logits for `m` tokens of `din` values and `n_experts` rows,
 /// against the f64 reference; returns them.
 fn check_logits<T: Element>(dev: &Device, m: usize, n_experts: usize, din: usize, seed: u64) -> Vec<f32> {
@@ -38,7 +43,7 @@ fn check_logits<T: Element>(dev: &Device, m: usize, n_experts: usize, din: usize
         .unwrap();
     let got = download_values(&logits);
     let want = moe::router_logits(&x, &wr, m, n_experts, din);
-    let e = metrics::max_abs_diff(&got, &want) / metrics::max_abs_diff(&want, &vec![0.0f32; want.len()]);
+    let e = error_over_largest(&got, &want);
     assert!(e < 1e-5, "{} logits m {m} E {n_experts} din {din}: error {e:e}", label::<T>(dev));
     got
 }
@@ -116,7 +121,7 @@ fn logits_misaligned_x_takes_the_value_path(dev: &Device) {
         .unwrap();
     let got = download_values(&logits);
     let want = moe::router_logits(&x, &wr, m, e, din);
-    let err = metrics::max_abs_diff(&got, &want) / metrics::max_abs_diff(&want, &vec![0.0f32; want.len()]);
+    let err = error_over_largest(&got, &want);
     assert!(err < 1e-5, "{}: misaligned x: error {err:e}", dev.backend());
 }
 

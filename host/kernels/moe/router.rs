@@ -42,13 +42,19 @@ pub struct RouterShape {
 impl RouterShape {
     /// Checks every size against the kernels' limits, naming the first that is wrong.
     pub fn validate(&self) -> Result<()> {
-        check_tokens(self.m)?;
-        check_experts(self.n_experts)?;
-        if self.din == 0 {
-            return Err(Error::invalid("din", "is 0; a router row needs at least one value"));
-        }
+        check_logits_shape(self.m, self.n_experts, self.din)?;
         check_k(self.k, self.n_experts)
     }
+}
+
+/// The sizes `moe_router_logits` takes: tokens, experts and a row of at least one value.
+fn check_logits_shape(m: u32, n_experts: u32, din: u32) -> Result<()> {
+    check_tokens(m)?;
+    check_experts(n_experts)?;
+    if din == 0 {
+        return Err(Error::invalid("din", "is 0; a router row needs at least one value"));
+    }
+    Ok(())
 }
 
 fn check_tokens(m: u32) -> Result<()> {
@@ -96,11 +102,7 @@ pub fn topk_dims(m: u32, n_experts: u32) -> LaunchDims {
 impl CheckedArgs for MoeRouterLogitsArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         let kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
-        check_tokens(self.m)?;
-        check_experts(self.n_experts)?;
-        if self.din == 0 {
-            return Err(Error::invalid("din", "is 0; a router row needs at least one value"));
-        }
+        check_logits_shape(self.m, self.n_experts, self.din)?;
         let dims = logits_dims(self.n_experts);
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
