@@ -458,7 +458,7 @@ fn enqueue_routed(
     })?;
     // Both GEMVs' workgroup memory before the first launch, so that a device
     // with too little enqueues nothing. A safeguard: where the kernels are
-    // available, every shape `validate` takes fits (`most_workgroup_mem`).
+    // available, every shape `validate` takes fits (the family's declared `workgroup_mem`).
     let (fc1_dims, down_dims) = (fc1_dims(shape), down_dims(shape));
     device.check_workgroup_mem(&kernels[0], &fc1_dims)?;
     device.check_workgroup_mem(&kernels[1], &down_dims)?;

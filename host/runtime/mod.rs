@@ -343,9 +343,7 @@ impl Device {
                     return Err(why.clone());
                 }
                 let function = backend.function(spec.name)?;
-                let most = crate::kernels::most_workgroup_mem(spec.name)
-                    .ok_or_else(|| format!("no launcher of this library launches {}", spec.name))?;
-                if let Some(excess) = workgroup_mem_excess(info, most) {
+                if let Some(excess) = workgroup_mem_excess(info, spec.most_workgroup_mem_bytes) {
                     return Err(format!("its launches ask for up to {excess}"));
                 }
                 Ok(Kernel { spec, function })
