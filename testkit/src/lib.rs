@@ -6,8 +6,7 @@
 //! - [`fixtures`]: the reference inputs uploaded to a device;
 //! - [`selftest`]: every available kernel and dtype against the references,
 //!   as a table (the `mlxcel-amdgpu` command's default);
-//! - [`cli`]: the `mlxcel-amdgpu` command, whose binary (`src/main.rs`) the
-//!   root package builds from these modules (see docs/design.md).
+//! - [`cli`]: the `mlxcel-amdgpu` command (`src/main.rs`).
 
 pub mod cli;
 pub mod fixtures;
