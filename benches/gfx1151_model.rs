@@ -41,15 +41,16 @@ use mlxcel_amdgpu::code_object::CodeObject;
 use mlxcel_amdgpu::embedded;
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape};
 use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape};
-use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedUpload, RoutedUpload};
+use mlxcel_amdgpu::kernels::moe::{self, MoeShape};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::TABLE_MIN_ELEMS_PER_WORKGROUP;
-use mlxcel_amdgpu::reference::mamba::ScanInputs;
-use mlxcel_amdgpu::reference::moe::{gated_inputs, moe_inputs};
-use mlxcel_amdgpu::reference::{Dtype, data};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Stream, with_element};
+use mlxcel_amdgpu_testkit::fixtures::{QuantizedUpload, RoutedUpload, ScanUpload};
+use mlxcel_amdgpu_testkit::reference::mamba::ScanInputs;
+use mlxcel_amdgpu_testkit::reference::moe::{gated_inputs, moe_inputs};
+use mlxcel_amdgpu_testkit::reference::{Dtype, data};
 
 /// Radeon 8060S (gfx1151). CUs and clock: AMD's specification of the Radeon
 /// 8060S (40 CUs, up to 2.9 GHz). SIMDs: two SIMD32 per RDNA 3.5 CU. VGPRs:

@@ -21,9 +21,9 @@ use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device;
 use mlxcel_amdgpu::kernels_device::entry::{EmptyArgs, ReadStreamArgs};
-use mlxcel_amdgpu::reference::{self, Dtype, data};
 use mlxcel_amdgpu::runtime::LaunchDims;
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Result, Stream, with_element};
+use mlxcel_amdgpu_testkit::reference::{self, Dtype, data};
 
 /// gfx1151's (Radeon 8060S) memory bandwidth, for the on-paper decode estimates.
 const GFX1151_BYTES_PER_S: f64 = 256e9;

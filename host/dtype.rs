@@ -47,7 +47,7 @@ impl fmt::Display for Dtype {
 /// An activation element type of the typed API: `f32`, [`half::f16`] or
 /// [`half::bf16`]. Its [`Dtype`] picks the kernel instance, so a typed buffer
 /// can only reach the kernel compiled for its type.
-pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
+pub trait Element: bytemuck::Pod + Send + Sync + sealed::Sealed {
     const DTYPE: Dtype;
     /// `v` rounded to this type (to nearest, ties to even).
     fn from_f32(v: f32) -> Self;

@@ -4,10 +4,13 @@
 //!
 //! - [`runtime`]: devices, buffers, streams and launches on the `hip`, `cuda`
 //!   and `cpu` backends;
-//! - [`reference`]: the CPU reference implementations of every contract;
 //! - [`code_object`], [`audit`]: reading and checking AMD code objects (the
 //!   `mlxcel-amdgpu-code-object` crate, re-exported here);
 //! - [`embedded`]: the kernel binaries built by `build.rs`.
+//!
+//! The CPU references, the device fixtures of the tests, the self-test and the
+//! `mlxcel-amdgpu` command are in the `mlxcel-amdgpu-testkit` crate (`testkit/`),
+//! which depends on this one.
 
 pub use ::code_object;
 pub use ::code_object::audit;
@@ -16,9 +19,7 @@ pub mod embedded;
 pub mod error;
 pub mod ffi;
 pub mod kernels;
-pub mod reference;
 pub mod runtime;
-pub mod selftest;
 
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};

@@ -10,8 +10,8 @@ use common::{Suite, download_bits, label, sentinel, upload};
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers, Add3LayerNormArgs, Add3Pointers};
 use mlxcel_amdgpu::kernels::{self};
 use mlxcel_amdgpu::kernels_device::geometry::add3_layer_norm::{MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D};
-use mlxcel_amdgpu::reference::{self, Dtype, data, layer_norm, metrics};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Error, Stream, with_element};
+use mlxcel_amdgpu_testkit::reference::{self, Dtype, data, layer_norm, metrics};
 
 const EPS: f32 = 1e-5;
 

@@ -8,8 +8,8 @@ mod common;
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::{self, add3_layer_norm, mamba1_scan, moe, xielu};
 use mlxcel_amdgpu::kernels_device::entry::KERNELS;
-use mlxcel_amdgpu::reference::Dtype;
 use mlxcel_amdgpu::{Device, Error, Stream};
+use mlxcel_amdgpu_testkit::reference::Dtype;
 
 /// Every backend present that can run the kernels (the CPU emulator always),
 /// as tests/common opens them; a skipped HIP or CUDA backend is printed with its

@@ -6,7 +6,7 @@
 use std::ffi::CStr;
 
 use mlxcel_amdgpu::ffi::*;
-use mlxcel_amdgpu::reference::{self, Dtype};
+use mlxcel_amdgpu_testkit::reference::{self, Dtype};
 
 #[test]
 fn concurrent_launches_are_correct_and_errors_stay_on_their_thread() {

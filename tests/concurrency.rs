@@ -24,12 +24,13 @@ use std::collections::BTreeMap;
 use common::{Suite, download_bits, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
-use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedUpload};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape};
+use mlxcel_amdgpu::kernels::moe::{self, MoeShape};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
-use mlxcel_amdgpu::reference::mamba::ScanInputs;
-use mlxcel_amdgpu::reference::moe::moe_inputs;
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element, Stream};
+use mlxcel_amdgpu_testkit::fixtures::{QuantizedUpload, ScanUpload};
+use mlxcel_amdgpu_testkit::reference::mamba::ScanInputs;
+use mlxcel_amdgpu_testkit::reference::moe::moe_inputs;
 
 const THREADS: usize = 8;
 /// Launches of the concurrent phase on the CPU backend and on CUDA.

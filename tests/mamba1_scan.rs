@@ -18,13 +18,14 @@ mod common;
 use common::timing::median_of_timed;
 use common::{Suite, download_bits, download_values, gpu_devices, label, sentinel, upload};
 use mlxcel_amdgpu::half::{bf16, f16};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape, ScanUpload};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanBuffers, ScanPointers, ScanShape};
 use mlxcel_amdgpu::kernels_device::geometry::mamba1_scan::{MAX_BATCH, Mapping};
 use mlxcel_amdgpu::kernels_device::num::consts::{LN2_HI, LOG2E};
 use mlxcel_amdgpu::kernels_device::num::exp;
-use mlxcel_amdgpu::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
-use mlxcel_amdgpu::reference::{self, metrics};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element, Error, Stream};
+use mlxcel_amdgpu_testkit::fixtures::ScanUpload;
+use mlxcel_amdgpu_testkit::reference::mamba::{ScanInputs, scan_f32, scan_f64, scan_graph_bf16};
+use mlxcel_amdgpu_testkit::reference::{self, metrics};
 
 /// Section 3's f32 bound on `max|got - want| / max(1e-6, max|want|)`.
 const F32_TOL: f64 = 1e-5;

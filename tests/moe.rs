@@ -23,13 +23,14 @@ mod common;
 
 use common::{Suite, download_values, gpu_devices, label};
 use mlxcel_amdgpu::half::bf16;
-use mlxcel_amdgpu::kernels::moe::{
-    self, MoeShape, QuantizedPointers, RoutedPointers, RoutedUpload, check_expert_ids, scratch_bytes,
-};
+use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers, check_expert_ids, scratch_bytes};
 use mlxcel_amdgpu::kernels_device::geometry::moe::{MAX_COLS, QUAD_WORDS, values_per_word as moe_values_per_word};
-use mlxcel_amdgpu::reference::moe::{MoeInputs, Quantized, dense_f32_reference, down, fc1_relu2, moe_inputs, routed};
-use mlxcel_amdgpu::reference::{self, metrics};
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Dtype, Element, Error, Stream, with_element};
+use mlxcel_amdgpu_testkit::fixtures::RoutedUpload;
+use mlxcel_amdgpu_testkit::reference::moe::{
+    MoeInputs, Quantized, dense_f32_reference, down, fc1_relu2, moe_inputs, routed,
+};
+use mlxcel_amdgpu_testkit::reference::{self, metrics};
 
 // ---------------------------------------------------------------------------
 // Data movement

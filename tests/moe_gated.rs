@@ -13,12 +13,11 @@ mod common;
 
 use common::{Suite, download_values, label};
 use mlxcel_amdgpu::half::bf16;
-use mlxcel_amdgpu::kernels::moe::{
-    self, Activation, GatedBuffers, MoeShape, QuantizedBuffers, QuantizedUpload, run_gateup,
-};
-use mlxcel_amdgpu::reference::metrics;
-use mlxcel_amdgpu::reference::moe::{GatedInputs, dense_gated_reference, down, gated_inputs, gateup};
+use mlxcel_amdgpu::kernels::moe::{self, Activation, GatedBuffers, MoeShape, QuantizedBuffers, run_gateup};
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
+use mlxcel_amdgpu_testkit::fixtures::QuantizedUpload;
+use mlxcel_amdgpu_testkit::reference::metrics;
+use mlxcel_amdgpu_testkit::reference::moe::{GatedInputs, dense_gated_reference, down, gated_inputs, gateup};
 
 /// The uploaded inputs of one gated block.
 struct Upload<T> {

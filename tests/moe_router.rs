@@ -13,15 +13,15 @@ mod common;
 use common::{Suite, download_values, label};
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape, run_router_logits, run_topk};
-use mlxcel_amdgpu::reference::data::normal;
-use mlxcel_amdgpu::reference::{metrics, moe};
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
+use mlxcel_amdgpu_testkit::reference::data::normal;
+use mlxcel_amdgpu_testkit::reference::{metrics, moe};
 
 fn upload_as<T: Element>(dev: &Device, v: &[f32]) -> DeviceBuffer<T> {
     dev.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>()).unwrap()
 }
 
-fn poisoned<T: Copy>(dev: &Device, n: usize) -> DeviceBuffer<T> {
+fn poisoned<T: bytemuck::Pod>(dev: &Device, n: usize) -> DeviceBuffer<T> {
     let mut b = dev.alloc::<T>(n).unwrap();
     b.fill_bytes(0xFF).unwrap();
     b
@@ -75,7 +75,7 @@ fn check_topk(
 /// Logits whose probabilities are at least 1e-3 apart in relative terms: a
 /// shuffled ramp, so the selection has no near ties.
 fn spread_logits(m: usize, n_experts: usize, seed: u64) -> Vec<f32> {
-    let mut rng = mlxcel_amdgpu::reference::data::NormalRng::new(seed);
+    let mut rng = mlxcel_amdgpu_testkit::reference::data::NormalRng::new(seed);
     let mut out = Vec::with_capacity(m * n_experts);
     for _ in 0..m {
         let mut row: Vec<f32> = (0..n_experts).map(|e| -4.0 + 8.0 * e as f32 / n_experts as f32).collect();

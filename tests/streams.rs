@@ -77,7 +77,7 @@ fn own_stream_is_used(dev: &Device) {
         assert_eq!(sys::cuStreamSynchronize(stream), sys::CUresult::CUDA_SUCCESS);
         sys::cuStreamDestroy_v2(stream);
     }
-    let want = mlxcel_amdgpu::reference::xielu::xielu(
+    let want = mlxcel_amdgpu_testkit::reference::xielu::xielu(
         mlxcel_amdgpu::Dtype::F32,
         &[1.0, 2.0],
         P.alpha_p,

@@ -14,9 +14,9 @@ use mlxcel_amdgpu::kernels_device::geometry::xielu::{
     MAX_WORKGROUPS, TABLE_CHUNKS_IN_FLIGHT, TABLE_LO_BITS, TABLE_MIN_ELEMS_PER_WORKGROUP, TABLE_SPAN,
     TABLE_WORKGROUP_SIZE, TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE,
 };
-use mlxcel_amdgpu::reference::{self, Dtype, data, metrics};
 use mlxcel_amdgpu::runtime::LaunchDims;
 use mlxcel_amdgpu::{BackendKind, Device, Element, Error, Stream};
+use mlxcel_amdgpu_testkit::reference::{self, Dtype, data, metrics};
 
 const P: XieluParams = XieluParams::APERTUS;
 

@@ -263,7 +263,7 @@ mod tests {
         let n = params.iter().position(|p| p.name == "alpha_n").unwrap();
         assert_eq!(params[p].kind, params[n].kind);
         params.swap(p, n);
-        let swapped = KernelSpec { name: spec.name, params: params.leak() };
+        let swapped = KernelSpec { params: params.leak(), ..*spec };
         assert_eq!(expected_kernel(spec).args.len(), expected_kernel(&swapped).args.len());
         let problems = audit_against_kernels(&co, &[swapped]).unwrap_err();
         assert_eq!(
@@ -276,7 +276,7 @@ mod tests {
         // The same with two pointers (x and out).
         let mut params: Vec<Param> = spec.params.to_vec();
         params.swap(0, 1);
-        let problems = audit_against_kernels(&co, &[KernelSpec { name: spec.name, params: params.leak() }]);
+        let problems = audit_against_kernels(&co, &[KernelSpec { params: params.leak(), ..*spec }]);
         assert_eq!(problems.unwrap_err().len(), 2);
     }
 

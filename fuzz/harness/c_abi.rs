@@ -26,7 +26,7 @@ use std::ffi::{CStr, c_char, c_void};
 use mlxcel_amdgpu::ffi::MlxcelAmdgpuStatus::{self, *};
 use mlxcel_amdgpu::ffi::*;
 use mlxcel_amdgpu::kernels::moe::MoeShape;
-use mlxcel_amdgpu::reference::{self, Dtype};
+use mlxcel_amdgpu_testkit::reference::{self, Dtype};
 
 /// The most bytes of one buffer the harness allocates.
 pub const CAP_BYTES: u128 = 1 << 20;

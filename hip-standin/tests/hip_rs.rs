@@ -122,8 +122,9 @@ fn xielu_through_hip_rs_equals_the_cpu_emulator_bit_for_bit() {
 /// hip.rs on the simulated gfx1151, against the same launch on the CPU emulator.
 #[test]
 fn moe_routed_forward_through_hip_rs_equals_the_cpu_emulator() {
-    use mlxcel_amdgpu::kernels::moe::{self, MoeShape, RoutedUpload};
-    use mlxcel_amdgpu::reference;
+    use mlxcel_amdgpu::kernels::moe::{self, MoeShape};
+    use mlxcel_amdgpu_testkit::fixtures::RoutedUpload;
+    use mlxcel_amdgpu_testkit::reference;
     let d = device();
     let cpu = Device::cpu();
     for (dtype, bits) in [(Dtype::F32, 4), (Dtype::F16, 8), (Dtype::Bf16, 4)] {

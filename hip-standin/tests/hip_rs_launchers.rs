@@ -6,11 +6,12 @@ mod common;
 
 use common::device;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
-use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
-use mlxcel_amdgpu::reference::data::{add3_inputs, normal};
-use mlxcel_amdgpu::reference::mamba::ScanInputs;
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream, with_element};
+use mlxcel_amdgpu_testkit::fixtures::ScanUpload;
+use mlxcel_amdgpu_testkit::reference::data::{add3_inputs, normal};
+use mlxcel_amdgpu_testkit::reference::mamba::ScanInputs;
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 /// The name the stand-in loaded by hip.rs gave the allocation at `ptr`

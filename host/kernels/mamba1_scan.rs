@@ -17,7 +17,6 @@ pub use kernels_device::entry::Mamba1ScanArgs;
 use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::reference::mamba::ScanInputs;
 use crate::runtime::{BackendKind, Device, DeviceBuffer, LaunchDims, Stream};
 
 /// Kernel name without the dtype suffix.
@@ -214,44 +213,4 @@ pub fn run<T: Element>(device: &Device, bufs: ScanBuffers<'_, T>, shape: ScanSha
     let state_in = bufs.state_in.map_or(state_out, |s| s.ptr());
     let p = pointers_of!(ScanPointers { bufs: x, dt, bm, cm, a, dskip, y; state_in, state_out });
     args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &capacity, stream)
-}
-
-/// A scan's inputs on a device (x, dt, Bm, Cm, Dskip as `T`; A as f32), so that
-/// the tests and the self-test upload [`ScanInputs`] the same way.
-pub struct ScanUpload<T> {
-    /// x, dt, Bm, Cm and Dskip, in that order.
-    typed: [DeviceBuffer<T>; 5],
-    a: DeviceBuffer<f32>,
-}
-
-impl<T: Element> ScanUpload<T> {
-    pub fn new(device: &Device, s: &ScanInputs) -> Result<Self> {
-        let up = |v: &[f32]| device.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>());
-        let typed = [up(&s.x)?, up(&s.dt)?, up(&s.bm)?, up(&s.cm)?, up(&s.dskip)?];
-        Ok(ScanUpload { typed, a: device.upload(&s.a)? })
-    }
-}
-
-impl<T> ScanUpload<T> {
-    /// The uploaded Bm.
-    pub fn bm(&self) -> &DeviceBuffer<T> {
-        &self.typed[2]
-    }
-
-    /// The raw launch's pointers: these inputs and the given state and output.
-    pub fn pointers(&self, state_in: u64, y: u64, state_out: u64) -> ScanPointers {
-        let [x, dt, bm, cm, dskip] = self.typed.each_ref().map(DeviceBuffer::ptr);
-        ScanPointers { x, dt, bm, cm, a: self.a.ptr(), dskip, state_in, y, state_out }
-    }
-
-    /// The safe [`run`]'s buffers: these inputs and the given state and output.
-    pub fn buffers<'a>(
-        &'a self,
-        state_in: Option<&'a DeviceBuffer<f32>>,
-        y: &'a mut DeviceBuffer<T>,
-        state_out: &'a mut DeviceBuffer<f32>,
-    ) -> ScanBuffers<'a, T> {
-        let [x, dt, bm, cm, dskip] = self.typed.each_ref();
-        ScanBuffers { x, dt, bm, cm, a: &self.a, dskip, state_in, y, state_out }
-    }
 }

@@ -27,50 +27,6 @@ macro_rules! pointers_of {
     };
 }
 
-/// The most workgroup memory this library's launchers ask for with the kernel
-/// `name` (a symbol of `kernels_device::entry::KERNELS`; for `probe`, `empty`
-/// and `read_stream`, which only tests and benchmarks launch, their own
-/// geometry's), from the geometry the launchers use. A device must give a
-/// workgroup that much for the kernel to be available, so that no launch
-/// after a true predicate is refused for it
-/// ([`crate::Device::check_workgroup_mem`]). `None` for a name not listed here.
-pub(crate) fn most_workgroup_mem(name: &str) -> Option<u32> {
-    use kernels_device::geometry as g;
-    // `base_dtype` of an instance: its dtype if `name` is `base` plus one.
-    let dtype_of = |base: &str| {
-        name.strip_prefix(base).and_then(|rest| rest.strip_prefix('_')).filter(|d| ["f32", "f16", "bf16"].contains(d))
-    };
-    if name == "probe" {
-        return Some(g::probe::WORKGROUP_MEM_BYTES);
-    }
-    if name == "empty" || name == "read_stream" || dtype_of("moe_combine").is_some() {
-        return Some(0);
-    }
-    if let Some(dtype) = dtype_of("xielu") {
-        return Some(match dtype {
-            "f16" => g::xielu::F16_WORKGROUP_MEM_BYTES,
-            "bf16" => g::xielu::BF16_WORKGROUP_MEM_BYTES,
-            _ => 0,
-        });
-    }
-    if dtype_of("add3_layer_norm").or(dtype_of("add3_layer_norm_d4096")).is_some() {
-        return Some(g::add3_layer_norm::WORKGROUP_MEM_BYTES);
-    }
-    if dtype_of("mamba1_scan").is_some() {
-        return g::mamba1_scan::Mapping::ALL.iter().map(|m| m.workgroup_mem_bytes()).max();
-    }
-    if dtype_of("moe_router_logits").is_some() {
-        return Some(0);
-    }
-    if name == "moe_topk" {
-        return Some(g::moe_router::topk_workgroup_mem_bytes(g::moe_router::MAX_EXPERTS));
-    }
-    if ["moe_fc1_relu2", "moe_gateup", "moe_down", "moe_down6"].iter().any(|base| dtype_of(base).is_some()) {
-        return g::moe::BITS.iter().map(|&bits| g::moe::workgroup_mem_bytes(g::moe::MAX_COLS, bits)).max();
-    }
-    None
-}
-
 pub mod add3_layer_norm;
 pub mod mamba1_scan;
 pub mod moe;
@@ -256,14 +212,22 @@ mod tests {
         check_buffers(&xielu_f32::SPEC, &args.extents(), &[])
     }
 
-    /// Every kernel has a bound, and the bounds are those of the launchers.
+    /// A kernel's bound on workgroup memory, as its family declares it.
+    fn most_workgroup_mem(name: &str) -> Option<u32> {
+        kernels_device::entry::spec(name).map(|spec| spec.most_workgroup_mem_bytes)
+    }
+
+    /// Every kernel's bound fits in a workgroup's 64 KiB, and the bounds are
+    /// those of the launchers' geometry.
     #[test]
     fn every_kernel_has_its_most_workgroup_mem() {
         for spec in kernels_device::entry::KERNELS {
-            assert!(most_workgroup_mem(spec.name).is_some(), "{}", spec.name);
+            assert!(spec.most_workgroup_mem_bytes <= 64 * 1024, "{}", spec.name);
         }
         assert_eq!(most_workgroup_mem("moe_down_bf16"), Some(61_968));
+        assert_eq!(most_workgroup_mem("moe_down6_f16"), Some(61_968));
         assert_eq!(most_workgroup_mem("xielu_f16"), Some(61_440));
+        assert_eq!(most_workgroup_mem("xielu_bf16"), Some(16_384));
         assert_eq!(most_workgroup_mem("xielu_f32"), Some(0));
         assert_eq!(most_workgroup_mem("add3_layer_norm_d4096_f16"), most_workgroup_mem("add3_layer_norm_f16"));
         assert_eq!(most_workgroup_mem("xielu_f64"), None);
@@ -273,7 +237,6 @@ mod tests {
     /// reached by some launch.
     #[test]
     fn launchers_stay_within_their_bounds() {
-        use crate::reference::Dtype;
         use kernels_device::geometry::moe::{BITS, GROUP_SIZES, MAX_COLS};
         let mut reached = std::collections::HashMap::new();
         let mut see = |name: String, dims: crate::runtime::LaunchDims| {
@@ -303,6 +266,10 @@ mod tests {
                     see(symbol("moe_down", dtype), moe::down_dims(&shape));
                     see(symbol("moe_combine", dtype), moe::combine_dims(cols));
                 }
+            }
+            for n_experts in [1, 128, 512, kernels_device::geometry::moe_router::MAX_EXPERTS] {
+                see(symbol("moe_router_logits", dtype), moe::router::logits_dims(n_experts));
+                see("moe_topk".to_string(), moe::router::topk_dims(8, n_experts));
             }
         }
         for (name, most) in reached {

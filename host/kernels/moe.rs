@@ -51,7 +51,6 @@ mod shape;
 use super::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, overlapping, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::reference::moe::{MoeInputs, Quantized};
 use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
 
 /// Kernel names without the dtype suffix.
@@ -458,7 +457,7 @@ fn enqueue_routed(
     })?;
     // Both GEMVs' workgroup memory before the first launch, so that a device
     // with too little enqueues nothing. A safeguard: where the kernels are
-    // available, every shape `validate` takes fits (`most_workgroup_mem`).
+    // available, every shape `validate` takes fits (the family's declared `workgroup_mem`).
     let (fc1_dims, down_dims) = (fc1_dims(shape), down_dims(shape));
     device.check_workgroup_mem(&kernels[0], &fc1_dims)?;
     device.check_workgroup_mem(&kernels[1], &down_dims)?;
@@ -522,7 +521,8 @@ pub struct QuantizedBuffers<'a, T> {
 }
 
 impl<T> QuantizedBuffers<'_, T> {
-    fn pointers(&self) -> QuantizedPointers {
+    /// The raw launch's pointers of these buffers.
+    pub fn pointers(&self) -> QuantizedPointers {
         QuantizedPointers { w: self.w.ptr(), scales: self.scales.ptr(), biases: self.biases.ptr() }
     }
 
@@ -620,60 +620,4 @@ pub fn run_routed_forward<T: Element>(
     let (w1, w2, scratch_len) = (bufs.w1.pointers(), bufs.w2.pointers(), bufs.scratch.len());
     let p = pointers_of!(RoutedPointers { bufs: x, idx, scores, out, scratch; w1, w2, scratch_len, status });
     enqueue_routed(device, T::DTYPE, p, shape, &capacity, stream)
-}
-
-/// One quantized matrix's buffers on a device, owned: what [`QuantizedBuffers`] borrows.
-pub struct QuantizedUpload<T> {
-    pub w: DeviceBuffer<u32>,
-    pub scales: DeviceBuffer<T>,
-    pub biases: DeviceBuffer<T>,
-}
-
-impl<T: Element> QuantizedUpload<T> {
-    /// Uploads `q`, its scales and biases converted to `T`.
-    pub fn new(device: &Device, q: &Quantized) -> Result<Self> {
-        let up = |v: &[f32]| device.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>());
-        Ok(QuantizedUpload { w: device.upload(&q.words)?, scales: up(&q.scales)?, biases: up(&q.biases)? })
-    }
-
-    pub fn buffers(&self) -> QuantizedBuffers<'_, T> {
-        QuantizedBuffers { w: &self.w, scales: &self.scales, biases: &self.biases }
-    }
-
-    pub fn pointers(&self) -> QuantizedPointers {
-        self.buffers().pointers()
-    }
-}
-
-/// A routed forward's inputs on a device (the tests' and the self-test's data), so
-/// that every caller uploads [`MoeInputs`] the same way.
-pub struct RoutedUpload<T> {
-    pub x: DeviceBuffer<T>,
-    pub idx: DeviceBuffer<u32>,
-    pub scores: DeviceBuffer<f32>,
-    pub w1: QuantizedUpload<T>,
-    pub w2: QuantizedUpload<T>,
-}
-
-impl<T: Element> RoutedUpload<T> {
-    pub fn new(device: &Device, inp: &MoeInputs) -> Result<Self> {
-        Ok(RoutedUpload {
-            x: device.upload(&inp.x.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>())?,
-            idx: device.upload(&inp.idx)?,
-            scores: device.upload(&inp.scores)?,
-            w1: QuantizedUpload::new(device, &inp.w1)?,
-            w2: QuantizedUpload::new(device, &inp.w2)?,
-        })
-    }
-
-    /// The safe routed forward's buffers: these inputs and the given outputs.
-    pub fn routed<'a>(
-        &'a self,
-        out: &'a mut DeviceBuffer<T>,
-        scratch: &'a mut DeviceBuffer<u8>,
-        status: Option<&'a mut DeviceBuffer<u32>>,
-    ) -> RoutedBuffers<'a, T> {
-        let (x, idx, scores) = (&self.x, &self.idx, &self.scores);
-        RoutedBuffers { x, idx, scores, w1: self.w1.buffers(), w2: self.w2.buffers(), out, scratch, status }
-    }
 }

@@ -17,6 +17,7 @@ mod hip;
 mod hip_api;
 mod launch;
 
+use bytemuck::Pod;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
@@ -343,9 +344,7 @@ impl Device {
                     return Err(why.clone());
                 }
                 let function = backend.function(spec.name)?;
-                let most = crate::kernels::most_workgroup_mem(spec.name)
-                    .ok_or_else(|| format!("no launcher of this library launches {}", spec.name))?;
-                if let Some(excess) = workgroup_mem_excess(info, most) {
+                if let Some(excess) = workgroup_mem_excess(info, spec.most_workgroup_mem_bytes) {
                     return Err(format!("its launches ask for up to {excess}"));
                 }
                 Ok(Kernel { spec, function })
@@ -473,16 +472,11 @@ impl Device {
     }
 
     /// Allocates and fills a buffer with `data`.
-    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+    pub fn upload<T: Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let buf = self.alloc::<T>(data.len())?;
         if !data.is_empty() {
-            // SAFETY: the buffer holds data.len() elements; T is plain data.
-            unsafe {
-                self.backend.copy_to_device(
-                    buf.ptr,
-                    std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)),
-                )?
-            };
+            // SAFETY: the buffer holds data.len() elements.
+            unsafe { self.backend.copy_to_device(buf.ptr, bytemuck::cast_slice(data))? };
         }
         Ok(buf)
     }
@@ -546,18 +540,14 @@ impl<T> DeviceBuffer<T> {
     }
 }
 
-impl<T: Copy> DeviceBuffer<T> {
+impl<T: Pod> DeviceBuffer<T> {
     /// Copies the buffer to the host (waits for the device first).
     pub fn download(&self) -> Result<Vec<T>> {
         self.device.synchronize()?;
-        let mut out = Vec::<T>::with_capacity(self.len);
+        let mut out = vec![T::zeroed(); self.len];
         if self.len > 0 {
-            // SAFETY: `out` has room for len elements, filled byte for byte by the copy.
-            unsafe {
-                let dst = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, self.len * size_of::<T>());
-                self.device.backend.copy_to_host(dst, self.ptr)?;
-                out.set_len(self.len);
-            }
+            // SAFETY: `out` holds the buffer's len elements.
+            unsafe { self.device.backend.copy_to_host(bytemuck::cast_slice_mut(&mut out), self.ptr)? };
         }
         Ok(out)
     }
@@ -568,13 +558,8 @@ impl<T: Copy> DeviceBuffer<T> {
             return Err(Error::invalid("data", format!("{} elements for a buffer of {}", data.len(), self.len)));
         }
         if self.len > 0 {
-            // SAFETY: same length, plain data.
-            unsafe {
-                self.device.backend.copy_to_device(
-                    self.ptr,
-                    std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)),
-                )?
-            };
+            // SAFETY: same length.
+            unsafe { self.device.backend.copy_to_device(self.ptr, bytemuck::cast_slice(data))? };
         }
         Ok(())
     }

@@ -107,6 +107,12 @@ pub const MAX_PARAMS: usize = 20;
 pub struct KernelSpec {
     pub name: &'static str,
     pub params: &'static [Param],
+    /// The most dynamic workgroup memory the host's launches of this kernel
+    /// ask for, in bytes, as its family declares it from its geometry: a
+    /// device that cannot give a workgroup that much does not offer the
+    /// kernel, so that no launch after a true availability predicate is
+    /// refused for it.
+    pub most_workgroup_mem_bytes: u32,
 }
 
 impl KernelSpec {

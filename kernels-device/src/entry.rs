@@ -17,13 +17,18 @@
 //!   launch the kernel supports); any other overlap with a written buffer is
 //!   refused by the host.
 //!
+//! Beside its instances, each family declares the most workgroup memory its
+//! launches ask for (`workgroup_mem`, from its module of [`crate::geometry`]):
+//! a device that cannot give a workgroup that much does not offer the kernel.
+//!
 //! [`families!`] derives from it:
 //! - on GPU targets, an `extern "gpu-kernel"` function per instance (raw
 //!   pointers and scalars only: a struct by value would silently become a
 //!   pointer on amdgpu);
 //! - everywhere, [`KERNELS`]: each instance's parameters with their kind,
-//!   access, element size, nullability and aliases, which the host packs
-//!   launches with and checks the code objects against;
+//!   access, element size, nullability and aliases, and its most workgroup
+//!   memory, which the host packs launches with and checks the code objects
+//!   and devices against;
 //! - everywhere, one argument struct per family (for example [`XieluArgs`]),
 //!   whose fields are the parameters by name, with the packed values and the
 //!   extent of every pointer derived from the declaration;
@@ -31,8 +36,8 @@
 //!   packed argument buffer and runs the same body in the emulator.
 
 use crate::args::{Access, ArgKind, ArgValue, BufferExtent, ElemName, KernelArg, KernelSpec, Param, ScalarArg};
-use crate::geometry::add3_layer_norm as add3;
 use crate::geometry::moe::values_per_word;
+use crate::geometry::{self, add3_layer_norm as add3};
 use crate::num::{Bf16, f16};
 
 /// The Rust type of a parameter in the entry point's signature.
@@ -112,7 +117,7 @@ macro_rules! extent_of {
 /// One instance of a family: its entry point, its emulated entry and its spec,
 /// in a module named after the symbol (where `T` is the instance's dtype).
 macro_rules! instance {
-    ($sym:ident, $t:ty, $body:path, {
+    ($sym:ident, $t:ty, $body:path, $wm:expr, {
         $( $pn:ident : $access:ident $pt:ty $( [ $($dim:expr),+ ] )? $( = $($alias:ident)|+ )? ),* $(,)?
     }) => {
         #[allow(non_snake_case, unused_imports, clippy::too_many_arguments)]
@@ -159,6 +164,7 @@ macro_rules! instance {
                     nullable: nullable_of!($access),
                     may_equal: &[$($(stringify!($alias)),+)?],
                 } ),*],
+                most_workgroup_mem_bytes: $wm,
             };
         }
     };
@@ -201,8 +207,10 @@ macro_rules! family_args {
     };
 }
 
-/// The declaration's grammar: `family Args { instances { ... } params { ... } }`
-/// per family. Two shorthands are read first (`@read`) and written out in full
+/// The declaration's grammar: `family Args { instances { ... }
+/// workgroup_mem(bytes) params { ... } }` per family, where `bytes` is the
+/// most dynamic workgroup memory the host's launches of an instance ask for,
+/// from the family's geometry (an expression in the instance's `T`). Two shorthands are read first (`@read`) and written out in full
 /// before anything is derived (`@expand`):
 /// - an instance line `a_f32, a_f16, a_bf16 => body;` is one instance per
 ///   activation dtype, `a_f32: f32 => body;` and so on, in that order;
@@ -219,6 +227,7 @@ macro_rules! families {
         $(#[$doc:meta])*
         family $args:ident {
             instances $inst:tt
+            workgroup_mem($wm:expr)
             params { $($p:tt)* }
             moe_shape_params($e:ident, $k:ident, $din:ident, $dff:ident, $bits:ident, $gs:ident, $status:ident)
         }
@@ -228,6 +237,7 @@ macro_rules! families {
             $(#[$doc])*
             family $args {
                 instances $inst
+                workgroup_mem($wm)
                 params {
                     $($p)*
                     $e: value u32,
@@ -248,6 +258,7 @@ macro_rules! families {
         $(#[$doc:meta])*
         family $args:ident {
             instances { $( $f32:ident, $f16:ident, $bf16:ident => $body:path; )+ }
+            workgroup_mem($wm:expr)
             params $params:tt
         }
         $($rest:tt)*
@@ -256,16 +267,17 @@ macro_rules! families {
             $(#[$doc])*
             family $args {
                 instances { $( $f32: f32 => $body; $f16: f16 => $body; $bf16: Bf16 => $body; )+ }
+                workgroup_mem($wm)
                 params $params
             }
         ] $($rest)*);
     };
     (@read [$($done:tt)*]
         $(#[$doc:meta])*
-        family $args:ident { instances $inst:tt params $params:tt }
+        family $args:ident { instances $inst:tt workgroup_mem($wm:expr) params $params:tt }
         $($rest:tt)*
     ) => {
-        families!(@read [$($done)* $(#[$doc])* family $args { instances $inst params $params }] $($rest)*);
+        families!(@read [$($done)* $(#[$doc])* family $args { instances $inst workgroup_mem($wm) params $params }] $($rest)*);
     };
     (@read [$($done:tt)*]) => {
         families!(@expand $($done)*);
@@ -274,11 +286,12 @@ macro_rules! families {
         $(#[$doc:meta])*
         family $args:ident {
             instances { $( $sym:ident : $t:ty => $body:path; )+ }
+            workgroup_mem($wm:expr)
             params $params:tt
         }
     )*) => {
         $(
-            $( instance!($sym, $t, $body, $params); )+
+            $( instance!($sym, $t, $body, $wm, $params); )+
             family_args!($(#[$doc])* $args, [$($sym),+], $params);
         )*
 
@@ -317,24 +330,28 @@ families! {
     /// `probe`: each thread writes what it sees of the wave primitives.
     family ProbeArgs {
         instances { probe: u32 => crate::probe::probe; }
+        workgroup_mem(geometry::probe::WORKGROUP_MEM_BYTES)
         params { out: write_grid u32 }
     }
 
     /// `empty`: the launch floor.
     family EmptyArgs {
         instances { empty: u32 => crate::probe::empty; }
+        workgroup_mem(0)
         params {}
     }
 
     /// `read_stream`: the read-bandwidth yardstick (one fold word per thread).
     family ReadStreamArgs {
         instances { read_stream: u32 => crate::probe::read_stream; }
+        workgroup_mem(0)
         params { src: read u32 [quads, 4], quads: value u64, out: write_grid u32 }
     }
 
     /// `xielu`: `out[i] = xielu(x[i])` for `i < n`.
     family XieluArgs {
         instances { xielu_f32, xielu_f16, xielu_bf16 => crate::xielu::xielu::<T>; }
+        workgroup_mem(geometry::xielu::most_workgroup_mem_bytes::<T>())
         params {
             x: read T [n],
             out: write T [n] = x,
@@ -357,6 +374,7 @@ families! {
             add3_layer_norm_d4096_f32, add3_layer_norm_d4096_f16, add3_layer_norm_d4096_bf16
                 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::SHORT_CHUNKS }, { add3::SHORT_CHUNKS_AHEAD }>;
         }
+        workgroup_mem(add3::WORKGROUP_MEM_BYTES)
         params {
             a: read T [rows, d],
             b: read T [rows, d],
@@ -374,6 +392,7 @@ families! {
     /// `moe_fc1_relu2`: `act[k, f] = relu(x . w1[idx[k], f])^2` for every slot k.
     family MoeFc1Relu2Args {
         instances { moe_fc1_relu2_f32, moe_fc1_relu2_f16, moe_fc1_relu2_bf16 => crate::moe::moe_fc1_relu2::<T, { crate::moe::TENSOR_CORES }>; }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
         params {
             x: read T [din],
             idx: read u32 [k],
@@ -388,6 +407,7 @@ families! {
     /// every slot k, `a` SiLU or GELU's tanh form (`activation`, see `moe::gated`).
     family MoeGateUpArgs {
         instances { moe_gateup_f32, moe_gateup_f16, moe_gateup_bf16 => crate::moe::moe_gateup::<T>; }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
         params {
             x: read T [din],
             idx: read u32 [k],
@@ -409,6 +429,7 @@ families! {
             moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T, { crate::moe::TENSOR_CORES }>;
             moe_down6_f32, moe_down6_f16, moe_down6_bf16 => crate::moe::moe_down6::<T>;
         }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
         params {
             idx: read u32 [k],
             w2: read u32 [n_experts, din, dff as u64 * bits as u64 / 32],
@@ -423,6 +444,7 @@ families! {
     /// `moe_combine`: `out[h] = T(sum_k part[k, h])`.
     family MoeCombineArgs {
         instances { moe_combine_f32, moe_combine_f16, moe_combine_bf16 => crate::moe::moe_combine::<T>; }
+        workgroup_mem(0)
         params {
             part: read f32 [k, din],
             out: write T [din],
@@ -434,6 +456,7 @@ families! {
     /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens.
     family MoeRouterLogitsArgs {
         instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }
+        workgroup_mem(0)
         params {
             x: read T [m, din],
             wr: read T [n_experts, din],
@@ -448,6 +471,7 @@ families! {
     /// probable experts with their (optionally renormalized) probabilities.
     family MoeTopKArgs {
         instances { moe_topk: f32 => crate::moe::router::moe_topk; }
+        workgroup_mem(geometry::moe_router::topk_workgroup_mem_bytes(geometry::moe_router::MAX_EXPERTS))
         params {
             logits: read f32 [m, n_experts],
             ids: write u32 [m, k],
@@ -464,6 +488,7 @@ families! {
     /// exactly `state_in` (an in-place update).
     family Mamba1ScanArgs {
         instances { mamba1_scan_f32, mamba1_scan_f16, mamba1_scan_bf16 => crate::mamba1_scan::mamba1_scan::<T>; }
+        workgroup_mem(geometry::mamba1_scan::MOST_WORKGROUP_MEM_BYTES)
         params {
             x: read T [batch, len, dm],
             dt: read T [batch, len, dm],

@@ -79,6 +79,16 @@ pub mod xielu {
     /// 48 KiB; the CUDA backend does for every kernel).
     pub const F16_WORKGROUP_MEM_BYTES: u32 = F16_TABLE_ENTRIES * 2;
     const _: () = assert!(F16_WORKGROUP_MEM_BYTES <= 64 * 1024);
+    /// The most workgroup memory a launch of the `T` instance asks for (the
+    /// launcher's grids): bf16's table on every launch, f16's where its table
+    /// is used, none for f32.
+    pub const fn most_workgroup_mem_bytes<T: crate::num::Elem>() -> u32 {
+        match T::NAME.as_bytes() {
+            b"bf16" => BF16_WORKGROUP_MEM_BYTES,
+            b"f16" => F16_WORKGROUP_MEM_BYTES,
+            _ => 0,
+        }
+    }
     /// The table pays for itself only when each workgroup then looks up many
     /// elements: the kernel uses it when `n` is at least this many elements per
     /// workgroup of the launch ([`uses_table_grid`]).
@@ -320,6 +330,19 @@ pub mod mamba1_scan {
     pub const UNROLL: usize = 8;
     /// The largest batch: grid y is B, and CUDA and HIP both allow 65535 there.
     pub const MAX_BATCH: u32 = 65535;
+    /// The most workgroup memory of a launch, over every mapping (a device's
+    /// launches use one of them).
+    pub const MOST_WORKGROUP_MEM_BYTES: u32 = {
+        let (mut most, mut i) = (0, 0);
+        while i < Mapping::ALL.len() {
+            let bytes = Mapping::ALL[i].workgroup_mem_bytes();
+            if bytes > most {
+                most = bytes;
+            }
+            i += 1;
+        }
+        most
+    };
 }
 
 /// `moe_fc1_relu2`, `moe_down`, `moe_combine`: the routed experts of Nemotron-H.
@@ -472,6 +495,12 @@ pub mod moe {
         workgroup_mem_bytes(MAX_COLS, BITS[0]) <= 65536 && workgroup_mem_bytes(MAX_COLS, BITS[1]) <= 65536,
         "the longest row's workgroup memory must fit in 64 KiB"
     );
+    /// The most workgroup memory of a `moe_fc1_relu2`, `moe_gateup` or
+    /// `moe_down` launch: the longest row, at the bits that stage the most.
+    pub const MOST_WORKGROUP_MEM_BYTES: u32 = {
+        let (four, eight) = (workgroup_mem_bytes(MAX_COLS, BITS[0]), workgroup_mem_bytes(MAX_COLS, BITS[1]));
+        if four > eight { four } else { eight }
+    };
 
     /// Workgroups along x for `rows` output rows.
     pub const fn workgroups(rows: u32) -> u32 {

@@ -117,7 +117,8 @@ pub fn selftest(args: &[String]) -> Result<()> {
     if !args.is_empty() {
         return Err(SIM_SELFTEST_USAGE.into());
     }
-    let sim = Standin::install(Profile::Release, &["hip-standin", "mlxcel-amdgpu", "rdna-sim"])?;
+    let sim =
+        Standin::install(Profile::Release, &["hip-standin", "mlxcel-amdgpu", "mlxcel-amdgpu-testkit", "rdna-sim"])?;
     let counts = std::env::var_os("COUNTS_OUT").map_or_else(|| sim.target.join("rdna-sim-counts.tsv"), PathBuf::from);
     let coverage = sim.target.join("rdna-sim-coverage-selftest.txt");
     remove(&counts)?;

@@ -1,14 +1,14 @@
 //! mlxcel-amdgpu as a dependency on mlxcel's toolchain: xielu on the CPU backend (the emulator
 //! running the kernel source) through the Rust API in f32 and bf16, and through the C ABI from
-//! C++ in f32, each bit for bit against the library's reference. Exits with status 1 on any
+//! C++ in f32, each bit for bit against the testkit's reference. Exits with status 1 on any
 //! difference.
 
 use std::ffi::{CStr, c_char};
 use std::process::ExitCode;
 
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
-use mlxcel_amdgpu::reference::{self, data, metrics};
 use mlxcel_amdgpu::{Device, Dtype, Element, Stream};
+use mlxcel_amdgpu_testkit::reference::{self, data, metrics};
 
 unsafe extern "C" {
     /// src/consumer.cpp.

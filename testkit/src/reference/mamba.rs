@@ -165,6 +165,7 @@ pub fn scan_graph_bf16(s: &ScanInputs) -> (Vec<f32>, Vec<f32>) {
 mod tests {
     use super::super::metrics::{max_rel, rms_diff};
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     /// Section 3's f32 tolerance: max_rel < 1e-5 for y and state, batch 2, Dm 24,
     /// N in {8, 16, 32}, L in {1, 7}, fresh and carried state.
@@ -244,8 +245,8 @@ mod tests {
         let y0 = s0[0] + s0[1] + 0.5;
         let s1 = [e(-0.25) * s0[0] + 0.5 * 0.5, e(-0.5) * s0[1] + 0.5 * 2.0];
         let y1 = 2.0 * s1[0] - s1[1] + 1.0;
-        assert!((y[0] - y0).abs() < 1e-15 && (y[1] - y1).abs() < 1e-15);
-        assert!((st[0] - s1[0]).abs() < 1e-15 && (st[1] - s1[1]).abs() < 1e-15);
+        assert_abs_diff_eq!(y[..], [y0, y1][..], epsilon = 1e-15);
+        assert_abs_diff_eq!(st[..2], s1[..], epsilon = 1e-15);
         let (y32, st32) = scan_f32(Dtype::F32, &s);
         assert!(max_rel(&y32, &y) < 1e-6 && max_rel(&st32, &st) < 1e-6);
     }

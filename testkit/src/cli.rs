@@ -1,4 +1,4 @@
-//! `mlxcel-amdgpu`: the command-line entry point.
+//! The `mlxcel-amdgpu` command (the root package's binary, `src/main.rs`).
 //!
 //! - `selftest` (the default): pick the device, run every available kernel and
 //!   dtype against the reference implementations, print a table.
@@ -10,9 +10,11 @@
 //! when stdout is closed (`mlxcel-amdgpu inspect | head -1`) instead of
 //! panicking as `println!` does.
 
+use mlxcel_amdgpu::Device;
 use mlxcel_amdgpu::code_object::CodeObject;
 use mlxcel_amdgpu::embedded::{AMDGPU_CODE_OBJECTS, PTX};
-use mlxcel_amdgpu::{Device, selftest};
+
+use crate::selftest;
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -62,7 +64,8 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Strin
     }
 }
 
-fn main() -> ExitCode {
+/// Runs the command that the process's arguments ask for.
+pub fn main() -> ExitCode {
     let command = match parse_args(std::env::args_os().skip(1)) {
         Ok(c) => c,
         Err(e) => {

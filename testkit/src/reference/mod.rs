@@ -23,8 +23,8 @@ pub mod metrics;
 pub mod moe;
 pub mod xielu;
 
-/// Storage dtype of activations (`T` in docs/contracts.md); the library's own [`Dtype`](crate::dtype::Dtype).
-pub use crate::dtype::Dtype;
+/// Storage dtype of activations (`T` in docs/contracts.md); the library's own [`Dtype`](mlxcel_amdgpu::Dtype).
+pub use mlxcel_amdgpu::Dtype;
 
 /// `f(v)`: widens stored bits of `dtype` to f32, exactly. For 16-bit dtypes only the low 16 bits
 /// of `bits` are used.

@@ -6,7 +6,8 @@
 
 use std::process::{Command, Output};
 
-use mlxcel_amdgpu::{BackendKind, Device, Error, selftest};
+use mlxcel_amdgpu::{BackendKind, Device, Error};
+use mlxcel_amdgpu_testkit::selftest;
 
 const EXPECT_VARS: [&str; 2] = [selftest::EXPECT_HIP_ENV, selftest::EXPECT_CUDA_ENV];
 

@@ -112,16 +112,17 @@ pub fn assert_bits_equal(dtype: Dtype, got_bits: &[u32], want_bits: &[u32], what
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     #[test]
     fn basic_metrics() {
         let want = [3.0f32, -4.0];
         let got = [3.0f64, -3.0];
-        assert!((rms(&want) - (12.5f64).sqrt()).abs() < 1e-12);
-        assert!((nrms(&got, &want) - (0.5f64).sqrt() / (12.5f64).sqrt()).abs() < 1e-12);
-        assert!((nmax(&got, &want) - 1.0 / (12.5f64).sqrt()).abs() < 1e-12);
-        assert!((max_rel(&got, &want) - 0.25).abs() < 1e-12);
-        assert!((max_rel(&[1e-9f64], &[0.0f32]) - 1e-3).abs() < 1e-15);
+        assert_abs_diff_eq!(rms(&want), (12.5f64).sqrt(), epsilon = 1e-12);
+        assert_abs_diff_eq!(nrms(&got, &want), (0.5f64).sqrt() / (12.5f64).sqrt(), epsilon = 1e-12);
+        assert_abs_diff_eq!(nmax(&got, &want), 1.0 / (12.5f64).sqrt(), epsilon = 1e-12);
+        assert_abs_diff_eq!(max_rel(&got, &want), 0.25, epsilon = 1e-12);
+        assert_abs_diff_eq!(max_rel(&[1e-9f64], &[0.0f32]), 1e-3, epsilon = 1e-15);
         assert!(nrms(&[f32::NAN, 1.0], &[1.0f32, 1.0]).is_nan());
         assert!(nmax(&[f32::NAN, 1.0], &[1.0f32, 1.0]).is_nan());
         assert!(max_rel(&[1.0f32], &[f32::NAN]).is_nan());

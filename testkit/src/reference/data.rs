@@ -223,6 +223,7 @@ pub fn add3_inputs(dtype: Dtype, rows: usize, d: usize, with_bias: bool, seed: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     #[test]
     fn lcg_is_step_then_take() {
@@ -262,7 +263,7 @@ mod tests {
             let v = mamba_field(f, n);
             assert!(v.iter().all(|&e| e >= lo && e <= hi), "{f:?}");
             let mean = v.iter().map(|&e| e as f64).sum::<f64>() / n as f64;
-            assert!((mean - (lo + hi) as f64 / 2.0).abs() < 0.05 * (hi - lo) as f64, "{f:?} {mean}");
+            assert_abs_diff_eq!(mean, (lo + hi) as f64 / 2.0, epsilon = 0.05 * (hi - lo) as f64);
         }
         // First value: seed*K + 1, one step, take.
         let s = mmix_step(1u64.wrapping_mul(0x9E3779B97F4A7C15).wrapping_add(1));
@@ -274,8 +275,8 @@ mod tests {
         let v = normal(Dtype::F32, 42, 100_000, 1.0);
         let mean = v.iter().map(|&e| e as f64).sum::<f64>() / v.len() as f64;
         let var = v.iter().map(|&e| (e as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
-        assert!(mean.abs() < 0.02, "{mean}");
-        assert!((var - 1.0).abs() < 0.02, "{var}");
+        assert_abs_diff_eq!(mean, 0.0, epsilon = 0.02);
+        assert_abs_diff_eq!(var, 1.0, epsilon = 0.02);
         assert_eq!(normal(Dtype::F32, 42, 10, 1.0), normal(Dtype::F32, 42, 10, 1.0));
         assert_ne!(normal(Dtype::F32, 42, 10, 1.0), normal(Dtype::F32, 43, 10, 1.0));
     }

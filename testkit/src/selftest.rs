@@ -13,15 +13,16 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use crate::dtype::{Dtype, Element};
-use crate::error::{Error, Result};
-use crate::kernels::add3_layer_norm::{self, Add3Buffers};
-use crate::kernels::mamba1_scan::{self, ScanShape, ScanUpload};
-use crate::kernels::moe::{self, MoeShape, RoutedUpload};
-use crate::kernels::xielu::{self, XieluParams};
+use crate::fixtures::{RoutedUpload, ScanUpload};
 use crate::reference::{self, data, layer_norm, metrics};
-use crate::runtime::{BACKEND_ENV, BackendKind, Device, DeviceBuffer, Stream};
-use crate::with_element;
+use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
+use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape};
+use mlxcel_amdgpu::kernels::moe::{self, MoeShape};
+use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
+use mlxcel_amdgpu::runtime::{BACKEND_ENV, BackendKind, Device, DeviceBuffer, Stream};
+use mlxcel_amdgpu::with_element;
+use mlxcel_amdgpu::{Dtype, Element};
+use mlxcel_amdgpu::{Error, Result};
 
 /// One row of the table.
 #[derive(Clone, Debug)]
@@ -68,7 +69,7 @@ impl Outcome {
 
 /// Why kernel `base` for `dtype` cannot run on `device` (the lookup's own message).
 fn unavailable_reason(device: &Device, base: &str, dtype: Dtype) -> String {
-    device.kernel(&crate::kernels::symbol(base, dtype)).err().map(|e| e.to_string()).unwrap_or_default()
+    device.kernel(&mlxcel_amdgpu::kernels::symbol(base, dtype)).err().map(|e| e.to_string()).unwrap_or_default()
 }
 
 /// Whether the shapes are the consumer's (GPU) or reduced (CPU emulator).
@@ -86,8 +87,13 @@ pub const REPS_ENV: &str = "MLXCEL_AMDGPU_SELFTEST_REPS";
 /// launch is the one checked and timed.
 fn timed_launches(device: &Device) -> Result<usize> {
     match std::env::var(REPS_ENV) {
-        Ok(v) => v.parse::<usize>().map_err(|_| Error::invalid(REPS_ENV, format!("{v:?} is not a count (0 or more)"))),
-        Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(REPS_ENV, format!("{v:?} is not a count"))),
+        Ok(v) => v.parse::<usize>().map_err(|_| Error::InvalidArgument {
+            argument: REPS_ENV,
+            message: format!("{v:?} is not a count (0 or more)"),
+        }),
+        Err(std::env::VarError::NotUnicode(v)) => {
+            Err(Error::InvalidArgument { argument: REPS_ENV, message: format!("{v:?} is not a count") })
+        }
         Err(std::env::VarError::NotPresent) => Ok(if reduced(device) { 3 } else { 50 }),
     }
 }
@@ -306,11 +312,11 @@ fn moe8_case<T: Element>(device: &Device) -> Result<Outcome> {
 /// workgroup memory across a barrier) on `device`, compared word for word with
 /// the same launch on the CPU emulator.
 fn probe_case(device: &Device) -> Result<Outcome> {
-    use kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
+    use mlxcel_amdgpu::kernels_device::geometry::probe::{WORDS_PER_LANE, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE};
     let groups = 3u32;
     let shape = format!("{groups} x {WORKGROUP_SIZE} threads");
     let words = (groups * WORKGROUP_SIZE) as usize * WORDS_PER_LANE;
-    let dims = crate::runtime::LaunchDims {
+    let dims = mlxcel_amdgpu::runtime::LaunchDims {
         grid: [groups, 1, 1],
         workgroup_size: WORKGROUP_SIZE,
         workgroup_mem_bytes: WORKGROUP_MEM_BYTES,
@@ -319,7 +325,7 @@ fn probe_case(device: &Device) -> Result<Outcome> {
         let kernel = dev.kernel("probe")?;
         let mut out = dev.alloc::<u32>(words)?;
         out.fill_bytes(0)?;
-        let args = kernels_device::entry::ProbeArgs { out: out.ptr() }.values();
+        let args = mlxcel_amdgpu::kernels_device::entry::ProbeArgs { out: out.ptr() }.values();
         let millis = time_launches(dev, 3, || unsafe { dev.launch(&kernel, dims, &args, Stream::DEFAULT) })?;
         Ok((out.download()?, millis))
     };
