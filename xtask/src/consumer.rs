@@ -110,6 +110,42 @@ pub fn package(args: &[String]) -> Result<()> {
     let root = repo_root()?;
     let packages: Vec<String> = PUBLISHED.iter().flat_map(|p| ["-p".to_string(), p.to_string()]).collect();
     // Uncommitted changes are packed as they are (CI runs on a clean checkout).
+    forget_packed_sources()?;
     run(cargo(&root).args(["package", "--allow-dirty"]).args(&packages))?;
+    forget_packed_sources()?;
     run(cargo(&root).args(["publish", "--dry-run", "--allow-dirty"]).args(&packages))
+}
+
+/// Removes cargo's extracted copies of our published crates from earlier packagings. `cargo
+/// package` verifies each crate against the others through a temporary registry under the target
+/// directory, and cargo keeps what it extracted from that registry under `registry/src/-<hash of
+/// its path>/<name>-<version>`; an unchanged version number at the same path would verify against
+/// the sources of an earlier commit. Only registries named by a path (the `-` prefix) are touched.
+fn forget_packed_sources() -> Result<()> {
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => std::path::PathBuf::from(home),
+        None => std::path::PathBuf::from(std::env::var_os("HOME").ok_or("neither CARGO_HOME nor HOME is set")?)
+            .join(".cargo"),
+    };
+    let Ok(registries) = std::fs::read_dir(home.join("registry/src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for entry in std::fs::read_dir(registry.path())?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = PUBLISHED.iter().any(|p| {
+                name.strip_prefix(p)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| format!("cannot remove {}: {e}", entry.path().display()))?;
+            }
+        }
+    }
+    Ok(())
 }
