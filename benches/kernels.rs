@@ -193,12 +193,8 @@ fn bench_mamba<T: Element>(dev: &Device, rows: &mut Vec<Row>, len: usize, dm: us
     // launch waits for the host (the peers are timed from CUDA graphs likewise).
     let (reps, inner) = if len > 64 { (10, 10) } else { (20, 10) };
     let ms = median_ms(dev, reps, inner, || unsafe {
-        mamba1_scan::launch::<T>(
-            dev,
-            p,
-            ScanShape { batch: 1, len: len as u32, dm: dm as u32, n: n as u32 },
-            Stream::DEFAULT,
-        )
+        let shape = ScanShape { batch: 1, len: len as u32, dm: dm as u32, n: n as u32 };
+        mamba1_scan::launch(dev, dtype, mamba1_scan::args(p, shape), Stream::DEFAULT)
     });
     let bytes = ((4 * len * dm + 2 * len * n + dm) * dtype.size() + dm * n * 4 * 3) as f64;
     rows.push(Row::timed(format!("mamba1_scan {dtype}"), format!("B=1 Dm={dm} N={n} L={len}"), ms, bytes));
@@ -284,7 +280,7 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
             * (c as usize * bits as usize / 8 + 2 * dtype.size() * (c / shape.group_size) as usize)) as f64
     };
     let fc1 = median_ms(dev, 30, 10, || unsafe {
-        moe::fc1_relu2::<T>(dev, x.ptr(), next_idx(), q1, act, &shape, status.ptr(), Stream::DEFAULT)
+        moe::fc1_relu2(dev, T::DTYPE, shape.fc1_args(x.ptr(), next_idx(), q1, act, status.ptr()), Stream::DEFAULT)
     });
     rows.push(Row::timed(
         format!("moe_fc1_relu2 {dtype}"),
@@ -293,7 +289,12 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
         matrix_bytes(shape.dff, shape.din),
     ));
     let down = median_ms(dev, 30, 10, || unsafe {
-        moe::down::<T>(dev, next_idx(), q2, act, scores.ptr(), part, &shape, status.ptr(), Stream::DEFAULT)
+        moe::down(
+            dev,
+            T::DTYPE,
+            shape.down_args(next_idx(), q2, act, scores.ptr(), part, status.ptr()),
+            Stream::DEFAULT,
+        )
     });
     rows.push(Row::timed(
         format!("moe_down {dtype}"),
@@ -312,8 +313,9 @@ fn bench_moe<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, copy: f64
         scratch_len: scratch.len(),
         status: status.ptr(),
     };
-    let routed =
-        median_ms(dev, 30, 10, || unsafe { moe::routed_forward::<T>(dev, p(next_idx()), &shape, Stream::DEFAULT) });
+    let routed = median_ms(dev, 30, 10, || unsafe {
+        moe::routed_forward(dev, T::DTYPE, p(next_idx()), &shape, Stream::DEFAULT)
+    });
     let bytes = matrix_bytes(shape.dff, shape.din) + matrix_bytes(shape.din, shape.dff);
     rows.push(Row::timed(format!("moe routed forward {dtype}"), format!("Nemotron bits={bits}"), routed, bytes));
     // The routed forward's yardstick: read_stream over the bytes of its three
@@ -384,8 +386,13 @@ fn bench_gated<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32) {
     let pair = median_ms(dev, 30, 10, || unsafe {
         let idx = next_idx();
         let p = moe::GatedPointers { x: x.ptr(), idx, gate, up, act: act.ptr(), status: status.ptr() };
-        moe::gateup(dev, dtype, p, moe::Activation::SwiGlu, &shape, Stream::DEFAULT)?;
-        moe::down::<T>(dev, idx, down, act.ptr(), scores.ptr(), part.ptr(), &shape, status.ptr(), Stream::DEFAULT)
+        moe::gateup(dev, dtype, shape.gateup_args(p, moe::Activation::SwiGlu), Stream::DEFAULT)?;
+        moe::down(
+            dev,
+            T::DTYPE,
+            shape.down_args(idx, down, act.ptr(), scores.ptr(), part.ptr(), status.ptr()),
+            Stream::DEFAULT,
+        )
     });
     let name = format!("moe_gateup + moe_down {dtype}");
     rows.push(Row::timed(name, format!("Qwen3-30B-A3B bits={bits}"), pair, gateup_bytes + down_bytes));
@@ -418,8 +425,8 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
     let ms = median_ms(dev, 30, 10, || unsafe {
         turn += 1;
         let wr = routers[turn % routers.len()].ptr();
-        router::router_logits(dev, dtype, x.ptr(), wr, logits.ptr(), &shape, Stream::DEFAULT)?;
-        router::topk(dev, logits.ptr(), ids.ptr(), scores.ptr(), &shape, true, Stream::DEFAULT)
+        router::router_logits(dev, dtype, shape.logits_args(x.ptr(), wr, logits.ptr()), Stream::DEFAULT)?;
+        router::topk(dev, shape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true), Stream::DEFAULT)
     });
     let logits_bytes = ((e + m as usize) * din * dtype.size() + m as usize * e * 4) as f64;
     let topk_bytes = (m as usize * (e * 4 + 2 * shape.k as usize * 4)) as f64;

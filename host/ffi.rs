@@ -53,7 +53,6 @@ use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::describe::{self, DescribedLaunch};
 use crate::runtime::{BackendKind, Device, Stream};
-use crate::with_element;
 
 /// The version of this C ABI, bumped on every incompatible change of this
 /// header. Compare it with [`mlxcel_amdgpu_abi_version`] at start-up.
@@ -337,7 +336,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_xielu(
     guarded(|| {
         let params = XieluParams { alpha_p, alpha_n, beta, eps };
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { xielu::launch::<T>(&device, x as u64, out as u64, n, params, Stream(stream)) })
+        let args = xielu::args(x as u64, out as u64, n, params);
+        unsafe { xielu::launch(&device, dtype_of(dtype)?, args, Stream(stream)) }
     })
 }
 
@@ -390,7 +390,9 @@ pub unsafe extern "C" fn mlxcel_amdgpu_add3_layer_norm(
             h: h as u64,
         };
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { add3_layer_norm::launch::<T>(&device, p, rows, d, eps, Stream(stream)) })
+        unsafe {
+            add3_layer_norm::launch(&device, dtype_of(dtype)?, add3_layer_norm::args(p, rows, d, eps), Stream(stream))
+        }
     })
 }
 
@@ -448,7 +450,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_mamba1_scan(
             state_out: state_out as u64,
         };
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { mamba1_scan::launch::<T>(&device, p, ScanShape { batch, len, dm, n }, Stream(stream)) })
+        let args = mamba1_scan::args(p, ScanShape { batch, len, dm, n });
+        unsafe { mamba1_scan::launch(&device, dtype_of(dtype)?, args, Stream(stream)) }
     })
 }
 
@@ -540,16 +543,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_fc1_relu2(
 ) -> MlxcelAmdgpuStatus {
     guarded(|| {
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { moe::fc1_relu2::<T>(
-            &device,
-            x as u64,
-            idx as u64,
-            quantized(w1, s1, b1),
-            act as u64,
-            &shape,
-            status as u64,
-            Stream(stream),
-        ) })
+        let args = shape.fc1_args(x as u64, idx as u64, quantized(w1, s1, b1), act as u64, status as u64);
+        unsafe { moe::fc1_relu2(&device, dtype_of(dtype)?, args, Stream(stream)) }
     })
 }
 
@@ -590,7 +585,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_gateup(
             status: status as u64,
         };
         let device = device()?;
-        unsafe { moe::gateup(&device, dtype_of(dtype)?, p, activation, &shape, Stream(stream)) }
+        unsafe { moe::gateup(&device, dtype_of(dtype)?, shape.gateup_args(p, activation), Stream(stream)) }
     })
 }
 
@@ -616,17 +611,9 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_down(
 ) -> MlxcelAmdgpuStatus {
     guarded(|| {
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { moe::down::<T>(
-            &device,
-            idx as u64,
-            quantized(w2, s2, b2),
-            act as u64,
-            scores as u64,
-            part as u64,
-            &shape,
-            status as u64,
-            Stream(stream),
-        ) })
+        let w2 = quantized(w2, s2, b2);
+        let args = shape.down_args(idx as u64, w2, act as u64, scores as u64, part as u64, status as u64);
+        unsafe { moe::down(&device, dtype_of(dtype)?, args, Stream(stream)) }
     })
 }
 
@@ -645,7 +632,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(
 ) -> MlxcelAmdgpuStatus {
     guarded(|| {
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { moe::combine::<T>(&device, part as u64, out as u64, k, din, Stream(stream)) })
+        let args = moe::MoeCombineArgs { part: part as u64, out: out as u64, k, din };
+        unsafe { moe::combine(&device, dtype_of(dtype)?, args, Stream(stream)) }
     })
 }
 
@@ -689,7 +677,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
             status: status as u64,
         };
         let device = device()?;
-        with_element!(dtype_of(dtype)?, T => unsafe { moe::routed_forward::<T>(&device, p, &shape, Stream(stream)) })
+        unsafe { moe::routed_forward(&device, dtype_of(dtype)?, p, &shape, Stream(stream)) }
     })
 }
 

@@ -283,7 +283,15 @@ fn in_place_gives_the_out_of_place_bytes<T: Element, const XN: u8, const H: u8>(
         }
         let (x_new, h) = (place(XN, &i, &own_x_new), place(H, &i, &own_h));
         let p = i.pointers(x_new.ptr(), h.ptr());
-        unsafe { add3_layer_norm::launch::<T>(dev, p, rows as u32, d as u32, EPS, Stream::DEFAULT) }.unwrap();
+        unsafe {
+            add3_layer_norm::launch(
+                dev,
+                T::DTYPE,
+                add3_layer_norm::args(p, rows as u32, d as u32, EPS),
+                Stream::DEFAULT,
+            )
+        }
+        .unwrap();
         let got = Outputs { x_new: download_bits(x_new), h: download_bits(h) };
         assert_eq!(got.x_new, want.x_new, "x_new differs from the out-of-place run: {what}");
         assert_eq!(got.h, want.h, "h differs from the out-of-place run: {what}");
@@ -344,7 +352,10 @@ fn a_refused_aliasing_names_both_and_writes_nothing<T: Element, const CASE: u8>(
         H_PAST_X => (Add3Pointers { h: x.ptr() + es, ..p }, "h", "x"),
         _ => (Add3Pointers { h: w.ptr(), ..p }, "h", "w"),
     };
-    let err = unsafe { add3_layer_norm::launch::<T>(dev, p, rows as u32, d as u32, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe {
+        add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(p, rows as u32, d as u32, EPS), Stream::DEFAULT)
+    }
+    .unwrap_err();
     let message = invalid(err, argument);
     assert!(message.contains(&format!("overlaps `{other}`")), "{message}");
     assert!(message.contains(&format!("`{argument}` may only be exactly `a` or `b` or `x`")), "{message}");
@@ -361,7 +372,7 @@ fn pointers() -> Add3Pointers {
 fn a_row_too_long_is_refused() {
     let dev = Device::cpu();
     let err = unsafe {
-        add3_layer_norm::launch::<mlxcel_amdgpu::half::bf16>(&dev, pointers(), 1, 6657, EPS, Stream::DEFAULT)
+        add3_layer_norm::launch(&dev, Dtype::Bf16, add3_layer_norm::args(pointers(), 1, 6657, EPS), Stream::DEFAULT)
     }
     .unwrap_err();
     assert_eq!(
@@ -371,15 +382,24 @@ fn a_row_too_long_is_refused() {
 }
 
 fn d_zero_is_refused_and_the_message_says_why<T: Element>(dev: &Device) {
-    let err = unsafe { add3_layer_norm::launch::<T>(dev, pointers(), 1, 0, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe {
+        add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(pointers(), 1, 0, EPS), Stream::DEFAULT)
+    }
+    .unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `d`: is 0; a row must have at least one element");
 }
 
 fn a_nan_eps_is_refused_and_the_message_says_nan<T: Element>(dev: &Device) {
-    let err = unsafe { add3_layer_norm::launch::<T>(dev, pointers(), 1, 8, f32::NAN, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe {
+        add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(pointers(), 1, 8, f32::NAN), Stream::DEFAULT)
+    }
+    .unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `eps`: is NaN; it must be a finite non-negative number");
     for bad in [-1e-5, f32::INFINITY] {
-        let err = unsafe { add3_layer_norm::launch::<T>(dev, pointers(), 1, 8, bad, Stream::DEFAULT) }.unwrap_err();
+        let err = unsafe {
+            add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(pointers(), 1, 8, bad), Stream::DEFAULT)
+        }
+        .unwrap_err();
         assert_eq!(invalid(err, "eps"), format!("{bad} is not a finite non-negative number"));
     }
 }
@@ -387,24 +407,31 @@ fn a_nan_eps_is_refused_and_the_message_says_nan<T: Element>(dev: &Device) {
 fn a_misaligned_w_is_refused() {
     let dev = Device::cpu();
     let p = Add3Pointers { w: 0x402, ..pointers() };
-    let err = unsafe { add3_layer_norm::launch::<f32>(&dev, p, 1, 8, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err =
+        unsafe { add3_layer_norm::launch(&dev, Dtype::F32, add3_layer_norm::args(p, 1, 8, EPS), Stream::DEFAULT) }
+            .unwrap_err();
     invalid(err, "w");
 }
 
 fn a_null_h_is_refused<T: Element>(dev: &Device) {
     let p = Add3Pointers { h: 0, ..pointers() };
-    let err = unsafe { add3_layer_norm::launch::<T>(dev, p, 1, 8, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe { add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(p, 1, 8, EPS), Stream::DEFAULT) }
+        .unwrap_err();
     assert_eq!(invalid(err, "h"), "is a null pointer");
 }
 
 fn too_many_rows_are_refused<T: Element>(dev: &Device) {
-    let err = unsafe { add3_layer_norm::launch::<T>(dev, pointers(), 1 << 24, 8, EPS, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe {
+        add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(pointers(), 1 << 24, 8, EPS), Stream::DEFAULT)
+    }
+    .unwrap_err();
     invalid(err, "rows");
 }
 
 /// rows = 0: nothing to do, nothing touched (the pointers are not valid).
 fn rows_zero_is_a_no_op<T: Element>(dev: &Device) {
-    unsafe { add3_layer_norm::launch::<T>(dev, pointers(), 0, 8, EPS, Stream::DEFAULT) }.unwrap();
+    unsafe { add3_layer_norm::launch(dev, T::DTYPE, add3_layer_norm::args(pointers(), 0, 8, EPS), Stream::DEFAULT) }
+        .unwrap();
 }
 
 fn a_short_buffer_is_refused<T: Element>(dev: &Device) {

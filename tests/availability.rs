@@ -5,7 +5,6 @@
 
 mod common;
 
-use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::{self, add3_layer_norm, mamba1_scan, moe, xielu};
 use mlxcel_amdgpu::kernels_device::entry::KERNELS;
 use mlxcel_amdgpu::{Device, Error, Stream};
@@ -82,11 +81,15 @@ fn a_wave64_device_has_no_kernels_and_launches_touch_nothing() {
     }
     // The launch takes the same lookup first: it fails as unavailable, before it
     // could touch the (deliberately invalid) pointers.
-    let err = unsafe { xielu::launch::<bf16>(&dev, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
-        .unwrap_err();
+    let err = unsafe {
+        xielu::launch(&dev, Dtype::Bf16, xielu::args(0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS), Stream::DEFAULT)
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     let p = add3_layer_norm::Add3Pointers { a: 0x10, b: 0x10, x: 0x10, w: 0x10, bias: 0, x_new: 0x10, h: 0x10 };
-    let err = unsafe { add3_layer_norm::launch::<f16>(&dev, p, 4, 4096, 1e-5, Stream::DEFAULT) }.unwrap_err();
+    let err =
+        unsafe { add3_layer_norm::launch(&dev, Dtype::F16, add3_layer_norm::args(p, 4, 4096, 1e-5), Stream::DEFAULT) }
+            .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
 }
 
@@ -118,8 +121,10 @@ fn too_little_workgroup_memory_makes_exactly_those_kernels_unavailable() {
     assert!(!xielu::available(&dev, Dtype::F16) && xielu::available(&dev, Dtype::Bf16));
     assert!(!moe::available(&dev, Dtype::Bf16));
     // The launch takes the same lookup: unavailable before the (invalid) pointers are touched.
-    let err = unsafe { xielu::launch::<f16>(&dev, 0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS, Stream::DEFAULT) }
-        .unwrap_err();
+    let err = unsafe {
+        xielu::launch(&dev, Dtype::F16, xielu::args(0x10, 0x10, 1 << 20, xielu::XieluParams::APERTUS), Stream::DEFAULT)
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     // The bounds are exact: the MoE GEMVs ask for up to 61,968 bytes, xielu f16 for 61,440.
     for (bytes, moe_ok, f16_ok) in

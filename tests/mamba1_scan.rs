@@ -86,7 +86,15 @@ fn run_kernel<T: Element>(dev: &Device, s: &ScanInputs, state: StateIn) -> Outpu
     if state == StateIn::Aliased {
         let p = inp.pointers(state_out.ptr(), y.ptr(), state_out.ptr());
         // SAFETY: every buffer holds at least the shape's elements.
-        unsafe { mamba1_scan::launch::<T>(dev, p, ScanShape { batch: b, len: l, dm, n }, Stream::DEFAULT) }.unwrap();
+        unsafe {
+            mamba1_scan::launch(
+                dev,
+                T::DTYPE,
+                mamba1_scan::args(p, ScanShape { batch: b, len: l, dm, n }),
+                Stream::DEFAULT,
+            )
+        }
+        .unwrap();
     } else {
         let state_in = if state == StateIn::Separate { Some(&state_in) } else { None };
         let bufs = inp.buffers(state_in, &mut y, &mut state_out);
@@ -451,7 +459,9 @@ const P: ScanPointers = ScanPointers {
 fn refused<T: Element>(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Error {
     let dev = Device::cpu();
     // SAFETY: every case here is refused before the launch (asserted).
-    match unsafe { mamba1_scan::launch::<T>(&dev, p, ScanShape { batch, len, dm, n }, Stream::DEFAULT) } {
+    match unsafe {
+        mamba1_scan::launch(&dev, T::DTYPE, mamba1_scan::args(p, ScanShape { batch, len, dm, n }), Stream::DEFAULT)
+    } {
         Err(e) => e.root().clone(),
         Ok(()) => panic!("{} {p:x?} B={batch} L={len} Dm={dm} N={n}: launched", T::DTYPE),
     }
@@ -615,7 +625,12 @@ fn timing_on_gpus() {
             let (b, l, d, nn) = (batch as u32, len as u32, dm as u32, n as u32);
             // SAFETY: every buffer holds the shape's elements.
             let call = || unsafe {
-                mamba1_scan::launch::<T>(&dev, p, ScanShape { batch: b, len: l, dm: d, n: nn }, Stream::DEFAULT)
+                mamba1_scan::launch(
+                    &dev,
+                    T::DTYPE,
+                    mamba1_scan::args(p, ScanShape { batch: b, len: l, dm: d, n: nn }),
+                    Stream::DEFAULT,
+                )
             };
             for _ in 0..3 {
                 call().unwrap();

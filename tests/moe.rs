@@ -288,8 +288,9 @@ fn misaligned_case<T: Element>(dev: &Device, case: u64, bits: u32) {
     };
     // SAFETY: every pointer is into a buffer holding the shape's elements past it.
     unsafe {
-        moe::fc1_relu2::<T>(dev, xp, u.idx.ptr(), p1, ap, &shape, 0, Stream::DEFAULT).unwrap();
-        moe::down::<T>(dev, u.idx.ptr(), p2, ap, u.scores.ptr(), part.ptr(), &shape, 0, Stream::DEFAULT).unwrap();
+        moe::fc1_relu2(dev, T::DTYPE, shape.fc1_args(xp, u.idx.ptr(), p1, ap, 0), Stream::DEFAULT).unwrap();
+        moe::down(dev, T::DTYPE, shape.down_args(u.idx.ptr(), p2, ap, u.scores.ptr(), part.ptr(), 0), Stream::DEFAULT)
+            .unwrap();
     }
     let off = (ap - act.ptr()) as usize / 4;
     let act = download_f32(&act)[off..off + k * dff].to_vec();
@@ -458,7 +459,7 @@ const Q: QuantizedPointers = QuantizedPointers { w: 0x1000, scales: 0x2000, bias
 
 fn fc1(s: MoeShape, x: u64, q: QuantizedPointers, act: u64, status: u64) -> Result<(), Error> {
     // SAFETY: every case is refused before the launch (asserted by `refused`).
-    unsafe { moe::fc1_relu2::<bf16>(&Device::cpu(), x, 0x4000, q, act, &s, status, Stream::DEFAULT) }
+    unsafe { moe::fc1_relu2(&Device::cpu(), Dtype::Bf16, s.fc1_args(x, 0x4000, q, act, status), Stream::DEFAULT) }
 }
 
 fn bad_shapes_are_refused_before_any_launch() {
@@ -483,12 +484,32 @@ fn bad_shapes_are_refused_before_any_launch() {
     let huge = MoeShape { n_experts: u32::MAX, din: MAX_COLS, dff: MAX_COLS, bits: 8, ..s };
     assert_eq!(huge.validate().is_ok(), usize::BITS == 64);
     let down = |s: MoeShape| unsafe {
-        moe::down::<bf16>(&Device::cpu(), 0x4000, Q, 0x500, 0x700, 0x800, &s, 0, Stream::DEFAULT)
+        moe::down(&Device::cpu(), Dtype::Bf16, s.down_args(0x4000, Q, 0x500, 0x700, 0x800, 0), Stream::DEFAULT)
     };
     refused(down(MoeShape { group_size: 256, ..s }), "group_size");
     let dev = Device::cpu();
-    refused(unsafe { moe::combine::<bf16>(&dev, 0x500, 0x600, 0, 512, Stream::DEFAULT) }, "k");
-    refused(unsafe { moe::combine::<bf16>(&dev, 0x500, 0x600, 6, 0, Stream::DEFAULT) }, "din");
+    refused(
+        unsafe {
+            moe::combine(
+                &dev,
+                Dtype::Bf16,
+                moe::MoeCombineArgs { part: 0x500, out: 0x600, k: 0, din: 512 },
+                Stream::DEFAULT,
+            )
+        },
+        "k",
+    );
+    refused(
+        unsafe {
+            moe::combine(
+                &dev,
+                Dtype::Bf16,
+                moe::MoeCombineArgs { part: 0x500, out: 0x600, k: 6, din: 0 },
+                Stream::DEFAULT,
+            )
+        },
+        "din",
+    );
 }
 
 fn null_and_misaligned_pointers_are_refused_and_named() {
@@ -501,17 +522,40 @@ fn null_and_misaligned_pointers_are_refused_and_named() {
     refused(fc1(s, 0x100, QuantizedPointers { biases: 0, ..q }, 0x500, 0), "b1");
     refused(fc1(s, 0x100, q, 0x502, 0), "act");
     refused(fc1(s, 0x100, q, 0x500, 0x601), "status");
-    refused(unsafe { moe::fc1_relu2::<bf16>(&dev, 0x100, 0x4002, q, 0x500, &s, 0, Stream::DEFAULT) }, "idx");
+    refused(
+        unsafe { moe::fc1_relu2(&dev, Dtype::Bf16, s.fc1_args(0x100, 0x4002, q, 0x500, 0), Stream::DEFAULT) },
+        "idx",
+    );
 
     let down = |q: QuantizedPointers, scores: u64, part: u64| unsafe {
-        moe::down::<bf16>(&dev, 0x4000, q, 0x500, scores, part, &s, 0, Stream::DEFAULT)
+        moe::down(&dev, Dtype::Bf16, s.down_args(0x4000, q, 0x500, scores, part, 0), Stream::DEFAULT)
     };
     refused(down(q, 0, 0x800), "scores");
     refused(down(q, 0x700, 0x801), "part");
     refused(down(QuantizedPointers { w: 0x1001, ..q }, 0x700, 0x800), "w2");
 
-    refused(unsafe { moe::combine::<bf16>(&dev, 0x502, 0x600, 6, 512, Stream::DEFAULT) }, "part");
-    refused(unsafe { moe::combine::<bf16>(&dev, 0x500, 0x601, 6, 512, Stream::DEFAULT) }, "out");
+    refused(
+        unsafe {
+            moe::combine(
+                &dev,
+                Dtype::Bf16,
+                moe::MoeCombineArgs { part: 0x502, out: 0x600, k: 6, din: 512 },
+                Stream::DEFAULT,
+            )
+        },
+        "part",
+    );
+    refused(
+        unsafe {
+            moe::combine(
+                &dev,
+                Dtype::Bf16,
+                moe::MoeCombineArgs { part: 0x500, out: 0x601, k: 6, din: 512 },
+                Stream::DEFAULT,
+            )
+        },
+        "out",
+    );
 }
 
 /// Routed-forward pointers far enough apart (256 MiB) that no two ranges of
@@ -533,7 +577,7 @@ fn routed_pointers() -> RoutedPointers {
 
 fn routed_refused<T: Element>(p: RoutedPointers, s: MoeShape) -> Result<(), Error> {
     // SAFETY: every case is refused before the launch (asserted by the callers).
-    match unsafe { moe::routed_forward::<T>(&Device::cpu(), p, &s, Stream::DEFAULT) } {
+    match unsafe { moe::routed_forward(&Device::cpu(), T::DTYPE, p, &s, Stream::DEFAULT) } {
         Ok(()) => panic!("{}: {p:x?} launched", T::DTYPE),
         err => err,
     }
@@ -732,7 +776,7 @@ fn bench_one(dev: &Device, shape: MoeShape) {
             scratch_len: scratch.len(),
             status: 0,
         };
-        unsafe { moe::routed_forward::<bf16>(dev, p, &shape, s) }
+        unsafe { moe::routed_forward(dev, Dtype::Bf16, p, &shape, s) }
     };
     for set in &sets {
         routed(set).unwrap();
@@ -762,9 +806,14 @@ fn bench_one(dev: &Device, shape: MoeShape) {
     let fc1_bytes = kf * (dff * din * bits / 8.0 + 2.0 * dff * din / gs * 2.0) + din * 2.0 + kf * dff * 4.0;
     let down_bytes = kf * (din * dff * bits / 8.0 + 2.0 * din * dff / gs * 2.0) + kf * dff * 4.0 + kf * din * 4.0;
     let combine_bytes = kf * din * 4.0 + din * 2.0;
-    let t_fc1 = time(&|set| unsafe { moe::fc1_relu2::<bf16>(dev, x.ptr(), set.ptr(), q1, act, &shape, 0, s) });
-    let t_down = time(&|set| unsafe { moe::down::<bf16>(dev, set.ptr(), q2, act, scores.ptr(), part, &shape, 0, s) });
-    let t_comb = time(&|_| unsafe { moe::combine::<bf16>(dev, part, out.ptr(), shape.k, shape.din, s) });
+    let t_fc1 =
+        time(&|set| unsafe { moe::fc1_relu2(dev, Dtype::Bf16, shape.fc1_args(x.ptr(), set.ptr(), q1, act, 0), s) });
+    let t_down = time(&|set| unsafe {
+        moe::down(dev, Dtype::Bf16, shape.down_args(set.ptr(), q2, act, scores.ptr(), part, 0), s)
+    });
+    let t_comb = time(&|_| unsafe {
+        moe::combine(dev, Dtype::Bf16, moe::MoeCombineArgs { part, out: out.ptr(), k: shape.k, din: shape.din }, s)
+    });
     let t_all = time(&routed);
     let line = |name: &str, us: f64, bytes: f64| {
         eprintln!("  {name:<14} {us:8.2} us  {:7.1} MB  {:7.0} GB/s", bytes / 1e6, bytes / us / 1e3)

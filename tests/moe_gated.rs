@@ -152,7 +152,7 @@ fn misaligned_weights_take_the_word_path(dev: &Device) {
     let (k, dff) = (gu.k as usize, gu.dff as usize);
     let act = poisoned::<f32>(dev, k * dff);
     let p = moe::GatedPointers { x: u.x.ptr(), idx: u.idx.ptr(), gate, up: u.up.pointers(), act: act.ptr(), status: 0 };
-    unsafe { moe::gateup(dev, Dtype::Bf16, p, Activation::SwiGlu, &gu, Stream::DEFAULT) }.unwrap();
+    unsafe { moe::gateup(dev, Dtype::Bf16, gu.gateup_args(p, Activation::SwiGlu), Stream::DEFAULT) }.unwrap();
     let got = download_values(&act);
     let want = gateup(&inp.x, &inp.idx, &inp.gate, &inp.up, inp.n_experts, 0);
     let e = metrics::max_rel(&got, &want);

@@ -117,8 +117,10 @@ fn logits_misaligned_x_takes_the_value_path(dev: &Device) {
     let w = upload_as::<bf16>(dev, &wr);
     let logits = poisoned::<f32>(dev, m * e);
     let shape = RouterShape { m: m as u32, n_experts: e as u32, din: din as u32, k: 1 };
-    unsafe { router::router_logits(dev, Dtype::Bf16, xs.ptr() + 2, w.ptr(), logits.ptr(), &shape, Stream::DEFAULT) }
-        .unwrap();
+    unsafe {
+        router::router_logits(dev, Dtype::Bf16, shape.logits_args(xs.ptr() + 2, w.ptr(), logits.ptr()), Stream::DEFAULT)
+    }
+    .unwrap();
     let got = download_values(&logits);
     let want = moe::router_logits(&x, &wr, m, e, din);
     let err = error_over_largest(&got, &want);

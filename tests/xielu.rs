@@ -87,12 +87,10 @@ fn tail<T: Element, const N: usize, const OFFSET: usize>(dev: &Device) {
     let out = sentinel::<T>(dev, offset + n);
     let es = size_of::<T>() as u64;
     unsafe {
-        xielu::launch::<T>(
+        xielu::launch(
             dev,
-            buf.ptr() + es * offset as u64,
-            out.ptr() + es * offset as u64,
-            n as u64,
-            P,
+            T::DTYPE,
+            xielu::args(buf.ptr() + es * offset as u64, out.ptr() + es * offset as u64, n as u64, P),
             Stream::DEFAULT,
         )
     }
@@ -110,7 +108,8 @@ fn in_place_raw_launch_is_bit_exact<T: Element>(dev: &Device) {
     let dtype = T::DTYPE;
     let all = tail_data(dtype);
     let buf = upload::<T>(dev, &all);
-    unsafe { xielu::launch::<T>(dev, buf.ptr(), buf.ptr(), all.len() as u64, P, Stream::DEFAULT) }.unwrap();
+    unsafe { xielu::launch(dev, T::DTYPE, xielu::args(buf.ptr(), buf.ptr(), all.len() as u64, P), Stream::DEFAULT) }
+        .unwrap();
     metrics::assert_bits_equal(
         dtype,
         &download_bits(&buf),
@@ -142,7 +141,7 @@ fn partial_overlap_is_refused_and_writes_nothing<T: Element, const OUT_AFTER: bo
     let before = download_bits(&buf);
     let es = size_of::<T>() as u64;
     let (x, out) = if OUT_AFTER { (buf.ptr(), buf.ptr() + es) } else { (buf.ptr() + es, buf.ptr()) };
-    let err = unsafe { xielu::launch::<T>(dev, x, out, n as u64, P, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe { xielu::launch(dev, T::DTYPE, xielu::args(x, out, n as u64, P), Stream::DEFAULT) }.unwrap_err();
     let message = invalid(err, "out");
     assert!(message.contains("overlaps `x`"), "{message}");
     assert!(message.contains("`out` may only be exactly `x`"), "{message}");
@@ -448,35 +447,37 @@ fn a_positive_eps_takes_the_models_path_bit_exactly<T: Element>(dev: &Device) {
 // ------------------------------------------------------ arguments refused
 
 fn n_zero_is_a_no_op<T: Element>(dev: &Device) {
-    unsafe { xielu::launch::<T>(dev, 0, 0, 0, P, Stream::DEFAULT) }.unwrap();
+    unsafe { xielu::launch(dev, T::DTYPE, xielu::args(0, 0, 0, P), Stream::DEFAULT) }.unwrap();
     let input = dev.alloc::<T>(0).unwrap();
     let mut out = dev.alloc::<T>(0).unwrap();
     xielu::run(dev, &input, &mut out, 0, P, Stream::DEFAULT).unwrap();
 }
 
 fn a_null_x_is_refused<T: Element>(dev: &Device) {
-    let err = unsafe { xielu::launch::<T>(dev, 0, 0x1000, 4, P, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe { xielu::launch(dev, T::DTYPE, xielu::args(0, 0x1000, 4, P), Stream::DEFAULT) }.unwrap_err();
     assert_eq!(invalid(err, "x"), "is a null pointer");
 }
 
 /// `n = MAX_N` passes the limit: the launch goes on to the pointers (a null `x`
 /// is then what is refused, so nothing of 2^60 elements is touched).
 fn n_at_the_limit_passes_the_n_check<T: Element>(dev: &Device) {
-    let err = unsafe { xielu::launch::<T>(dev, 0, 0x1000, MAX_N, P, Stream::DEFAULT) }.unwrap_err();
+    let err = unsafe { xielu::launch(dev, T::DTYPE, xielu::args(0, 0x1000, MAX_N, P), Stream::DEFAULT) }.unwrap_err();
     assert_eq!(invalid(err, "x"), "is a null pointer");
 }
 
 /// `n = MAX_N + 1` is refused naming `n`, before any pointer is looked at.
 fn n_above_the_limit_is_refused<T: Element>(dev: &Device) {
     for n in [MAX_N + 1, u64::MAX] {
-        let err = unsafe { xielu::launch::<T>(dev, 0x1000, 0x1000, n, P, Stream::DEFAULT) }.unwrap_err();
+        let err =
+            unsafe { xielu::launch(dev, T::DTYPE, xielu::args(0x1000, 0x1000, n, P), Stream::DEFAULT) }.unwrap_err();
         assert_eq!(invalid(err, "n"), format!("{n} is above the limit of {MAX_N} (2^60) elements"));
     }
 }
 
 fn a_misaligned_x_is_refused() {
     let dev = Device::cpu();
-    let err = unsafe { xielu::launch::<f32>(&dev, 0x1002, 0x2000, 4, P, Stream::DEFAULT) }.unwrap_err();
+    let err =
+        unsafe { xielu::launch(&dev, Dtype::F32, xielu::args(0x1002, 0x2000, 4, P), Stream::DEFAULT) }.unwrap_err();
     assert_eq!(err.to_string(), "invalid argument `x`: pointer 0x1002 is not aligned to its f32 element (4 bytes)");
 }
 
@@ -490,7 +491,8 @@ fn non_finite_scalars_are_refused<T: Element>(dev: &Device) {
             ("eps", XieluParams { eps: bad, ..P }),
         ];
         for (name, p) in cases {
-            let err = unsafe { xielu::launch::<T>(dev, 0x1000, 0x1000, 4, p, Stream::DEFAULT) }.unwrap_err();
+            let err = unsafe { xielu::launch(dev, T::DTYPE, xielu::args(0x1000, 0x1000, 4, p), Stream::DEFAULT) }
+                .unwrap_err();
             assert_eq!(invalid(err, name), format!("{bad} is not a finite number"));
         }
     }

@@ -4,12 +4,21 @@ use kernels_device::geometry::add3_layer_norm::{
     MAX_D, MAX_ROWS, SHORT_KERNEL, SHORT_MAX_D, WORKGROUP_MEM_BYTES, WORKGROUP_SIZE,
 };
 
+use kernels_device::entry::Add3LayerNorm;
 pub use kernels_device::entry::Add3LayerNormArgs;
 
-use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, Run, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream, Typed};
+
+/// The typed launch of `add3_layer_norm` ([`Run::run`] launches it): the
+/// buffers of [`Add3Pointers`] as typed borrows (`bias` optional), and `rows`,
+/// `d`, `eps`. An output that is exactly a row input (in place) needs the raw
+/// form, [`launch`].
+pub type Add3LayerNormLaunch<'a, T> = Add3LayerNorm<'a, T, Typed>;
+
+typed_run!(Add3LayerNorm);
 
 /// Kernel name without the dtype suffix: the instance for any `d` up to
 /// `MAX_D`. Rows of at most `SHORT_MAX_D` run [`SHORT_KERNEL`], the same code
@@ -95,25 +104,21 @@ impl CheckedArgs for Add3LayerNormArgs {
     }
 }
 
-fn args(p: Add3Pointers, rows: u32, d: u32, eps: f32) -> Add3LayerNormArgs {
+/// The kernel's arguments (the raw form [`launch`] takes).
+pub fn args(p: Add3Pointers, rows: u32, d: u32, eps: f32) -> Add3LayerNormArgs {
     let Add3Pointers { a, b, x, w, bias, x_new, h } = p;
     Add3LayerNormArgs { a, b, x, w, bias, x_new, h, rows, d, eps }
 }
 
-/// `x_new = a + b + x` (two roundings) and `h = LayerNorm(x_new; w, bias, eps)`.
+/// `x_new = a + b + x` (two roundings) and `h = LayerNorm(x_new; w, bias, eps)`
+/// over the raw form ([`args`]), `dtype` the element type of every buffer.
 /// `rows = 0` is a no-op.
 ///
 /// # Safety
-/// The pointers are device pointers of `device` to buffers of the sizes above.
-pub unsafe fn launch<T: Element>(
-    device: &Device,
-    p: Add3Pointers,
-    rows: u32,
-    d: u32,
-    eps: f32,
-    stream: Stream,
-) -> Result<()> {
-    args(p, rows, d, eps).enqueue_checked(device, T::DTYPE, &[], stream)
+/// The pointers are device pointers of `device` to buffers of the sizes of
+/// [`Add3Pointers`].
+pub unsafe fn launch(device: &Device, dtype: Dtype, args: Add3LayerNormArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
 /// Typed buffers of one [`run`].
@@ -127,7 +132,7 @@ pub struct Add3Buffers<'a, T> {
     pub h: &'a mut DeviceBuffer<T>,
 }
 
-/// [`launch`] over typed buffers, checking their sizes.
+/// [`Add3LayerNormLaunch`] of these buffers and sizes, run.
 pub fn run<T: Element>(
     device: &Device,
     bufs: Add3Buffers<'_, T>,
@@ -136,10 +141,6 @@ pub fn run<T: Element>(
     eps: f32,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = capacity_of!(bufs: a, b, x, w, x_new, h).to_vec();
-    if let Some(bias) = bufs.bias {
-        capacity.push(("bias", bias.bytes()));
-    }
-    let p = pointers_of!(Add3Pointers { bufs: a, b, x, w, x_new, h; bias: bufs.bias.map_or(0, |b| b.ptr()) });
-    args(p, rows, d, eps).enqueue_checked(device, T::DTYPE, &capacity, stream)
+    let Add3Buffers { a, b, x, w, bias, x_new, h } = bufs;
+    Add3LayerNormLaunch { a, b, x, w, bias, x_new, h, rows, d, eps }.run(device, stream)
 }

@@ -12,12 +12,21 @@
 
 use kernels_device::geometry::mamba1_scan::{MAX_BATCH, MAX_N, Mapping};
 
+use kernels_device::entry::Mamba1Scan;
 pub use kernels_device::entry::Mamba1ScanArgs;
 
-use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, Run, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{BackendKind, Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{BackendKind, Device, DeviceBuffer, LaunchDims, Spans, Stream, Typed};
+
+/// The typed launch of `mamba1_scan` ([`Run::run`] launches it): the buffers
+/// of [`ScanPointers`] as typed borrows, and `batch`, `len`, `dm`, `n`. The
+/// in-place update of the state needs the raw form ([`run`] with no
+/// `state_in` takes it).
+pub type Mamba1ScanLaunch<'a, T> = Mamba1Scan<'a, T, Typed>;
+
+typed_run!(Mamba1Scan);
 
 /// Kernel name without the dtype suffix.
 pub const KERNEL: &str = "mamba1_scan";
@@ -149,8 +158,10 @@ pub fn dims(mapping: Mapping, batch: u32, dm: u32, n: u32) -> LaunchDims {
     }
 }
 
-fn args(p: ScanPointers, batch: u32, len: u32, dm: u32, n: u32) -> Mamba1ScanArgs {
+/// The kernel's arguments (the raw form [`launch`] takes).
+pub fn args(p: ScanPointers, shape: ScanShape) -> Mamba1ScanArgs {
     let ScanPointers { x, dt, bm, cm, a, dskip, state_in, y, state_out } = p;
+    let ScanShape { batch, len, dm, n } = shape;
     Mamba1ScanArgs { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n }
 }
 
@@ -176,16 +187,16 @@ pub struct ScanShape {
 }
 
 /// The selective scan over `len` steps of `batch` sequences of `dm` channels
-/// with `n` state columns: writes `y` and the final state (see [`ScanPointers`]).
-/// Every argument is checked (see [`sizes`]; pointers as the declaration
-/// says) before anything is launched.
+/// with `n` state columns, over the raw form ([`args`]; `dtype` is `T` of
+/// [`ScanPointers`]): writes `y` and the final state. Every argument is
+/// checked (see [`sizes`]; pointers as the declaration says) before anything
+/// is launched.
 ///
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of at least the
 /// sizes of [`ScanPointers`].
-pub unsafe fn launch<T: Element>(device: &Device, p: ScanPointers, shape: ScanShape, stream: Stream) -> Result<()> {
-    let ScanShape { batch, len, dm, n } = shape;
-    args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &[], stream)
+pub unsafe fn launch(device: &Device, dtype: Dtype, args: Mamba1ScanArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
 /// Typed buffers of one [`run`]: `a`, `state_in` and `state_out` hold f32, the
@@ -203,14 +214,33 @@ pub struct ScanBuffers<'a, T> {
     pub state_out: &'a mut DeviceBuffer<f32>,
 }
 
-/// [`launch`] over typed buffers, checking the shape and then every buffer's size.
+/// [`Mamba1ScanLaunch`] of these buffers, run, checking the shape and then
+/// every buffer's size. Without `state_in` the state is updated in place in
+/// `state_out`: the raw form with the buffers' sizes, since the typed form
+/// cannot borrow one buffer as both.
 pub fn run<T: Element>(device: &Device, bufs: ScanBuffers<'_, T>, shape: ScanShape, stream: Stream) -> Result<()> {
+    let ScanBuffers { x, dt, bm, cm, a, dskip, state_in, y, state_out } = bufs;
     let ScanShape { batch, len, dm, n } = shape;
-    let state_out = bufs.state_out.ptr();
-    let mut capacity = capacity_of!(bufs: x, dt, bm, cm, a, dskip).to_vec();
-    capacity.push(("state_in", bufs.state_in.map_or(bufs.state_out.bytes(), |s| s.bytes())));
-    capacity.extend(capacity_of!(bufs: y, state_out));
-    let state_in = bufs.state_in.map_or(state_out, |s| s.ptr());
-    let p = pointers_of!(ScanPointers { bufs: x, dt, bm, cm, a, dskip, y; state_in, state_out });
-    args(p, batch, len, dm, n).enqueue_checked(device, T::DTYPE, &capacity, stream)
+    if let Some(state_in) = state_in {
+        return Mamba1ScanLaunch { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n }
+            .run(device, stream);
+    }
+    let state = state_out.span();
+    let (args, capacity) = Mamba1Scan::<T, Spans> {
+        x: x.span(),
+        dt: dt.span(),
+        bm: bm.span(),
+        cm: cm.span(),
+        a: a.span(),
+        dskip: dskip.span(),
+        state_in: state,
+        y: y.span(),
+        state_out: state,
+        batch,
+        len,
+        dm,
+        n,
+    }
+    .raw();
+    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

@@ -1,42 +1,29 @@
-//! Typed launchers: one per kernel family. Each validates every argument before
-//! it touches the device, finds the kernel for the element type with
+//! Launchers: one module per kernel family. Each validates every argument
+//! before it touches the device, finds the kernel for the dtype with
 //! [`Device::kernel`] (the same lookup as the availability predicates, so the
 //! two cannot disagree), and launches on the caller's stream.
 //!
+//! Both forms of a launch come from the family's declaration in
+//! `kernels_device::entry`:
+//! - the raw form, the family's argument struct (`XieluArgs`: device
+//!   addresses and scalars), which the C ABI uses: `launch(device, dtype,
+//!   args, stream)` and its kin are `unsafe`, the caller guaranteeing that the
+//!   buffers hold the sizes the arguments describe;
+//! - the typed form (`XieluLaunch<T>`: `&DeviceBuffer<E>` for a buffer the
+//!   kernel reads, `&mut DeviceBuffer<E>` for one it writes, and the scalars),
+//!   which [`Run::run`] launches safely, checking every buffer's size too.
+//!
 //! The pointer checks are not written per launcher: they come from the
-//! family's declaration in `kernels_device::entry` (see [`check_buffers`]).
-//! Launchers take raw device pointers (as the C ABI does) and are `unsafe`: the
-//! caller guarantees the buffers hold the sizes the arguments describe. The
-//! safe `run` wrappers take typed [`crate::DeviceBuffer`]s and check those
-//! sizes too.
-
-/// `[("a", bufs.a.bytes()), ...]`: the [`Capacity`] entries of the named
-/// buffers of a safe wrapper's `bufs`, each under its field's (= argument's) name.
-macro_rules! capacity_of {
-    ($bufs:ident: $($field:ident),+ $(,)?) => {
-        [$((stringify!($field), $bufs.$field.bytes())),+]
-    };
-}
-
-/// `Ty { a: bufs.a.ptr(), ..., other: value, ... }`: a safe wrapper's pointer
-/// set, from the named buffers of its `bufs` and the other fields' values
-/// (`other` alone: the local of that name).
-macro_rules! pointers_of {
-    ($ty:ident { $bufs:ident: $($field:ident),+; $($other:ident $(: $value:expr)?),* $(,)? }) => {
-        $ty { $($field: $bufs.$field.ptr(),)+ $($other $(: $value)?),* }
-    };
-}
-
-pub mod add3_layer_norm;
-pub mod mamba1_scan;
-pub mod moe;
-pub mod xielu;
+//! declaration (see [`check_buffers`]). Values, extents and buffer sizes are
+//! positional, in the kernel's signature order, as the declaration derives
+//! them; the unit tests check every family's order and kinds against its
+//! kernels once.
 
 use kernels_device::args::{ArgValue, BufferExtent, KernelSpec, MAX_PARAMS};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, Kernel, LaunchDims, Stream, same_name};
+use crate::runtime::{Device, Kernel, LaunchDims, Stream};
 
 /// The kernel symbol of `base` for `dtype`: `xielu_bf16`.
 pub fn symbol(base: &str, dtype: Dtype) -> String {
@@ -49,8 +36,30 @@ pub(crate) fn kernel_for(device: &Device, base: &str, dtype: Dtype) -> Result<Ke
     device.kernel_of(base, dtype)
 }
 
-/// The bytes a safe wrapper's buffer holds, by argument name.
-pub(crate) type Capacity<'a> = &'a [(&'static str, usize)];
+/// The bytes each buffer of a safe launch holds, in the kernel's signature
+/// order (`None`: a scalar, or not known); empty for a raw launch.
+pub(crate) type Capacity<'a> = &'a [Option<usize>];
+
+/// A typed launch struct (`XieluLaunch` and its kin): launched safely.
+pub trait Run {
+    /// Checks every argument, every buffer against its extent and the bytes
+    /// it holds, and enqueues the launch on `stream` (nothing where there is
+    /// nothing to do).
+    fn run(self, device: &Device, stream: Stream) -> Result<()>;
+}
+
+/// [`Run`] for a family's typed struct over [`crate::runtime::Typed`]
+/// buffers: its raw form, with the buffers' sizes, for `T`'s dtype.
+macro_rules! typed_run {
+    ($($typed:ident),+ $(,)?) => {$(
+        impl<T: crate::dtype::Element> crate::kernels::Run for $typed<'_, T, crate::runtime::Typed> {
+            fn run(self, device: &Device, stream: Stream) -> Result<()> {
+                let (args, capacity) = self.raw();
+                crate::kernels::CheckedArgs::enqueue_checked(args, device, T::DTYPE, &capacity, stream)
+            }
+        }
+    )+};
+}
 
 /// A kernel family's arguments, checked and enqueued by its module.
 pub(crate) trait CheckedArgs {
@@ -59,6 +68,11 @@ pub(crate) trait CheckedArgs {
     /// nothing is enqueued where there is nothing to do.
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()>;
 }
+
+pub mod add3_layer_norm;
+pub mod mamba1_scan;
+pub mod moe;
+pub mod xielu;
 
 /// One pointer argument's checked byte range: `spec.params[param]`'s.
 #[derive(Clone, Copy)]
@@ -82,14 +96,17 @@ pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>],
     }
     // A fixed array, not a Vec: this runs on every launch.
     let (mut ranges, mut count) = ([Range { param: 0, start: 0, end: 0 }; MAX_PARAMS], 0);
+    if extents.len() != spec.params.len() || !(capacity.is_empty() || capacity.len() == spec.params.len()) {
+        return Err(Error::Internal(format!(
+            "kernel {} takes {} arguments, the launcher gave {} extents and {} buffer sizes",
+            spec.name,
+            spec.params.len(),
+            extents.len(),
+            capacity.len()
+        )));
+    }
     for (index, (param, extent)) in spec.params.iter().zip(extents).enumerate() {
         let Some(extent) = extent else { continue };
-        if !same_name(extent.name, param.name) {
-            return Err(Error::Internal(format!(
-                "kernel {}: extent of `{}` given for `{}`",
-                spec.name, extent.name, param.name
-            )));
-        }
         let name = param.name;
         let elem = param.elem_bytes as u64;
         let bytes = extent.elems.and_then(|n| n.checked_mul(elem)).ok_or_else(|| {
@@ -114,7 +131,7 @@ pub(crate) fn check_buffers(spec: &KernelSpec, extents: &[Option<BufferExtent>],
         let end = ptr.checked_add(bytes).ok_or_else(|| {
             Error::invalid(name, format!("pointer {ptr:#x} plus its {bytes} bytes wraps the address space"))
         })?;
-        if let Some(&(_, held)) = capacity.iter().find(|(n, _)| same_name(n, name))
+        if let Some(&Some(held)) = capacity.get(index)
             && (held as u64) < bytes
         {
             return Err(Error::invalid(
@@ -177,10 +194,10 @@ pub(crate) fn overlapping(
     except: &[&str],
 ) -> Option<&'static str> {
     spec.params.iter().zip(extents).find_map(|(param, extent)| {
-        let e = extent.as_ref().filter(|e| e.ptr != 0 && !except.contains(&e.name))?;
+        let e = extent.as_ref().filter(|e| e.ptr != 0 && !except.contains(&param.name))?;
         // check_buffers refused an extent whose size overflows or wraps.
         let bytes = e.elems?.checked_mul(param.elem_bytes as u64)?;
-        (bytes != 0 && overlaps(range, (e.ptr, e.ptr.saturating_add(bytes)))).then_some(e.name)
+        (bytes != 0 && overlaps(range, (e.ptr, e.ptr.saturating_add(bytes)))).then_some(param.name)
     })
 }
 
@@ -193,7 +210,7 @@ pub(crate) unsafe fn enqueue(
     device: &Device,
     kernel: &Kernel,
     dims: LaunchDims,
-    values: &[(&'static str, ArgValue)],
+    values: &[ArgValue],
     extents: &[Option<BufferExtent>],
     capacity: Capacity,
     stream: Stream,
@@ -277,6 +294,90 @@ mod tests {
         }
     }
 
+    /// Every family's values are packed in its kernels' order, each of the
+    /// kind the kernel takes, and every kernel belongs to one family: the
+    /// positional packing and extents need no names at launch.
+    #[test]
+    fn every_family_packs_its_kernels_parameters_in_order() {
+        use kernels_device::args::ArgKind;
+        use kernels_device::entry::*;
+        let mut seen = Vec::new();
+        // `extents()` is an array of `ARITY` entries, as `values()` is.
+        let mut check = |instances: &[&'static str], kinds: &[ArgKind], arity: usize| {
+            for &name in instances {
+                let spec = kernels_device::entry::spec(name).unwrap();
+                let declared: Vec<ArgKind> = spec.params.iter().map(|p| p.kind).collect();
+                assert_eq!(declared, kinds, "{name}");
+                assert_eq!(arity, spec.params.len(), "{name}");
+                seen.push(name);
+            }
+        };
+        macro_rules! families {
+            ($($args:ident),+ $(,)?) => {$(
+                check(
+                    $args::INSTANCES,
+                    &$args::default().values().map(|v| v.kind()),
+                    $args::ARITY,
+                );
+            )+};
+        }
+        families!(
+            ProbeArgs,
+            EmptyArgs,
+            ReadStreamArgs,
+            XieluArgs,
+            Add3LayerNormArgs,
+            MoeFc1Relu2Args,
+            MoeGateUpArgs,
+            MoeDownArgs,
+            MoeCombineArgs,
+            MoeRouterLogitsArgs,
+            MoeTopKArgs,
+            Mamba1ScanArgs,
+        );
+        for spec in KERNELS {
+            assert_eq!(seen.iter().filter(|&&n| n == spec.name).count(), 1, "{}", spec.name);
+        }
+    }
+
+    /// The typed form gives the raw form and each buffer's size in the
+    /// kernel's order: the scalars and an absent nullable buffer have none.
+    #[test]
+    fn a_typed_launch_gives_its_raw_form_and_buffer_sizes() {
+        use crate::runtime::Spans;
+        use kernels_device::entry::{Add3LayerNorm, MoeCombine};
+        let (args, held) = Add3LayerNorm::<f32, Spans> {
+            a: (0x1000, 10),
+            b: (0x2000, 20),
+            x: (0x3000, 30),
+            w: (0x4000, 40),
+            bias: None,
+            x_new: (0x5000, 50),
+            h: (0x6000, 60),
+            rows: 2,
+            d: 8,
+            eps: 1e-5,
+        }
+        .raw();
+        let want = Add3LayerNormArgs {
+            a: 0x1000,
+            b: 0x2000,
+            x: 0x3000,
+            w: 0x4000,
+            bias: 0,
+            x_new: 0x5000,
+            h: 0x6000,
+            rows: 2,
+            d: 8,
+            eps: 1e-5,
+        };
+        assert_eq!(args, want);
+        assert_eq!(held, [Some(10), Some(20), Some(30), Some(40), None, Some(50), Some(60), None, None, None]);
+        let (args, held) = MoeCombine::<f32, Spans> { part: (0x100, 4), out: (0x200, 8), k: 1, din: 2 }.raw();
+        assert_eq!((args.part, args.out, args.k, args.din), (0x100, 0x200, 1, 2));
+        assert_eq!(held, [Some(4), Some(8), None, None]);
+    }
+
     #[test]
     fn xielu_allows_exactly_in_place_and_refuses_a_partial_overlap() {
         xielu(0x1000, 0x1000, 64).unwrap();
@@ -318,7 +419,8 @@ mod tests {
     #[test]
     fn a_buffer_too_small_for_its_extent_is_refused() {
         let args = XieluArgs { x: 0x1000, out: 0x2000, n: 10, alpha_p: 1.0, alpha_n: 1.0, beta: 0.5, eps: -1e-6 };
-        let err = check_buffers(&xielu_f32::SPEC, &args.extents(), &[("x", 40), ("out", 36)]).unwrap_err();
+        let capacity = [Some(40), Some(36), None, None, None, None, None];
+        let err = check_buffers(&xielu_f32::SPEC, &args.extents(), &capacity).unwrap_err();
         assert!(
             matches!(&err, Error::InvalidArgument { argument: "out", message } if message.contains("holds 36 bytes, needs 40")),
             "{err}"

@@ -40,7 +40,10 @@ use kernels_device::geometry::moe::{
     values_per_word, workgroup_mem_bytes, workgroups,
 };
 
-pub use gated::{Activation, GatedBuffers, GatedPointers, down_available, gateup, gateup_available, run_gateup};
+pub use gated::{
+    Activation, GatedBuffers, GatedPointers, MoeGateUpLaunch, down_available, gateup, gateup_available, run_gateup,
+};
+use kernels_device::entry::{MoeCombine, MoeDown, MoeFc1Relu2};
 pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args, MoeGateUpArgs};
 pub use shape::MoeShape;
 
@@ -48,10 +51,19 @@ mod gated;
 pub mod router;
 mod shape;
 
-use super::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, overlapping, symbol};
+use super::{Capacity, CheckedArgs, Run, check_buffers, enqueue, kernel_for, overlapping, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, Kernel, LaunchDims, Spans, Stream, Typed};
+
+/// The typed launch of `moe_fc1_relu2` ([`Run::run`] launches it).
+pub type MoeFc1Relu2Launch<'a, T> = MoeFc1Relu2<'a, T, Typed>;
+/// The typed launch of `moe_down` (4, 6 or 8 bits).
+pub type MoeDownLaunch<'a, T> = MoeDown<'a, T, Typed>;
+/// The typed launch of `moe_combine`.
+pub type MoeCombineLaunch<'a, T> = MoeCombine<'a, T, Typed>;
+
+typed_run!(MoeFc1Relu2, MoeDown, MoeCombine);
 
 /// Kernel names without the dtype suffix.
 pub const FC1_KERNEL: &str = "moe_fc1_relu2";
@@ -246,13 +258,23 @@ pub fn combine_dims(din: u32) -> LaunchDims {
 }
 
 impl MoeShape {
-    fn fc1_args(&self, x: u64, idx: u64, w1: QuantizedPointers, act: u64, status: u64) -> MoeFc1Relu2Args {
+    /// The arguments of `moe_fc1_relu2` of this shape (the raw form [`fc1_relu2`] takes).
+    pub fn fc1_args(&self, x: u64, idx: u64, w1: QuantizedPointers, act: u64, status: u64) -> MoeFc1Relu2Args {
         let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
         let QuantizedPointers { w: w1, scales: s1, biases: b1 } = w1;
         MoeFc1Relu2Args { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }
     }
 
-    fn down_args(&self, idx: u64, w2: QuantizedPointers, act: u64, scores: u64, part: u64, status: u64) -> MoeDownArgs {
+    /// The arguments of `moe_down` of this shape (the raw form [`down`] takes).
+    pub fn down_args(
+        &self,
+        idx: u64,
+        w2: QuantizedPointers,
+        act: u64,
+        scores: u64,
+        part: u64,
+        status: u64,
+    ) -> MoeDownArgs {
         let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
         let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
         MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
@@ -297,58 +319,33 @@ impl CheckedArgs for MoeCombineArgs {
     }
 }
 
-/// `act[k, f] = relu(sum_i x[i] * w1[idx[k], f, i])^2` (f32) for every slot k.
+/// `act[k, f] = relu(sum_i x[i] * w1[idx[k], f, i])^2` (f32) for every slot k,
+/// over the raw form ([`MoeShape::fc1_args`]); `dtype` is `T` of the module
+/// documentation.
 ///
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of the shapes in the
 /// module documentation; `status` may be 0 (null).
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn fc1_relu2<T: Element>(
-    device: &Device,
-    x: u64,
-    idx: u64,
-    w1: QuantizedPointers,
-    act: u64,
-    shape: &MoeShape,
-    status: u64,
-    stream: Stream,
-) -> Result<()> {
-    shape.fc1_args(x, idx, w1, act, status).enqueue_checked(device, T::DTYPE, &[], stream)
+pub unsafe fn fc1_relu2(device: &Device, dtype: Dtype, args: MoeFc1Relu2Args, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
-/// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k;
-/// `shape.bits` 4, 6 or 8 (6-bit codes go to `moe_down6`).
+/// `part[k, h] = scores[k] * sum_f act[k, f] * w2[idx[k], h, f]` (f32) for every slot k,
+/// over the raw form ([`MoeShape::down_args`]); `bits` 4, 6 or 8 (6-bit codes
+/// go to `moe_down6`).
 ///
 /// # Safety
 /// As for [`fc1_relu2`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn down<T: Element>(
-    device: &Device,
-    idx: u64,
-    w2: QuantizedPointers,
-    act: u64,
-    scores: u64,
-    part: u64,
-    shape: &MoeShape,
-    status: u64,
-    stream: Stream,
-) -> Result<()> {
-    shape.down_args(idx, w2, act, scores, part, status).enqueue_checked(device, T::DTYPE, &[], stream)
+pub unsafe fn down(device: &Device, dtype: Dtype, args: MoeDownArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
 /// `out[h] = T(sum_k part[k, h])`: the sum in f32 over k ascending, one rounding.
 ///
 /// # Safety
-/// `part` holds `[k, din]` f32, `out` `[din]` elements of `T`, on `device`.
-pub unsafe fn combine<T: Element>(
-    device: &Device,
-    part: u64,
-    out: u64,
-    k: u32,
-    din: u32,
-    stream: Stream,
-) -> Result<()> {
-    MoeCombineArgs { part, out, k, din }.enqueue_checked(device, T::DTYPE, &[], stream)
+/// `part` holds `[k, din]` f32, `out` `[din]` elements of `dtype`, on `device`.
+pub unsafe fn combine(device: &Device, dtype: Dtype, args: MoeCombineArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
 /// Bytes of the f32 scratch of [`routed_forward`]: `act [K, Dff]` at offset 0,
@@ -402,13 +399,39 @@ pub struct RoutedPointers {
     pub status: u64,
 }
 
+/// The bytes each buffer of a [`RoutedPointers`] holds, for the safe wrapper;
+/// [`RoutedHeld::UNKNOWN`] for the raw form.
+#[derive(Clone, Copy)]
+struct RoutedHeld {
+    x: usize,
+    idx: usize,
+    scores: usize,
+    w1: [usize; 3],
+    w2: [usize; 3],
+    out: usize,
+    status: usize,
+}
+
+impl RoutedHeld {
+    /// Sizes not known (the raw form): no buffer is too small.
+    const UNKNOWN: RoutedHeld = RoutedHeld {
+        x: usize::MAX,
+        idx: usize::MAX,
+        scores: usize::MAX,
+        w1: [usize::MAX; 3],
+        w2: [usize::MAX; 3],
+        out: usize::MAX,
+        status: usize::MAX,
+    };
+}
+
 /// The whole forward's three launches, every argument checked before the first.
 fn enqueue_routed(
     device: &Device,
     dtype: Dtype,
     p: RoutedPointers,
+    held: RoutedHeld,
     shape: &MoeShape,
-    capacity: Capacity,
     stream: Stream,
 ) -> Result<()> {
     let kernels: [Kernel; 3] = [
@@ -427,17 +450,56 @@ fn enqueue_routed(
             format!("holds {} bytes, needs {need} (act [K, Dff] and part [K, Din] in f32)", p.scratch_len),
         ));
     }
-    let act = p.scratch;
-    let part = p.scratch.checked_add(part_offset(shape.k, shape.dff)? as u64).ok_or_else(|| {
+    let part_at = part_offset(shape.k, shape.dff)?;
+    let act = (p.scratch, part_at);
+    let part = p.scratch.checked_add(part_at as u64).ok_or_else(|| {
         Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
     })?;
-    let fc1 = shape.fc1_args(p.x, p.idx, p.w1, act, p.status);
-    let down = shape.down_args(p.idx, p.w2, act, p.scores, part, p.status);
-    let combine = MoeCombineArgs { part, out: p.out, k: shape.k, din: shape.din };
+    let part = (part, need - part_at);
+    // The launches as spans (address, bytes held): the element type only
+    // names the buffers' types, which the spans do not carry.
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let status = (p.status != 0).then_some((p.status, held.status));
+    let (x, idx, scores, out) = ((p.x, held.x), (p.idx, held.idx), (p.scores, held.scores), (p.out, held.out));
+    let (w1, w2) = (p.w1.spans(held.w1), p.w2.spans(held.w2));
+    let (fc1, fc1_held) = MoeFc1Relu2::<(), Spans> {
+        x,
+        idx,
+        w1: w1[0],
+        s1: w1[1],
+        b1: w1[2],
+        act,
+        n_experts,
+        k,
+        din,
+        dff,
+        bits,
+        group_size,
+        status,
+    }
+    .raw();
+    let (down, down_held) = MoeDown::<(), Spans> {
+        idx,
+        w2: w2[0],
+        s2: w2[1],
+        b2: w2[2],
+        act,
+        scores,
+        part,
+        n_experts,
+        k,
+        din,
+        dff,
+        bits,
+        group_size,
+        status,
+    }
+    .raw();
+    let (combine, combine_held) = MoeCombine::<(), Spans> { part, out, k, din }.raw();
     let (fc1_extents, down_extents, combine_extents) = (fc1.extents(), down.extents(), combine.extents());
     let launches =
         [(&kernels[0], &fc1_extents[..]), (&kernels[1], &down_extents[..]), (&kernels[2], &combine_extents[..])];
-    for (kernel, extents) in launches {
+    for ((kernel, extents), capacity) in launches.iter().zip([&fc1_held[..], &down_held[..], &combine_held[..]]) {
         check_buffers(kernel.spec, extents, capacity)?;
     }
     // The scratch (act and part together) must not overlap any other buffer of
@@ -490,13 +552,14 @@ fn refuse_overlap(
 /// # Safety
 /// As for [`fc1_relu2`]; `scratch` is a device buffer of `scratch_len` bytes
 /// that nothing else uses until the stream has run these kernels.
-pub unsafe fn routed_forward<T: Element>(
+pub unsafe fn routed_forward(
     device: &Device,
+    dtype: Dtype,
     p: RoutedPointers,
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    enqueue_routed(device, T::DTYPE, p, shape, &[], stream)
+    enqueue_routed(device, dtype, p, RoutedHeld::UNKNOWN, shape, stream)
 }
 
 /// Refuses an expert id that is not below `n_experts`, for callers that hold
@@ -520,18 +583,26 @@ pub struct QuantizedBuffers<'a, T> {
     pub biases: &'a DeviceBuffer<T>,
 }
 
+impl QuantizedPointers {
+    /// The three stacks as spans, with the bytes each holds.
+    fn spans(&self, held: [usize; 3]) -> [(u64, usize); 3] {
+        [(self.w, held[0]), (self.scales, held[1]), (self.biases, held[2])]
+    }
+}
+
 impl<T> QuantizedBuffers<'_, T> {
     /// The raw launch's pointers of these buffers.
     pub fn pointers(&self) -> QuantizedPointers {
         QuantizedPointers { w: self.w.ptr(), scales: self.scales.ptr(), biases: self.biases.ptr() }
     }
 
-    fn capacity(&self, names: [&'static str; 3]) -> [(&'static str, usize); 3] {
-        [(names[0], self.w.bytes()), (names[1], self.scales.bytes()), (names[2], self.biases.bytes())]
+    /// The bytes each of the three buffers holds.
+    fn held(&self) -> [usize; 3] {
+        [self.w.bytes(), self.scales.bytes(), self.biases.bytes()]
     }
 }
 
-/// [`fc1_relu2`] over typed buffers, checking their sizes.
+/// [`MoeFc1Relu2Launch`] of these buffers and this shape, run.
 #[allow(clippy::too_many_arguments)]
 pub fn run_fc1_relu2<T: Element>(
     device: &Device,
@@ -543,17 +614,12 @@ pub fn run_fc1_relu2<T: Element>(
     status: Option<&mut DeviceBuffer<u32>>,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![("x", x.bytes()), ("idx", idx.bytes()), ("act", act.bytes())];
-    capacity.extend(w1.capacity(["w1", "s1", "b1"]));
-    let status = status.map_or(0, |s| {
-        capacity.push(("status", s.bytes()));
-        s.ptr()
-    });
-    let args = shape.fc1_args(x.ptr(), idx.ptr(), w1.pointers(), act.ptr(), status);
-    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let QuantizedBuffers { w: w1, scales: s1, biases: b1 } = w1;
+    MoeFc1Relu2Launch { x, idx, w1, s1, b1, act, n_experts, k, din, dff, bits, group_size, status }.run(device, stream)
 }
 
-/// [`down`] over typed buffers, checking their sizes.
+/// [`MoeDownLaunch`] of these buffers and this shape, run.
 #[allow(clippy::too_many_arguments)]
 pub fn run_down<T: Element>(
     device: &Device,
@@ -566,18 +632,13 @@ pub fn run_down<T: Element>(
     status: Option<&mut DeviceBuffer<u32>>,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity =
-        vec![("idx", idx.bytes()), ("act", act.bytes()), ("scores", scores.bytes()), ("part", part.bytes())];
-    capacity.extend(w2.capacity(["w2", "s2", "b2"]));
-    let status = status.map_or(0, |s| {
-        capacity.push(("status", s.bytes()));
-        s.ptr()
-    });
-    let args = shape.down_args(idx.ptr(), w2.pointers(), act.ptr(), scores.ptr(), part.ptr(), status);
-    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let QuantizedBuffers { w: w2, scales: s2, biases: b2 } = w2;
+    MoeDownLaunch { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status }
+        .run(device, stream)
 }
 
-/// [`combine`] over typed buffers, checking their sizes.
+/// [`MoeCombineLaunch`] of these buffers, run.
 pub fn run_combine<T: Element>(
     device: &Device,
     part: &DeviceBuffer<f32>,
@@ -586,8 +647,7 @@ pub fn run_combine<T: Element>(
     din: u32,
     stream: Stream,
 ) -> Result<()> {
-    let capacity = [("part", part.bytes()), ("out", out.bytes())];
-    MoeCombineArgs { part: part.ptr(), out: out.ptr(), k, din }.enqueue_checked(device, T::DTYPE, &capacity, stream)
+    MoeCombineLaunch { part, out, k, din }.run(device, stream)
 }
 
 /// The typed buffers of one [`run_routed_forward`].
@@ -603,21 +663,35 @@ pub struct RoutedBuffers<'a, T> {
     pub status: Option<&'a mut DeviceBuffer<u32>>,
 }
 
-/// [`routed_forward`] over typed buffers, checking their sizes.
+/// [`routed_forward`] over typed buffers, checking their sizes (the three
+/// launches share `idx`, the status word and the scratch, which no one typed
+/// launch struct can borrow for all three).
 pub fn run_routed_forward<T: Element>(
     device: &Device,
     bufs: RoutedBuffers<'_, T>,
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = capacity_of!(bufs: x, idx, scores, out).to_vec();
-    capacity.extend(bufs.w1.capacity(["w1", "s1", "b1"]));
-    capacity.extend(bufs.w2.capacity(["w2", "s2", "b2"]));
-    let status = bufs.status.map_or(0, |s| {
-        capacity.push(("status", s.bytes()));
-        s.ptr()
-    });
-    let (w1, w2, scratch_len) = (bufs.w1.pointers(), bufs.w2.pointers(), bufs.scratch.len());
-    let p = pointers_of!(RoutedPointers { bufs: x, idx, scores, out, scratch; w1, w2, scratch_len, status });
-    enqueue_routed(device, T::DTYPE, p, shape, &capacity, stream)
+    let RoutedBuffers { x, idx, scores, w1, w2, out, scratch, status } = bufs;
+    let p = RoutedPointers {
+        x: x.ptr(),
+        idx: idx.ptr(),
+        scores: scores.ptr(),
+        w1: w1.pointers(),
+        w2: w2.pointers(),
+        out: out.ptr(),
+        scratch: scratch.ptr(),
+        scratch_len: scratch.len(),
+        status: status.as_ref().map_or(0, |s| s.ptr()),
+    };
+    let held = RoutedHeld {
+        x: x.bytes(),
+        idx: idx.bytes(),
+        scores: scores.bytes(),
+        w1: w1.held(),
+        w2: w2.held(),
+        out: out.bytes(),
+        status: status.as_ref().map_or(0, |s| s.bytes()),
+    };
+    enqueue_routed(device, T::DTYPE, p, held, shape, stream)
 }

@@ -5,12 +5,19 @@ use kernels_device::geometry::xielu::{
     TABLE_WORKGROUPS_PER_CU, WORKGROUP_SIZE, uses_table_grid,
 };
 
+use kernels_device::entry::Xielu;
 pub use kernels_device::entry::XieluArgs;
 
-use super::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
+use super::{Capacity, CheckedArgs, Run, enqueue, kernel_for, symbol};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Spans, Stream, Typed};
+
+/// The typed launch of `xielu`: `x` read, `out` written, `n` elements of `T`,
+/// and the four scalars ([`Run::run`] launches it).
+pub type XieluLaunch<'a, T> = Xielu<'a, T, Typed>;
+
+typed_run!(Xielu);
 
 /// Kernel name without the dtype suffix.
 pub const KERNEL: &str = "xielu";
@@ -80,21 +87,15 @@ impl CheckedArgs for XieluArgs {
     }
 }
 
-/// `out[i] = xielu(x[i])` for `i < n`. `out` may be exactly `x` (in place);
-/// any other overlap is refused. `n = 0` is a no-op (and the pointers may
-/// then be null).
+/// `out[i] = xielu(x[i])` for `i < n` over the raw form: `dtype` is the
+/// element type of `x` and `out`. `out` may be exactly `x` (in place); any
+/// other overlap is refused. `n = 0` is a no-op (and the pointers may then be
+/// null).
 ///
 /// # Safety
-/// `x` and `out` are device pointers of `device` to at least `n` elements of `T`.
-pub unsafe fn launch<T: Element>(
-    device: &Device,
-    x: u64,
-    out: u64,
-    n: u64,
-    params: XieluParams,
-    stream: Stream,
-) -> Result<()> {
-    args(x, out, n, params).enqueue_checked(device, T::DTYPE, &[], stream)
+/// `x` and `out` are device pointers of `device` to at least `n` elements of `dtype`.
+pub unsafe fn launch(device: &Device, dtype: Dtype, args: XieluArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
 /// The kernel's arguments by name (for [`launch`], and for tests that launch
@@ -104,7 +105,7 @@ pub fn args(x: u64, out: u64, n: u64, params: XieluParams) -> XieluArgs {
     XieluArgs { x, out, n, alpha_p, alpha_n, beta, eps }
 }
 
-/// [`launch`] over typed buffers of at least `n` elements.
+/// [`XieluLaunch`] of `n` elements of typed buffers, run.
 pub fn run<T: Element>(
     device: &Device,
     x: &DeviceBuffer<T>,
@@ -113,10 +114,13 @@ pub fn run<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    run_on::<T>(device, (x.ptr(), x.bytes()), (out.ptr(), out.bytes()), n, params, stream)
+    let XieluParams { alpha_p, alpha_n, beta, eps } = params;
+    XieluLaunch { x, out, n: n as u64, alpha_p, alpha_n, beta, eps }.run(device, stream)
 }
 
-/// [`run`] in place: `buf[i] = xielu(buf[i])` for `i < n`.
+/// [`run`] in place: `buf[i] = xielu(buf[i])` for `i < n`. The typed form
+/// cannot borrow `buf` as both `x` and `out`, so this is the raw form with
+/// the buffer's size, the in-place launch the declaration allows.
 pub fn run_in_place<T: Element>(
     device: &Device,
     buf: &mut DeviceBuffer<T>,
@@ -124,20 +128,8 @@ pub fn run_in_place<T: Element>(
     params: XieluParams,
     stream: Stream,
 ) -> Result<()> {
-    let both = (buf.ptr(), buf.bytes());
-    run_on::<T>(device, both, both, n, params, stream)
-}
-
-/// [`run`] and [`run_in_place`]: `x` and `out` as (device address, bytes the
-/// buffer holds).
-fn run_on<T: Element>(
-    device: &Device,
-    x: (u64, usize),
-    out: (u64, usize),
-    n: usize,
-    params: XieluParams,
-    stream: Stream,
-) -> Result<()> {
-    let capacity = [("x", x.1), ("out", out.1)];
-    args(x.0, out.0, n as u64, params).enqueue_checked(device, T::DTYPE, &capacity, stream)
+    let XieluParams { alpha_p, alpha_n, beta, eps } = params;
+    let both = buf.span();
+    let (args, capacity) = Xielu::<T, Spans> { x: both, out: both, n: n as u64, alpha_p, alpha_n, beta, eps }.raw();
+    args.enqueue_checked(device, T::DTYPE, &capacity, stream)
 }

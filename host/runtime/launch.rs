@@ -15,12 +15,6 @@ fn write_value(bytes: &mut [u8], at: usize, value: ArgValue) {
     }
 }
 
-/// Whether two argument names are the same: the launchers pass the
-/// declaration's own `&'static str`s, so the address usually settles it.
-pub(crate) fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.as_ptr() == b.as_ptr() || a == b)
-}
-
 /// Grid and workgroup of a launch: `grid` workgroups along x, y, z of
 /// `workgroup_size` threads each (one-dimensional workgroups), plus the dynamic
 /// workgroup memory in bytes.
@@ -58,10 +52,11 @@ pub struct PackedArgs {
 }
 
 impl PackedArgs {
-    /// Packs `values` for `spec`: the values come by name, and each must be
-    /// the parameter of that name at that position, of that kind. A mismatch
-    /// is a defect of the launcher ([`Error::Internal`]), never sent.
-    pub fn pack(spec: &KernelSpec, values: &[(&str, ArgValue)]) -> Result<PackedArgs> {
+    /// Packs `values` for `spec`, positionally: the `i`th value is the `i`th
+    /// parameter's (a family's `values()`, derived from the declaration that
+    /// also gives `spec`, is in that order). A count or a kind that does not
+    /// match is a defect of the caller ([`Error::Internal`]), never sent.
+    pub fn pack(spec: &KernelSpec, values: &[ArgValue]) -> Result<PackedArgs> {
         if spec.params.len() > MAX_PARAMS {
             return Err(Error::Internal(format!(
                 "kernel {} takes {} arguments, more than MAX_PARAMS ({MAX_PARAMS})",
@@ -80,13 +75,7 @@ impl PackedArgs {
         let (layout, len) = spec.layout();
         let mut packed =
             PackedArgs { bytes: Aligned([0; 8 * MAX_PARAMS]), len, offsets: [0; MAX_PARAMS], count: values.len() };
-        for (i, ((param, &(name, value)), offset)) in spec.params.iter().zip(values).zip(layout).enumerate() {
-            if !same_name(param.name, name) {
-                return Err(Error::Internal(format!(
-                    "kernel {}: the launcher passed `{name}` where the kernel takes `{}`",
-                    spec.name, param.name
-                )));
-            }
+        for (i, ((param, &value), offset)) in spec.params.iter().zip(values).zip(layout).enumerate() {
             if param.kind != value.kind() {
                 return Err(Error::Internal(format!(
                     "kernel {} argument `{}` is {:?}, the launcher passed {:?}",
@@ -202,25 +191,22 @@ mod tests {
     #[test]
     fn every_kernel_is_packed_at_its_layout_offsets() {
         for spec in kernels_device::entry::KERNELS {
-            let values: Vec<(&str, ArgValue)> = spec
+            let values: Vec<ArgValue> = spec
                 .params
                 .iter()
                 .enumerate()
-                .map(|(i, p)| {
-                    let v = match p.kind {
-                        kernels_device::args::ArgKind::Ptr => ArgValue::Ptr(0x1000 + i as u64),
-                        kernels_device::args::ArgKind::U64 => ArgValue::U64(i as u64),
-                        kernels_device::args::ArgKind::U32 => ArgValue::U32(i as u32),
-                        kernels_device::args::ArgKind::F32 => ArgValue::F32(i as f32),
-                    };
-                    (p.name, v)
+                .map(|(i, p)| match p.kind {
+                    kernels_device::args::ArgKind::Ptr => ArgValue::Ptr(0x1000 + i as u64),
+                    kernels_device::args::ArgKind::U64 => ArgValue::U64(i as u64),
+                    kernels_device::args::ArgKind::U32 => ArgValue::U32(i as u32),
+                    kernels_device::args::ArgKind::F32 => ArgValue::F32(i as f32),
                 })
                 .collect();
             let packed = PackedArgs::pack(spec, &values).unwrap();
             let (offsets, len) = spec.layout();
             assert_eq!(packed.len(), len, "{}", spec.name);
             let bytes = unsafe { std::slice::from_raw_parts(packed.as_ptr(), packed.len()) };
-            for ((offset, &(_, value)), &p) in offsets.zip(&values).zip(&packed.arg_pointers()) {
+            for ((offset, &value), &p) in offsets.zip(&values).zip(&packed.arg_pointers()) {
                 assert_eq!(p as *const u8, unsafe { packed.as_ptr().add(offset) }, "{}", spec.name);
                 // The expected bytes straight from the value, not through write_value.
                 let want = match value {
@@ -234,11 +220,11 @@ mod tests {
     }
 
     #[test]
-    fn two_same_typed_arguments_swapped_are_refused() {
+    fn an_argument_of_another_kind_is_refused() {
         let mut values = add3_args().values();
-        values.swap(5, 6); // x_new <-> h: same kind, same size
+        values.swap(6, 7); // h (a pointer) <-> rows (a u32)
         let err = PackedArgs::pack(&add3_layer_norm_f32::SPEC, &values).unwrap_err();
-        assert!(matches!(&err, Error::Internal(m) if m.contains("`h` where the kernel takes `x_new`")), "{err}");
+        assert!(matches!(&err, Error::Internal(m) if m.contains("argument `h` is Ptr")), "{err}");
     }
 
     #[test]

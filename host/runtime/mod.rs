@@ -22,11 +22,10 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
-use kernels_device::args::KernelSpec;
+use kernels_device::args::{Buffers, KernelSpec};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-pub(crate) use launch::same_name;
 pub use launch::{ArgValue, LaunchDims, OwnedArgs, PackedArgs};
 
 /// Environment variable that forces a backend: `hip`, `cuda` or `cpu`.
@@ -418,17 +417,12 @@ impl Device {
         }
     }
 
-    /// Launches `kernel` with `args`, which must match its parameter list.
+    /// Launches `kernel` with `args`, its parameters' values in order (a
+    /// family's `values()`); a count or kind that does not match is refused.
     ///
     /// # Safety
     /// Every pointer in `args` is valid for everything the kernel does with it.
-    pub unsafe fn launch(
-        &self,
-        kernel: &Kernel,
-        dims: LaunchDims,
-        args: &[(&str, ArgValue)],
-        stream: Stream,
-    ) -> Result<()> {
+    pub unsafe fn launch(&self, kernel: &Kernel, dims: LaunchDims, args: &[ArgValue], stream: Stream) -> Result<()> {
         self.check_workgroup_mem(kernel, &dims)?;
         let packed = PackedArgs::pack(kernel.spec, args)?;
         if describe::is_describing() {
@@ -532,11 +526,53 @@ impl<T> DeviceBuffer<T> {
         self.len * size_of::<T>()
     }
 
+    /// The device pointer and the bytes the buffer holds ([`Spans`]).
+    pub(crate) fn span(&self) -> (u64, usize) {
+        (self.ptr, self.bytes())
+    }
+
     /// The stream whose order the buffer is freed in. Set it to the stream the
     /// buffer is used on when that stream does not synchronize with the
     /// default stream (a non-blocking stream).
     pub fn set_stream(&mut self, stream: Stream) {
         self.stream = stream;
+    }
+}
+
+/// How the host's typed launch structs hold their buffers (see
+/// `kernels_device::args::Buffers`): a buffer the kernel reads as a shared
+/// borrow of a [`DeviceBuffer`], one it writes as an exclusive borrow, so a
+/// written buffer cannot also be another argument of the same launch.
+pub struct Typed;
+
+impl Buffers for Typed {
+    type Read<'a, E: 'a> = &'a DeviceBuffer<E>;
+    type Write<'a, E: 'a> = &'a mut DeviceBuffer<E>;
+
+    fn read<E>(buffer: &&DeviceBuffer<E>) -> (u64, usize) {
+        (buffer.ptr, buffer.bytes())
+    }
+
+    fn write<E>(buffer: &&mut DeviceBuffer<E>) -> (u64, usize) {
+        (buffer.ptr, buffer.bytes())
+    }
+}
+
+/// Buffers as (device address, bytes held): the typed launch structs of the
+/// safe wrappers that pass one buffer as two parameters (an in-place launch,
+/// which [`Typed`]'s borrows cannot express) or a part of one.
+pub(crate) struct Spans;
+
+impl Buffers for Spans {
+    type Read<'a, E: 'a> = (u64, usize);
+    type Write<'a, E: 'a> = (u64, usize);
+
+    fn read<E>(span: &(u64, usize)) -> (u64, usize) {
+        *span
+    }
+
+    fn write<E>(span: &(u64, usize)) -> (u64, usize) {
+        *span
     }
 }
 

@@ -84,12 +84,27 @@ impl ArgValue {
 
 /// The value of one pointer argument of a launch and the elements the launch
 /// touches through it (`None`: the count overflows 64 bits), as a family's
-/// argument struct computes them from its declaration.
+/// argument struct computes them from its declaration. Extents are positional:
+/// the `i`th is the `i`th parameter's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufferExtent {
-    pub name: &'static str,
     pub ptr: u64,
     pub elems: Option<u64>,
+}
+
+/// How a family's typed launch struct (see [`crate::entry`]) holds its
+/// buffers: `Read<'a, E>` for a buffer of `E` the kernel only reads,
+/// `Write<'a, E>` for one it writes. The host implements it for its typed
+/// device buffers (a shared borrow to read, an exclusive one to write), so
+/// that the borrow checker refuses a written buffer passed twice; the struct
+/// then gives the raw argument struct and each buffer's size.
+pub trait Buffers {
+    type Read<'a, E: 'a>;
+    type Write<'a, E: 'a>;
+    /// The device address of a read buffer and the bytes it holds.
+    fn read<E>(buffer: &Self::Read<'_, E>) -> (u64, usize);
+    /// The device address of a written buffer and the bytes it holds.
+    fn write<E>(buffer: &Self::Write<'_, E>) -> (u64, usize);
 }
 
 /// The product of a buffer's dimensions in 64 bits, `None` if it overflows.

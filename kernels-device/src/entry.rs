@@ -30,12 +30,18 @@
 //!   memory, which the host packs launches with and checks the code objects
 //!   and devices against;
 //! - everywhere, one argument struct per family (for example [`XieluArgs`]),
-//!   whose fields are the parameters by name, with the packed values and the
-//!   extent of every pointer derived from the declaration;
+//!   whose fields are the parameters by name (pointers as device addresses),
+//!   with the packed values and the extent of every pointer, in signature
+//!   order, derived from the declaration;
+//! - everywhere, the family's typed launch struct (for example [`Xielu`]),
+//!   generic over how its buffers are held ([`Buffers`]), which gives the
+//!   argument struct and the bytes each buffer holds;
 //! - on the host, [`emulated`], which maps a symbol to a function that reads a
 //!   packed argument buffer and runs the same body in the emulator.
 
-use crate::args::{Access, ArgKind, ArgValue, BufferExtent, ElemName, KernelArg, KernelSpec, Param, ScalarArg};
+use crate::args::{
+    Access, ArgKind, ArgValue, BufferExtent, Buffers, ElemName, KernelArg, KernelSpec, Param, ScalarArg,
+};
 use crate::geometry::moe::values_per_word;
 use crate::geometry::{self, add3_layer_norm as add3};
 use crate::num::{Bf16, f16};
@@ -107,11 +113,53 @@ macro_rules! value_of {
 
 /// The extent of a pointer parameter (`None` for a value), from its dimensions.
 macro_rules! extent_of {
-    (value, $name:ident, $ptr:expr, ) => { None };
-    (write_grid, $name:ident, $ptr:expr, ) => { None };
-    ($access:ident, $name:ident, $ptr:expr, $($dim:expr),+) => {
-        Some(BufferExtent { name: stringify!($name), ptr: $ptr, elems: crate::args::extent(&[$(($dim) as u64),+]) })
+    (value, $ptr:expr, ) => { None };
+    (write_grid, $ptr:expr, ) => { None };
+    ($access:ident, $ptr:expr, $($dim:expr),+) => {
+        Some(BufferExtent { ptr: $ptr, elems: crate::args::extent(&[$(($dim) as u64),+]) })
     };
+}
+
+/// The type of a parameter's field in the family's typed launch struct.
+macro_rules! typed_field {
+    ($b:ident, $lt:lifetime, value, $t:ty) => { $t };
+    ($b:ident, $lt:lifetime, read, $t:ty) => { $b::Read<$lt, $t> };
+    ($b:ident, $lt:lifetime, read_nullable, $t:ty) => { Option<$b::Read<$lt, $t>> };
+    ($b:ident, $lt:lifetime, write_nullable, $t:ty) => { Option<$b::Write<$lt, $t>> };
+    ($b:ident, $lt:lifetime, $write:ident, $t:ty) => { $b::Write<$lt, $t> };
+}
+
+/// A typed field's raw value and, for a buffer, the bytes it holds.
+macro_rules! raw_field {
+    ($b:ident, value, $t:ty, $f:expr) => {
+        (*$f, None)
+    };
+    ($b:ident, read, $t:ty, $f:expr) => {{
+        let (ptr, bytes) = $b::read::<$t>($f);
+        (ptr, Some(bytes))
+    }};
+    ($b:ident, read_nullable, $t:ty, $f:expr) => {
+        match $f {
+            Some(buffer) => {
+                let (ptr, bytes) = $b::read::<$t>(buffer);
+                (ptr, Some(bytes))
+            }
+            None => (0, None),
+        }
+    };
+    ($b:ident, write_nullable, $t:ty, $f:expr) => {
+        match $f {
+            Some(buffer) => {
+                let (ptr, bytes) = $b::write::<$t>(buffer);
+                (ptr, Some(bytes))
+            }
+            None => (0, None),
+        }
+    };
+    ($b:ident, $write:ident, $t:ty, $f:expr) => {{
+        let (ptr, bytes) = $b::write::<$t>($f);
+        (ptr, Some(bytes))
+    }};
 }
 
 /// One instance of a family: its entry point, its emulated entry and its spec,
@@ -179,7 +227,7 @@ macro_rules! family_args {
         ///
         /// Pointer fields are device addresses (0 for null); the others are the
         /// kernel's scalars. The field order is the kernel's signature.
-        #[derive(Clone, Copy, Debug, PartialEq)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq)]
         pub struct $args {
             $( pub $pn: field_type!($access, $pt), )*
         }
@@ -190,9 +238,9 @@ macro_rules! family_args {
             /// Parameters in signature order.
             pub const ARITY: usize = <[&str]>::len(&[$(stringify!($pn)),*]);
 
-            /// The packed values, by name, in signature order.
-            pub fn values(&self) -> [(&'static str, ArgValue); Self::ARITY] {
-                [$( (stringify!($pn), value_of!($access, self.$pn)) ),*]
+            /// The packed values, in signature order.
+            pub fn values(&self) -> [ArgValue; Self::ARITY] {
+                [$( value_of!($access, self.$pn) ),*]
             }
 
             /// The extent of every pointer parameter with declared dimensions
@@ -201,17 +249,45 @@ macro_rules! family_args {
             #[allow(unused_variables, clippy::unnecessary_cast)]
             pub fn extents(&self) -> [Option<BufferExtent>; Self::ARITY] {
                 let Self { $($pn),* } = *self;
-                [$( extent_of!($access, $pn, self.$pn, $($($dim),+)?) ),*]
+                [$( extent_of!($access, self.$pn, $($($dim),+)?) ),*]
             }
         }
     };
 }
 
-/// The declaration's grammar: `family Args { instances { ... }
-/// workgroup_mem(bytes) params { ... } }` per family, where `bytes` is the
-/// most dynamic workgroup memory the host's launches of an instance ask for,
-/// from the family's geometry (an expression in the instance's `T`). Two shorthands are read first (`@read`) and written out in full
-/// before anything is derived (`@expand`):
+/// The typed launch struct of a family, where the declaration names one: one
+/// field per parameter, by name, each buffer a `B::Read` or `B::Write` of its
+/// element type (`Option` where null is allowed), each scalar itself.
+macro_rules! typed_struct {
+    ((), $args:ident, $params:tt) => {};
+    (($typed:ident $(<$tp:ident>)?), $args:ident, {
+        $( $pn:ident : $access:ident $pt:ty $( [ $($dim:expr),+ ] )? $( = $($alias:ident)|+ )? ),* $(,)?
+    }) => {
+        #[doc = concat!("The typed launch form of [`", stringify!($args), "`], field for field: each buffer as `B` holds it ")]
+        #[doc = "(see [`Buffers`]), each scalar itself. A parameter declared as an alias of another (an in-place"]
+        #[doc = "launch) cannot be both a shared and an exclusive borrow: in-place launches use the raw form."]
+        pub struct $typed<'a, $($tp: 'a,)? B: Buffers> {
+            $( pub $pn: typed_field!(B, 'a, $access, $pt), )*
+        }
+
+        impl<'a, $($tp: 'a,)? B: Buffers> $typed<'a, $($tp,)? B> {
+            /// The raw argument struct, and the bytes each buffer holds, in
+            /// signature order (`None` for a scalar or an absent buffer).
+            pub fn raw(&self) -> ($args, [Option<usize>; $args::ARITY]) {
+                $( let $pn = raw_field!(B, $access, $pt, &self.$pn); )*
+                ($args { $( $pn: $pn.0 ),* }, [$( $pn.1 ),*])
+            }
+        }
+    };
+}
+
+/// The declaration's grammar: `family Args (Typed<T>) { instances { ... }
+/// workgroup_mem(bytes) params { ... } }` per family, where `Typed` names the
+/// typed launch struct (`<T>` where a parameter is of the activation type; `()`
+/// for none) and `bytes` is the most dynamic workgroup memory the host's
+/// launches of an instance ask for, from the family's geometry (an expression
+/// in the instance's `T`). Two shorthands are read first (`@read`) and written
+/// out in full before anything is derived (`@expand`):
 /// - an instance line `a_f32, a_f16, a_bf16 => body;` is one instance per
 ///   activation dtype, `a_f32: f32 => body;` and so on, in that order;
 /// - `params { ... } moe_shape_params(n_experts, k, din, dff, bits, group_size,
@@ -225,7 +301,7 @@ macro_rules! families {
     // family is read again.
     (@read [$($done:tt)*]
         $(#[$doc:meta])*
-        family $args:ident {
+        family $args:ident $typed:tt {
             instances $inst:tt
             workgroup_mem($wm:expr)
             params { $($p:tt)* }
@@ -235,7 +311,7 @@ macro_rules! families {
     ) => {
         families!(@read [$($done)*]
             $(#[$doc])*
-            family $args {
+            family $args $typed {
                 instances $inst
                 workgroup_mem($wm)
                 params {
@@ -256,7 +332,7 @@ macro_rules! families {
     // that order.
     (@read [$($done:tt)*]
         $(#[$doc:meta])*
-        family $args:ident {
+        family $args:ident $typed:tt {
             instances { $( $f32:ident, $f16:ident, $bf16:ident => $body:path; )+ }
             workgroup_mem($wm:expr)
             params $params:tt
@@ -265,7 +341,7 @@ macro_rules! families {
     ) => {
         families!(@read [$($done)*
             $(#[$doc])*
-            family $args {
+            family $args $typed {
                 instances { $( $f32: f32 => $body; $f16: f16 => $body; $bf16: Bf16 => $body; )+ }
                 workgroup_mem($wm)
                 params $params
@@ -274,17 +350,17 @@ macro_rules! families {
     };
     (@read [$($done:tt)*]
         $(#[$doc:meta])*
-        family $args:ident { instances $inst:tt workgroup_mem($wm:expr) params $params:tt }
+        family $args:ident $typed:tt { instances $inst:tt workgroup_mem($wm:expr) params $params:tt }
         $($rest:tt)*
     ) => {
-        families!(@read [$($done)* $(#[$doc])* family $args { instances $inst workgroup_mem($wm) params $params }] $($rest)*);
+        families!(@read [$($done)* $(#[$doc])* family $args $typed { instances $inst workgroup_mem($wm) params $params }] $($rest)*);
     };
     (@read [$($done:tt)*]) => {
         families!(@expand $($done)*);
     };
     (@expand $(
         $(#[$doc:meta])*
-        family $args:ident {
+        family $args:ident $typed:tt {
             instances { $( $sym:ident : $t:ty => $body:path; )+ }
             workgroup_mem($wm:expr)
             params $params:tt
@@ -293,6 +369,7 @@ macro_rules! families {
         $(
             $( instance!($sym, $t, $body, $wm, $params); )+
             family_args!($(#[$doc])* $args, [$($sym),+], $params);
+            typed_struct!($typed, $args, $params);
         )*
 
         /// Every exported kernel, with its explicit arguments in order.
@@ -328,28 +405,28 @@ macro_rules! families {
 
 families! {
     /// `probe`: each thread writes what it sees of the wave primitives.
-    family ProbeArgs {
+    family ProbeArgs (Probe) {
         instances { probe: u32 => crate::probe::probe; }
         workgroup_mem(geometry::probe::WORKGROUP_MEM_BYTES)
         params { out: write_grid u32 }
     }
 
     /// `empty`: the launch floor.
-    family EmptyArgs {
+    family EmptyArgs () {
         instances { empty: u32 => crate::probe::empty; }
         workgroup_mem(0)
         params {}
     }
 
     /// `read_stream`: the read-bandwidth yardstick (one fold word per thread).
-    family ReadStreamArgs {
+    family ReadStreamArgs (ReadStream) {
         instances { read_stream: u32 => crate::probe::read_stream; }
         workgroup_mem(0)
         params { src: read u32 [quads, 4], quads: value u64, out: write_grid u32 }
     }
 
     /// `xielu`: `out[i] = xielu(x[i])` for `i < n`.
-    family XieluArgs {
+    family XieluArgs (Xielu<T>) {
         instances { xielu_f32, xielu_f16, xielu_bf16 => crate::xielu::xielu::<T>; }
         workgroup_mem(geometry::xielu::most_workgroup_mem_bytes::<T>())
         params {
@@ -367,7 +444,7 @@ families! {
     /// one row per workgroup. Each thread reads `a`, `b`, `x` at the positions it
     /// later writes, and keeps `x_new` in registers, so either output may be
     /// exactly one of the three row inputs; `w` and `bias` are read by every row.
-    family Add3LayerNormArgs {
+    family Add3LayerNormArgs (Add3LayerNorm<T>) {
         instances {
             add3_layer_norm_f32, add3_layer_norm_f16, add3_layer_norm_bf16
                 => crate::add3_layer_norm::add3_layer_norm::<T, { add3::CHUNKS }, { add3::CHUNKS_AHEAD }>;
@@ -390,7 +467,7 @@ families! {
     }
 
     /// `moe_fc1_relu2`: `act[k, f] = relu(x . w1[idx[k], f])^2` for every slot k.
-    family MoeFc1Relu2Args {
+    family MoeFc1Relu2Args (MoeFc1Relu2<T>) {
         instances { moe_fc1_relu2_f32, moe_fc1_relu2_f16, moe_fc1_relu2_bf16 => crate::moe::moe_fc1_relu2::<T, { crate::moe::TENSOR_CORES }>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
         params {
@@ -405,7 +482,7 @@ families! {
 
     /// `moe_gateup`: `act[k, f] = a(x . wg[idx[k], f]) * (x . wu[idx[k], f])` for
     /// every slot k, `a` SiLU or GELU's tanh form (`activation`, see `moe::gated`).
-    family MoeGateUpArgs {
+    family MoeGateUpArgs (MoeGateUp<T>) {
         instances { moe_gateup_f32, moe_gateup_f16, moe_gateup_bf16 => crate::moe::moe_gateup::<T>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
         params {
@@ -424,7 +501,7 @@ families! {
 
     /// `moe_down`: `part[k, h] = scores[k] * (act[k] . w2[idx[k], h])` for every
     /// slot k; `moe_down6_*` for 6-bit codes, `moe_down_*` for 4 and 8 bits.
-    family MoeDownArgs {
+    family MoeDownArgs (MoeDown<T>) {
         instances {
             moe_down_f32, moe_down_f16, moe_down_bf16 => crate::moe::moe_down::<T, { crate::moe::TENSOR_CORES }>;
             moe_down6_f32, moe_down6_f16, moe_down6_bf16 => crate::moe::moe_down6::<T>;
@@ -442,7 +519,7 @@ families! {
     }
 
     /// `moe_combine`: `out[h] = T(sum_k part[k, h])`.
-    family MoeCombineArgs {
+    family MoeCombineArgs (MoeCombine<T>) {
         instances { moe_combine_f32, moe_combine_f16, moe_combine_bf16 => crate::moe::moe_combine::<T>; }
         workgroup_mem(0)
         params {
@@ -454,7 +531,7 @@ families! {
     }
 
     /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens.
-    family MoeRouterLogitsArgs {
+    family MoeRouterLogitsArgs (MoeRouterLogits<T>) {
         instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }
         workgroup_mem(0)
         params {
@@ -469,7 +546,7 @@ families! {
 
     /// `moe_topk`: per token, the softmax of its logits and the `k` most
     /// probable experts with their (optionally renormalized) probabilities.
-    family MoeTopKArgs {
+    family MoeTopKArgs (MoeTopK) {
         instances { moe_topk: f32 => crate::moe::router::moe_topk; }
         workgroup_mem(geometry::moe_router::topk_workgroup_mem_bytes(geometry::moe_router::MAX_EXPERTS))
         params {
@@ -486,7 +563,7 @@ families! {
     /// `mamba1_scan`: the selective scan. Each state element is read once, by
     /// the lane that owns it, before that lane writes it, so `state_out` may be
     /// exactly `state_in` (an in-place update).
-    family Mamba1ScanArgs {
+    family Mamba1ScanArgs (Mamba1Scan<T>) {
         instances { mamba1_scan_f32, mamba1_scan_f16, mamba1_scan_bf16 => crate::mamba1_scan::mamba1_scan::<T>; }
         workgroup_mem(geometry::mamba1_scan::MOST_WORKGROUP_MEM_BYTES)
         params {

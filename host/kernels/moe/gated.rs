@@ -9,11 +9,19 @@
 
 use kernels_device::moe::{GEGLU, SWIGLU};
 
+use kernels_device::entry::MoeGateUp;
+
 use super::{DOWN_KERNEL, DOWN6_KERNEL, GATEUP_KERNEL, MoeGateUpArgs, MoeShape, QuantizedBuffers, QuantizedPointers};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::kernels::{CheckedArgs, symbol};
-use crate::runtime::{Device, DeviceBuffer, Stream};
+use crate::kernels::{CheckedArgs, Run, symbol};
+use crate::runtime::{Device, DeviceBuffer, Stream, Typed};
+
+/// The typed launch of `moe_gateup` ([`Run::run`] launches it; `activation`
+/// as [`Activation`]'s value).
+pub type MoeGateUpLaunch<'a, T> = MoeGateUp<'a, T, Typed>;
+
+typed_run!(MoeGateUp);
 
 /// The gate's activation: `a(g) = g / (1 + e^-z)`, `z = g` for SiLU, `z = 2 sqrt(2/pi)
 /// (g + 0.044715 g^3)` for GELU's tanh form (the same function as `0.5 g (1 + tanh(..))`).
@@ -65,7 +73,8 @@ pub struct GatedPointers {
 }
 
 impl MoeShape {
-    fn gateup_args(&self, p: GatedPointers, activation: Activation) -> MoeGateUpArgs {
+    /// The arguments of `moe_gateup` of this shape (the raw form [`gateup`] takes).
+    pub fn gateup_args(&self, p: GatedPointers, activation: Activation) -> MoeGateUpArgs {
         let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
         let GatedPointers { x, idx, gate, up, act, status } = p;
         MoeGateUpArgs {
@@ -90,20 +99,14 @@ impl MoeShape {
     }
 }
 
-/// `act[k, f] = a(x . gate[idx[k], f]) * (x . up[idx[k], f])` (f32) for every slot k.
+/// `act[k, f] = a(x . gate[idx[k], f]) * (x . up[idx[k], f])` (f32) for every
+/// slot k, over the raw form ([`MoeShape::gateup_args`]); `dtype` is `T`.
 ///
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of the shapes in the
 /// module documentation; `status` may be 0 (null).
-pub unsafe fn gateup(
-    device: &Device,
-    dtype: Dtype,
-    p: GatedPointers,
-    activation: Activation,
-    shape: &MoeShape,
-    stream: Stream,
-) -> Result<()> {
-    shape.gateup_args(p, activation).enqueue_checked(device, dtype, &[], stream)
+pub unsafe fn gateup(device: &Device, dtype: Dtype, args: MoeGateUpArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
 /// The typed buffers of one [`run_gateup`].
@@ -116,7 +119,7 @@ pub struct GatedBuffers<'a, T> {
     pub status: Option<&'a mut DeviceBuffer<u32>>,
 }
 
-/// [`gateup`] over typed buffers, checking their sizes.
+/// [`MoeGateUpLaunch`] of these buffers and this shape, run.
 pub fn run_gateup<T: Element>(
     device: &Device,
     bufs: GatedBuffers<'_, T>,
@@ -124,20 +127,26 @@ pub fn run_gateup<T: Element>(
     shape: &MoeShape,
     stream: Stream,
 ) -> Result<()> {
-    let mut capacity = vec![("x", bufs.x.bytes()), ("idx", bufs.idx.bytes()), ("act", bufs.act.bytes())];
-    capacity.extend(bufs.gate.capacity(["wg", "sg", "bg"]));
-    capacity.extend(bufs.up.capacity(["wu", "su", "bu"]));
-    let status = bufs.status.map_or(0, |s| {
-        capacity.push(("status", s.bytes()));
-        s.ptr()
-    });
-    let p = GatedPointers {
-        x: bufs.x.ptr(),
-        idx: bufs.idx.ptr(),
-        gate: bufs.gate.pointers(),
-        up: bufs.up.pointers(),
-        act: bufs.act.ptr(),
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let GatedBuffers { x, idx, gate, up, act, status } = bufs;
+    let launch = MoeGateUpLaunch {
+        x,
+        idx,
+        wg: gate.w,
+        sg: gate.scales,
+        bg: gate.biases,
+        wu: up.w,
+        su: up.scales,
+        bu: up.biases,
+        act,
+        activation: activation as u32,
+        n_experts,
+        k,
+        din,
+        dff,
+        bits,
+        group_size,
         status,
     };
-    shape.gateup_args(p, activation).enqueue_checked(device, T::DTYPE, &capacity, stream)
+    launch.run(device, stream)
 }

@@ -9,15 +9,30 @@
 //! that token NaN: its ids are then `u32::MAX` (out of range, which the expert
 //! kernels report through their status word) and its scores NaN.
 
-use kernels_device::entry::{MoeRouterLogitsArgs, MoeTopKArgs};
+use kernels_device::entry::{MoeRouterLogits, MoeTopK};
+pub use kernels_device::entry::{MoeRouterLogitsArgs, MoeTopKArgs};
 use kernels_device::geometry::moe_router::{
     LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_SIZE, WAVES, topk_workgroup_mem_bytes,
 };
 
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::kernels::{Capacity, CheckedArgs, enqueue, kernel_for, symbol};
-use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream};
+use crate::kernels::{Capacity, CheckedArgs, Run, enqueue, kernel_for, symbol};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream, Typed};
+
+/// The typed launch of `moe_router_logits` ([`Run::run`] launches it).
+pub type MoeRouterLogitsLaunch<'a, T> = MoeRouterLogits<'a, T, Typed>;
+/// The typed launch of `moe_topk` (f32 logits; `renorm` 0 or 1).
+pub type MoeTopKLaunch<'a> = MoeTopK<'a, Typed>;
+
+typed_run!(MoeRouterLogits);
+
+impl Run for MoeTopKLaunch<'_> {
+    fn run(self, device: &Device, stream: Stream) -> Result<()> {
+        let (args, capacity) = self.raw();
+        args.enqueue_checked(device, Dtype::F32, &capacity, stream)
+    }
+}
 
 /// The router's matrix product.
 pub const LOGITS_KERNEL: &str = "moe_router_logits";
@@ -126,50 +141,43 @@ impl CheckedArgs for MoeTopKArgs {
     }
 }
 
-/// `logits[t, e] = x[t] . wr[e]` (f32) for `t < shape.m`, `e < shape.n_experts`
-/// (`shape.k` is not used).
+impl RouterShape {
+    /// The arguments of `moe_router_logits` of this shape (the raw form
+    /// [`router_logits`] takes; `k` is not used).
+    pub fn logits_args(&self, x: u64, wr: u64, logits: u64) -> MoeRouterLogitsArgs {
+        let RouterShape { m, n_experts, din, .. } = *self;
+        MoeRouterLogitsArgs { x, wr, logits, m, n_experts, din }
+    }
+
+    /// The arguments of `moe_topk` of this shape (the raw form [`topk`] takes;
+    /// `din` is not used).
+    pub fn topk_args(&self, logits: u64, ids: u64, scores: u64, renorm: bool) -> MoeTopKArgs {
+        let RouterShape { m, n_experts, k, .. } = *self;
+        MoeTopKArgs { logits, ids, scores, m, n_experts, k, renorm: renorm as u32 }
+    }
+}
+
+/// `logits[t, e] = x[t] . wr[e]` (f32) for `t < m`, `e < n_experts`, over the
+/// raw form ([`RouterShape::logits_args`]); `dtype` is the type of `x` and `wr`.
 ///
 /// # Safety
 /// `x` (`[M, Din]` of `dtype`), `wr` (`[E, Din]` of `dtype`) and `logits`
 /// (`[M, E]` f32) are device pointers of `device` of those sizes.
-pub unsafe fn router_logits(
-    device: &Device,
-    dtype: Dtype,
-    x: u64,
-    wr: u64,
-    logits: u64,
-    shape: &RouterShape,
-    stream: Stream,
-) -> Result<()> {
-    let RouterShape { m, n_experts, din, .. } = *shape;
-    MoeRouterLogitsArgs { x, wr, logits, m, n_experts, din }.enqueue_checked(device, dtype, &[], stream)
+pub unsafe fn router_logits(device: &Device, dtype: Dtype, args: MoeRouterLogitsArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
 }
 
-/// The softmax of each token's logits and its `shape.k` most probable experts
-/// (`shape.din` is not used).
+/// The softmax of each token's logits and its `k` most probable experts, over
+/// the raw form ([`RouterShape::topk_args`]).
 ///
 /// # Safety
 /// `logits` (`[M, E]` f32), `ids` (`[M, K]` u32) and `scores` (`[M, K]` f32)
 /// are device pointers of `device` of those sizes.
-pub unsafe fn topk(
-    device: &Device,
-    logits: u64,
-    ids: u64,
-    scores: u64,
-    shape: &RouterShape,
-    renorm: bool,
-    stream: Stream,
-) -> Result<()> {
-    let RouterShape { m, n_experts, k, .. } = *shape;
-    MoeTopKArgs { logits, ids, scores, m, n_experts, k, renorm: renorm as u32 }.enqueue_checked(
-        device,
-        Dtype::F32,
-        &[],
-        stream,
-    )
+pub unsafe fn topk(device: &Device, args: MoeTopKArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, Dtype::F32, &[], stream)
 }
 
-/// [`router_logits`] over typed buffers, checking their sizes.
+/// [`MoeRouterLogitsLaunch`] of these buffers and this shape, run.
 pub fn run_router_logits<T: Element>(
     device: &Device,
     x: &DeviceBuffer<T>,
@@ -179,16 +187,10 @@ pub fn run_router_logits<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let RouterShape { m, n_experts, din, .. } = *shape;
-    let capacity = [("x", x.bytes()), ("wr", wr.bytes()), ("logits", logits.bytes())];
-    MoeRouterLogitsArgs { x: x.ptr(), wr: wr.ptr(), logits: logits.ptr(), m, n_experts, din }.enqueue_checked(
-        device,
-        T::DTYPE,
-        &capacity,
-        stream,
-    )
+    MoeRouterLogitsLaunch { x, wr, logits, m, n_experts, din }.run(device, stream)
 }
 
-/// [`topk`] over typed buffers, checking their sizes.
+/// [`MoeTopKLaunch`] of these buffers and this shape, run.
 pub fn run_topk(
     device: &Device,
     logits: &DeviceBuffer<f32>,
@@ -199,15 +201,5 @@ pub fn run_topk(
     stream: Stream,
 ) -> Result<()> {
     let RouterShape { m, n_experts, k, .. } = *shape;
-    let capacity = [("logits", logits.bytes()), ("ids", ids.bytes()), ("scores", scores.bytes())];
-    let args = MoeTopKArgs {
-        logits: logits.ptr(),
-        ids: ids.ptr(),
-        scores: scores.ptr(),
-        m,
-        n_experts,
-        k,
-        renorm: renorm as u32,
-    };
-    args.enqueue_checked(device, Dtype::F32, &capacity, stream)
+    MoeTopKLaunch { logits, ids, scores, m, n_experts, k, renorm: renorm as u32 }.run(device, stream)
 }
