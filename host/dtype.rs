@@ -96,8 +96,9 @@ mod sealed {
 }
 
 /// Runs `$body` with the type alias `$t` bound to the [`Element`] of the
-/// run-time dtype `$dtype`: the one place a run-time dtype becomes a type (the C
-/// ABI, and tests that loop over dtypes).
+/// run-time dtype `$dtype`: for callers that hold typed buffers of a dtype
+/// chosen at run time (tests and benchmarks that loop over dtypes). The raw
+/// launchers and the C ABI take the dtype as a value and need no type.
 #[macro_export]
 macro_rules! with_element {
     ($dtype:expr, $t:ident => $body:expr) => {

@@ -6,7 +6,8 @@
 use std::ffi::{CStr, c_char};
 use std::process::ExitCode;
 
-use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
+use mlxcel_amdgpu::kernels::Run;
+use mlxcel_amdgpu::kernels::xielu::{XieluLaunch, XieluParams};
 use mlxcel_amdgpu::{Device, Dtype, Element, Stream};
 use mlxcel_amdgpu_testkit::reference::{self, data, metrics};
 
@@ -32,12 +33,14 @@ fn inputs(dtype: Dtype) -> Vec<f32> {
     reference::round_all(dtype, &x)
 }
 
-/// xielu of `x` through the Rust API on `device`: the storage bits of the output.
+/// xielu of `x` through the Rust API's typed launch on `device`: the storage bits of the output.
 fn rust_api<T: Element>(device: &Device, x: &[f32], p: XieluParams) -> mlxcel_amdgpu::Result<Vec<u32>> {
     let input: Vec<T> = x.iter().map(|&v| T::from_f32(v)).collect();
     let input = device.upload(&input)?;
     let mut out = device.alloc::<T>(x.len())?;
-    xielu::run(device, &input, &mut out, x.len(), p, Stream::DEFAULT)?;
+    let XieluParams { alpha_p, alpha_n, beta, eps } = p;
+    let launch = XieluLaunch { x: &input, out: &mut out, n: x.len() as u64, alpha_p, alpha_n, beta, eps };
+    launch.run(device, Stream::DEFAULT)?;
     Ok(out.download()?.iter().map(|v| v.to_bits_u32()).collect())
 }
 
