@@ -318,35 +318,39 @@ fn gated_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     }
 }
 
-/// The router at Qwen3-30B-A3B's shape (E 128, Din 2048, K 8, bf16) for one and
-/// eight tokens: `moe_router_logits`, then `moe_topk`.
+/// The router at Qwen3-30B-A3B's shape (E 128, Din 2048, K 8) and
+/// Qwen3-Next-80B-A3B's (E 512, Din 2048, K 10), bf16, for one and eight
+/// tokens: `moe_router_logits`, then `moe_topk`.
 fn router_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     type T = bf16;
     let dtype = Dtype::Bf16;
-    let (n_experts, din, k) = (128usize, 2048usize, 8usize);
-    for m in [1usize, 8] {
-        let shape = RouterShape { m: m as u32, n_experts: n_experts as u32, din: din as u32, k: k as u32 };
-        let launches = counts.launches(dev, || {
-            let x = upload::<T>(dev, &data::normal(dtype, 3, m * din, 1.0));
-            let wr = upload::<T>(dev, &data::normal(dtype, 4, n_experts * din, 0.05));
-            let mut logits = dev.alloc::<f32>(m * n_experts).unwrap();
-            let mut ids = dev.alloc::<u32>(m * k).unwrap();
-            let mut scores = dev.alloc::<f32>(m * k).unwrap();
-            router::run_router_logits::<T>(dev, &x, &wr, &mut logits, &shape, Stream::DEFAULT).unwrap();
-            router::run_topk(dev, &logits, &mut ids, &mut scores, &shape, true, Stream::DEFAULT).unwrap();
-        });
-        let bytes = [
-            ((n_experts + m) * din * dtype.size() + m * n_experts * 4) as f64,
-            (m * n_experts * 4 + 2 * m * k * 4) as f64,
-        ];
-        assert_eq!(launches.len(), 2, "the router is two launches");
-        for (l, b) in launches.into_iter().zip(bytes) {
-            // moe_topk has one symbol (f32 logits).
-            let kernel = match l.kernel.strip_suffix("_bf16") {
-                Some(base) => format!("{base} {dtype}"),
-                None => l.kernel.clone(),
-            };
-            rows.push(Row { kernel, shape: format!("Qwen3-30B-A3B M={m}"), launch: l, bytes: b });
+    for (model, n_experts, din, k) in
+        [("Qwen3-30B-A3B", 128usize, 2048usize, 8usize), ("Qwen3-Next-80B-A3B", 512, 2048, 10)]
+    {
+        for m in [1usize, 8] {
+            let shape = RouterShape { m: m as u32, n_experts: n_experts as u32, din: din as u32, k: k as u32 };
+            let launches = counts.launches(dev, || {
+                let x = upload::<T>(dev, &data::normal(dtype, 3, m * din, 1.0));
+                let wr = upload::<T>(dev, &data::normal(dtype, 4, n_experts * din, 0.05));
+                let mut logits = dev.alloc::<f32>(m * n_experts).unwrap();
+                let mut ids = dev.alloc::<u32>(m * k).unwrap();
+                let mut scores = dev.alloc::<f32>(m * k).unwrap();
+                router::run_router_logits::<T>(dev, &x, &wr, &mut logits, &shape, Stream::DEFAULT).unwrap();
+                router::run_topk(dev, &logits, &mut ids, &mut scores, &shape, true, Stream::DEFAULT).unwrap();
+            });
+            let bytes = [
+                ((n_experts + m) * din * dtype.size() + m * n_experts * 4) as f64,
+                (m * n_experts * 4 + 2 * m * k * 4) as f64,
+            ];
+            assert_eq!(launches.len(), 2, "the router is two launches");
+            for (l, b) in launches.into_iter().zip(bytes) {
+                // moe_topk has one symbol (f32 logits).
+                let kernel = match l.kernel.strip_suffix("_bf16") {
+                    Some(base) => format!("{base} {dtype}"),
+                    None => l.kernel.clone(),
+                };
+                rows.push(Row { kernel, shape: format!("{model} M={m}"), launch: l, bytes: b });
+            }
         }
     }
 }
