@@ -11,7 +11,7 @@
 mod common;
 
 use common::{Suite, download_values, label};
-use mlxcel_amdgpu::half::bf16;
+use mlxcel_amdgpu::half::{bf16, f16};
 use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape, run_router_logits, run_topk};
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
 use mlxcel_amdgpu_testkit::reference::data::normal;
@@ -91,18 +91,28 @@ fn spread_logits(m: usize, n_experts: usize, seed: u64) -> Vec<f32> {
 // moe_router_logits
 // ---------------------------------------------------------------------------
 
-/// One to eight tokens, a row count that is not a multiple of the waves per
-/// workgroup, rows of whole aligned chunks.
+/// Every token count from one to eight (the kernel is built for each), rows
+/// of whole aligned chunks: 33, one past a wave's 32.
 fn logits_every_dtype_and_token_count<T: Element>(dev: &Device) {
-    for (m, seed) in [(1, 11), (3, 12), (8, 13)] {
-        check_logits::<T>(dev, m, 20, 264, seed);
+    for m in 1..=8 {
+        check_logits::<T>(dev, m, 20, 264, 10 + m as u64);
     }
+}
+
+/// Rows longer than one batch of the workgroup's lanes (`geometry::moe_router::
+/// batch` chunks a lane, 256 lanes), ending in a partial batch: bf16 with one
+/// token (4 chunks a lane), f16 with three (2), f32 with eight (1).
+fn logits_long_rows_take_several_batches(dev: &Device) {
+    check_logits::<bf16>(dev, 1, 3, 8 * (2 * 1024 + 300), 14);
+    check_logits::<f16>(dev, 3, 4, 8 * (512 + 400), 15);
+    check_logits::<f32>(dev, 8, 5, 8 * (3 * 256 + 37), 16);
 }
 
 /// Rows that are not whole chunks take single values: same tolerance.
 fn logits_odd_rows_take_the_value_path(dev: &Device) {
     check_logits::<bf16>(dev, 2, 9, 131, 21);
     check_logits::<f32>(dev, 5, 3, 7, 22);
+    check_logits::<f16>(dev, 7, 2, 603, 23);
 }
 
 /// A token matrix one element into its buffer (not 16-byte aligned) takes the
@@ -247,6 +257,7 @@ fn availability_matches_the_backends<T: Element>(dev: &Device) {
 fn main() {
     Suite::new()
         .per_backend_and_dtype("logits_every_dtype_and_token_count", typed!(logits_every_dtype_and_token_count))
+        .per_backend("logits_long_rows_take_several_batches", logits_long_rows_take_several_batches)
         .per_backend("logits_odd_rows_take_the_value_path", logits_odd_rows_take_the_value_path)
         .per_backend("logits_misaligned_x_takes_the_value_path", logits_misaligned_x_takes_the_value_path)
         .per_backend("qwen3_30b_a3b_router", qwen3_30b_a3b_router)

@@ -533,7 +533,7 @@ families! {
     /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens.
     family MoeRouterLogitsArgs (MoeRouterLogits<T>) {
         instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }
-        workgroup_mem(0)
+        workgroup_mem(geometry::moe_router::LOGITS_WORKGROUP_MEM_BYTES)
         params {
             x: read T [m, din],
             wr: read T [n_experts, din],

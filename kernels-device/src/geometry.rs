@@ -358,19 +358,46 @@ pub mod mamba1_scan {
 pub mod moe_router {
     use super::WAVE_SIZE;
 
-    /// Router rows (one a wave) per workgroup of `moe_router_logits`.
-    pub const WAVES: u32 = 8;
+    /// Waves of one workgroup of `moe_router_logits`, which share its one router
+    /// row: each takes every `WAVES_PER_ROW`-th run of 32 chunks, so every wave
+    /// has loads in flight at once and a row of Din 2048 is one chunk a lane.
+    pub const WAVES_PER_ROW: u32 = 8;
     /// Threads per workgroup of `moe_router_logits`.
-    pub const LOGITS_WORKGROUP_SIZE: u32 = WAVES * WAVE_SIZE;
+    pub const LOGITS_WORKGROUP_SIZE: u32 = WAVES_PER_ROW * WAVE_SIZE;
     /// Threads per workgroup of `moe_topk`: one wave, one token.
     pub const TOPK_WORKGROUP_SIZE: u32 = WAVE_SIZE;
     /// The most tokens of one launch (the decode batch, or a speculative
     /// verification's tokens): each is a per-lane accumulator.
     pub const MAX_TOKENS: usize = 8;
+    /// Workgroup memory of `moe_router_logits`: each wave's f32 sum of each token.
+    pub const LOGITS_WORKGROUP_MEM_BYTES: u32 = WAVES_PER_ROW * MAX_TOKENS as u32 * 4;
     /// Values per aligned load of a router row (16 bytes of a 16-bit type).
     pub const CHUNK: u32 = 8;
-    /// Chunks per lane issued together before their first use.
-    pub const BATCH: usize = 4;
+    /// Bytes of loads a lane issues together before their first use (32
+    /// VGPRs; twice as many spilled on gfx11-generic, whose 1024-thread
+    /// budget is 128 VGPRs).
+    pub const BATCH_BYTES: usize = 128;
+    /// The most chunks of a batch.
+    pub const MAX_BATCH: usize = 4;
+
+    /// Chunks of the router row per lane in one batch for `tokens` tokens of
+    /// `elem_bytes`-byte values: each chunk loads the row's and every token's
+    /// values, all within [`BATCH_BYTES`] (one chunk at least).
+    pub const fn batch(tokens: usize, elem_bytes: usize) -> usize {
+        let chunks = BATCH_BYTES / (CHUNK as usize * elem_bytes) / (tokens + 1);
+        if chunks == 0 {
+            1
+        } else if chunks > MAX_BATCH {
+            MAX_BATCH
+        } else {
+            chunks
+        }
+    }
+
+    /// `moe_router_logits`' workgroups for `n_experts` rows: one a row.
+    pub const fn logits_workgroups(n_experts: u32) -> u32 {
+        n_experts
+    }
     /// The most experts: `moe_topk` keeps one bit per expert of each lane in a
     /// word (32 lanes x 32 bits).
     pub const MAX_EXPERTS: u32 = WAVE_SIZE * 32;

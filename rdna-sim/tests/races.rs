@@ -320,10 +320,11 @@ fn moe_combine(ty: &str) -> Case {
     )
 }
 
-/// moe_router_logits of dtype `ty`: 3 tokens, 13 rows (a partial second
-/// workgroup) of 40 values (whole chunks) or 37 (single values).
+/// moe_router_logits of dtype `ty`: 3 tokens, 13 rows of 40 values (whole
+/// chunks: a few lanes of wave 0), 37 (single values) or 2112 (whole chunks:
+/// every wave, two chunks in a batch for the first lanes of f32).
 fn router_logits(ty: &str, din: u32) -> Case {
-    use kernels_device::geometry::moe_router::{LOGITS_WORKGROUP_SIZE, WAVES};
+    use kernels_device::geometry::moe_router::{LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, logits_workgroups};
     let (m, e) = (3u32, 13u32);
     let bufs = vec![
         enc(ty, &noise((m * din) as usize, 51, 1.0)),
@@ -331,7 +332,14 @@ fn router_logits(ty: &str, din: u32) -> Case {
         zeros((m * e) as usize, 4),
     ];
     let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(m), Arg::U32(e), Arg::U32(din)];
-    Case::new(&format!("moe_router_logits_{ty}"), [e.div_ceil(WAVES), 1, 1], LOGITS_WORKGROUP_SIZE, 0, args, bufs)
+    Case::new(
+        &format!("moe_router_logits_{ty}"),
+        [logits_workgroups(e), 1, 1],
+        LOGITS_WORKGROUP_SIZE,
+        LOGITS_WORKGROUP_MEM_BYTES,
+        args,
+        bufs,
+    )
 }
 
 /// moe_topk: 3 tokens of 70 experts (lanes with two and three each), K 5,
@@ -428,6 +436,7 @@ clean! {
     moe_router_logits_f32_chunks => router_logits("f32", 40);
     moe_router_logits_f16_values => router_logits("f16", 37);
     moe_router_logits_bf16_chunks => router_logits("bf16", 40);
+    moe_router_logits_f32_batches => router_logits("f32", 2112);
     moe_topk => topk();
     moe_combine_f32 => moe_combine("f32");
     moe_combine_f16 => moe_combine("f16");

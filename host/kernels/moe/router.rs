@@ -12,7 +12,8 @@
 use kernels_device::entry::{MoeRouterLogits, MoeTopK};
 pub use kernels_device::entry::{MoeRouterLogitsArgs, MoeTopKArgs};
 use kernels_device::geometry::moe_router::{
-    LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_SIZE, WAVES, topk_workgroup_mem_bytes,
+    LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_SIZE,
+    logits_workgroups, topk_workgroup_mem_bytes,
 };
 
 use crate::dtype::{Dtype, Element};
@@ -96,12 +97,13 @@ fn check_k(k: u32, n_experts: u32) -> Result<()> {
     Ok(())
 }
 
-/// `moe_router_logits`' launch: one wave per router row.
+/// `moe_router_logits`' launch: one workgroup per router row, and each wave's
+/// sums of each token in workgroup memory.
 pub fn logits_dims(n_experts: u32) -> LaunchDims {
     LaunchDims {
-        grid: [n_experts.div_ceil(WAVES), 1, 1],
+        grid: [logits_workgroups(n_experts), 1, 1],
         workgroup_size: LOGITS_WORKGROUP_SIZE,
-        workgroup_mem_bytes: 0,
+        workgroup_mem_bytes: LOGITS_WORKGROUP_MEM_BYTES,
     }
 }
 
@@ -119,6 +121,7 @@ impl CheckedArgs for MoeRouterLogitsArgs {
         let kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
         check_logits_shape(self.m, self.n_experts, self.din)?;
         let dims = logits_dims(self.n_experts);
+        device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
 }

@@ -4,15 +4,19 @@
 //!
 //! # `moe_router_logits`
 //!
-//! `logits[t, e] = sum_i x[t, i] * wr[e, i]` in f32. Wave `w` of workgroup `g`
-//! takes the router row `e = g * WAVES + w` and all `m` tokens, so each row's
-//! bytes are read once whatever `m` is. Lane `l` takes the chunks of
-//! [`CHUNK`] values `l, l + 32, ...` in batches of [`BATCH`] per lane, every
-//! load of a batch issued before its first use; each token's lane partial is a
-//! chain of fmas in index order, and a wave sum ([`wave::wave_sum_f32`]) ends
-//! the row. x is read from memory (a token's row is at most `Din` values, and
-//! every wave reads it: it stays in the caches). Rows whose length or
-//! addresses are not whole aligned chunks take single values instead.
+//! `logits[t, e] = sum_i x[t, i] * wr[e, i]` in f32. Workgroup `e` takes the
+//! router row `e` and all `m` tokens, so each row's bytes are read once whatever
+//! `m` is; its [`WAVES_PER_ROW`] waves share the row. Lane `l` of wave `w`, the
+//! workgroup's lane `g = 32 w + l`, takes the chunks of [`CHUNK`] values `g, g +
+//! 256, ...` in batches ([`batch`]: fewer chunks the more tokens), every weight
+//! and token load of a batch issued before the first is used (the kernel is
+//! instantiated per token count, so no load is guarded by `m`). Each token's lane
+//! partial is a chain of fmas in index order; a wave sum
+//! ([`wave::wave_sum_f32`]) gives each wave's, and wave 0 adds the waves' sums in
+//! wave order (through workgroup memory). x is read from memory (a token's row
+//! is at most `Din` values, and every workgroup reads it: it stays in the
+//! caches). Rows whose length or addresses are not whole aligned chunks take
+//! single values `g, g + 256, ...` instead.
 //!
 //! # `moe_topk`
 //!
@@ -34,7 +38,7 @@
 use crate::num::math::mul_add;
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe_router::{BATCH, CHUNK, MAX_TOKENS, WAVES};
+use crate::geometry::moe_router::{CHUNK, MAX_BATCH, MAX_TOKENS, WAVES_PER_ROW, batch};
 use crate::num::{Elem, exp};
 use crate::vector::Vector;
 use crate::wave;
@@ -44,8 +48,9 @@ type Chunk<T> = Vector<T, { CHUNK as usize }>;
 
 /// `logits[t, e] = sum_i x[t, i] * wr[e, i]` (f32) for `t < m`, `e < n_experts`.
 ///
-/// Launch: grid `ceil(n_experts / WAVES)` workgroups of `WAVES * 32` threads,
-/// no workgroup memory; `1 <= m <= MAX_TOKENS`.
+/// Launch: grid `n_experts` workgroups (one a row) of `WAVES_PER_ROW * 32`
+/// threads and `LOGITS_WORKGROUP_MEM_BYTES` of workgroup memory
+/// (`geometry::moe_router`); `1 <= m <= MAX_TOKENS`.
 ///
 /// # Safety
 /// `x` holds `m * din` values, `wr` `n_experts * din`, `logits` `m * n_experts`.
@@ -58,66 +63,105 @@ pub unsafe fn moe_router_logits<T: Elem>(
     n_experts: u32,
     din: u32,
 ) {
-    let lane = wave::lane_id();
-    let row = wave::workgroup_id_x() * WAVES + wave::wave_id();
+    let row = wave::workgroup_id_x();
+    // Uniform over the workgroup: either every wave returns here or none does.
     if row >= n_experts || m == 0 || m as usize > MAX_TOKENS {
         return;
     }
-    let m = m as usize;
-    let din = din as usize;
-    let w_row = unsafe { wr.add(row as usize * din) };
+    let w_row = unsafe { wr.add(row as usize * din as usize) };
+    let acc = match m {
+        1 => unsafe { row_part::<T, 1>(x, w_row, din as usize) },
+        2 => unsafe { row_part::<T, 2>(x, w_row, din as usize) },
+        3 => unsafe { row_part::<T, 3>(x, w_row, din as usize) },
+        4 => unsafe { row_part::<T, 4>(x, w_row, din as usize) },
+        5 => unsafe { row_part::<T, 5>(x, w_row, din as usize) },
+        6 => unsafe { row_part::<T, 6>(x, w_row, din as usize) },
+        7 => unsafe { row_part::<T, 7>(x, w_row, din as usize) },
+        _ => unsafe { row_part::<T, 8>(x, w_row, din as usize) },
+    };
+    // Each wave's sums, then the row's: the waves' sums in wave order.
+    let sums = wave::workgroup_mem::<f32>();
+    let lane = wave::lane_id();
+    let w = wave::wave_id() as usize;
+    crate::unroll!(t in 0..MAX_TOKENS, at most 8 => {
+        if t < m as usize {
+            let s = wave::wave_sum_f32(acc[t]);
+            if lane == 0 {
+                unsafe { *sums.add(w * MAX_TOKENS + t) = s };
+            }
+        }
+    });
+    wave::barrier();
+    if w == 0 && lane < m {
+        let t = lane as usize;
+        let mut total = unsafe { *sums.add(t) };
+        let mut v = 1;
+        while v < WAVES_PER_ROW as usize {
+            total = total + unsafe { *sums.add(v * MAX_TOKENS + t) };
+            v += 1;
+        }
+        unsafe { *logits.add(t * n_experts as usize + row as usize) = total };
+    }
+}
+
+/// This lane's partial sums of `M` tokens against the router row `w_row`: the
+/// workgroup's lane `g = wave * 32 + lane` takes the chunks (or, on the value
+/// path, the values) `g, g + LANES, ...` in index order, [`batch`]`(M, T)` of
+/// them at a time with every weight and token load of a batch issued before the
+/// first is used. Entries `t >= M` are 0.
+///
+/// # Safety
+/// As [`moe_router_logits`], with `M` its `m` and `w_row` a row of `wr`.
+#[inline(always)]
+unsafe fn row_part<T: Elem, const M: usize>(x: *const T, w_row: *const T, din: usize) -> [f32; MAX_TOKENS] {
+    const LANES: usize = (WAVES_PER_ROW * WAVE_SIZE) as usize;
+    let first = (wave::wave_id() * WAVE_SIZE + wave::lane_id()) as usize;
     let mut acc = [0.0f32; MAX_TOKENS];
     let aligned = din.is_multiple_of(CHUNK as usize)
-        && (wr as usize).is_multiple_of(align_of::<Chunk<T>>())
+        && (w_row as usize).is_multiple_of(align_of::<Chunk<T>>())
         && (x as usize).is_multiple_of(align_of::<Chunk<T>>());
     if aligned {
         let chunks = din / CHUNK as usize;
-        let stride = WAVE_SIZE as usize * BATCH;
-        let mut first = lane as usize;
-        while first < chunks {
-            // The batch's weight loads, all issued before any is used.
-            let mut w = [Chunk::<T>::new([T::from_f32(0.0); CHUNK as usize]); BATCH];
-            crate::unroll!(b in 0..BATCH, at most 4 => {
-                let c = first + b * WAVE_SIZE as usize;
+        let zero = Chunk::<T>::new([T::from_f32(0.0); CHUNK as usize]);
+        let mut base = first;
+        while base < chunks {
+            let mut w = [zero; MAX_BATCH];
+            let mut xs = [[zero; MAX_TOKENS]; MAX_BATCH];
+            crate::unroll!(b in 0..batch(M, size_of::<T>()), at most 4 => {
+                let c = base + b * LANES;
                 if c < chunks {
                     w[b] = unsafe { *(w_row.add(c * CHUNK as usize) as *const Chunk<T>) };
+                    crate::unroll!(t in 0..M, at most 8 => {
+                        xs[b][t] = unsafe { *(x.add(t * din + c * CHUNK as usize) as *const Chunk<T>) };
+                    });
                 }
             });
-            crate::unroll!(b in 0..BATCH, at most 4 => {
-                let c = first + b * WAVE_SIZE as usize;
-                if c < chunks {
-                    crate::unroll!(t in 0..MAX_TOKENS, at most 8 => {
-                        if t < m {
-                            let xs = unsafe { *(x.add(t * din + c * CHUNK as usize) as *const Chunk<T>) };
-                            for j in 0..CHUNK as usize {
-                                acc[t] = mul_add(xs.0[j].to_f32(), w[b].0[j].to_f32(), acc[t]);
-                            }
+            crate::unroll!(b in 0..batch(M, size_of::<T>()), at most 4 => {
+                if base + b * LANES < chunks {
+                    crate::unroll!(t in 0..M, at most 8 => {
+                        for j in 0..CHUNK as usize {
+                            acc[t] = mul_add(xs[b][t].0[j].to_f32(), w[b].0[j].to_f32(), acc[t]);
                         }
                     });
                 }
             });
-            first += stride;
+            base += batch(M, size_of::<T>()) * LANES;
         }
     } else {
-        let mut i = lane as usize;
+        let mut i = first;
         while i < din {
             let wv = unsafe { *w_row.add(i) }.to_f32();
-            crate::unroll!(t in 0..MAX_TOKENS, at most 8 => {
-                if t < m {
-                    acc[t] = mul_add(unsafe { *x.add(t * din + i) }.to_f32(), wv, acc[t]);
-                }
+            let mut xv = [0.0f32; MAX_TOKENS];
+            crate::unroll!(t in 0..M, at most 8 => {
+                xv[t] = unsafe { *x.add(t * din + i) }.to_f32();
             });
-            i += WAVE_SIZE as usize;
+            crate::unroll!(t in 0..M, at most 8 => {
+                acc[t] = mul_add(xv[t], wv, acc[t]);
+            });
+            i += LANES;
         }
     }
-    crate::unroll!(t in 0..MAX_TOKENS, at most 8 => {
-        if t < m {
-            let total = wave::wave_sum_f32(acc[t]);
-            if lane == 0 {
-                unsafe { *logits.add(t * n_experts as usize + row as usize) = total };
-            }
-        }
-    });
+    acc
 }
 
 /// The better of two candidates `(p, expert)`: the larger `p`, then the lower
