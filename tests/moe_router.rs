@@ -100,7 +100,7 @@ fn logits_every_dtype_and_token_count<T: Element>(dev: &Device) {
 }
 
 /// Rows longer than one batch of the workgroup's lanes (`geometry::moe_router::
-/// batch` chunks a lane, 256 lanes), ending in a partial batch: bf16 with one
+/// batch` chunks a lane), ending in a partial batch: bf16 with one
 /// token (4 chunks a lane), f16 with three (2), f32 with eight (1).
 fn logits_long_rows_take_several_batches(dev: &Device) {
     check_logits::<bf16>(dev, 1, 3, 8 * (2 * 1024 + 300), 14);

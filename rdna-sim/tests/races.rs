@@ -322,7 +322,7 @@ fn moe_combine(ty: &str) -> Case {
 
 /// moe_router_logits of dtype `ty`: 3 tokens, 13 rows of 40 values (whole
 /// chunks: a few lanes of wave 0), 37 (single values) or 2112 (whole chunks:
-/// every wave, two chunks in a batch for the first lanes of f32).
+/// every wave, two or three batches a lane).
 fn router_logits(ty: &str, din: u32) -> Case {
     use kernels_device::geometry::moe_router::{LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, logits_workgroups};
     let (m, e) = (3u32, 13u32);

@@ -8,7 +8,7 @@
 //! router row `e` and all `m` tokens, so each row's bytes are read once whatever
 //! `m` is; its [`WAVES_PER_ROW`] waves share the row. Lane `l` of wave `w`, the
 //! workgroup's lane `g = 32 w + l`, takes the chunks of [`CHUNK`] values `g, g +
-//! 256, ...` in batches ([`batch`]: fewer chunks the more tokens), every weight
+//! 32 * WAVES_PER_ROW, ...` in batches ([`batch`]: fewer chunks the more tokens), every weight
 //! and token load of a batch issued before the first is used (the kernel is
 //! instantiated per token count, so no load is guarded by `m`). Each token's lane
 //! partial is a chain of fmas in index order; a wave sum
@@ -16,7 +16,7 @@
 //! wave order (through workgroup memory). x is read from memory (a token's row
 //! is at most `Din` values, and every workgroup reads it: it stays in the
 //! caches). Rows whose length or addresses are not whole aligned chunks take
-//! single values `g, g + 256, ...` instead.
+//! single values `g, g + 32 * WAVES_PER_ROW, ...` instead.
 //!
 //! # `moe_topk`
 //!
