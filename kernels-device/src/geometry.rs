@@ -405,6 +405,9 @@ pub mod moe_router {
     pub const MAX_EXPERTS: u32 = WAVE_SIZE * 32;
     /// The most experts chosen per token.
     pub const MAX_TOPK: u32 = 16;
+    /// Logits a lane of `moe_topk` loads together (E 128 is four a lane, E 512
+    /// sixteen: one and two batches).
+    pub const TOPK_BATCH: usize = 8;
 
     /// Workgroup memory of `moe_topk` for `n_experts`: one f32 each.
     pub const fn topk_workgroup_mem_bytes(n_experts: u32) -> u32 {

@@ -29,8 +29,10 @@
 //! NaN. With `renorm` the scores are divided
 //! by their sum (in the order chosen), MLX's `norm_topk_prob`.
 //!
-//! Each lane keeps its own experts' `p` in workgroup memory and reads only
-//! those, so the lanes never read what another wrote.
+//! Each lane keeps its own experts' logits, then their `p`, in workgroup memory
+//! and reads only those, so the lanes never read what another wrote. The row is
+//! read from memory once, [`TOPK_BATCH`] logits a lane at a time, issued
+//! together.
 
 // Sums are spelled `acc = acc + v` (their order is the point).
 #![allow(clippy::assign_op_pattern, clippy::too_many_arguments)]
@@ -38,7 +40,7 @@
 use crate::num::math::mul_add;
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe_router::{CHUNK, MAX_BATCH, MAX_TOKENS, WAVES_PER_ROW, batch};
+use crate::geometry::moe_router::{CHUNK, MAX_BATCH, MAX_TOKENS, TOPK_BATCH, WAVES_PER_ROW, batch};
 use crate::num::{Elem, exp};
 use crate::vector::Vector;
 use crate::wave;
@@ -231,16 +233,29 @@ pub unsafe fn moe_topk(
     let scores = unsafe { scores.add((t * k) as usize) };
     let p = wave::workgroup_mem::<f32>();
 
-    // The row's maximum (NaN skipped: a NaN logit makes the sum, and so every
-    // probability, NaN).
+    // The row into workgroup memory and its maximum (NaN skipped: a NaN logit
+    // makes the sum, and so every probability, NaN): a lane's TOPK_BATCH
+    // logits loaded together, then compared in index order.
     let mut top = f32::NEG_INFINITY;
-    let mut j = lane as usize;
-    while j < e {
-        let v = unsafe { *row.add(j) };
-        if v > top {
-            top = v;
-        }
-        j += WAVE_SIZE as usize;
+    let mut base = lane as usize;
+    while base < e {
+        let mut v = [f32::NEG_INFINITY; TOPK_BATCH];
+        crate::unroll!(b in 0..TOPK_BATCH => {
+            let j = base + b * WAVE_SIZE as usize;
+            if j < e {
+                v[b] = unsafe { *row.add(j) };
+            }
+        });
+        crate::unroll!(b in 0..TOPK_BATCH => {
+            let j = base + b * WAVE_SIZE as usize;
+            if j < e {
+                unsafe { *p.add(j) = v[b] };
+                if v[b] > top {
+                    top = v[b];
+                }
+            }
+        });
+        base += TOPK_BATCH * WAVE_SIZE as usize;
     }
     let top = wave_max(top);
 
@@ -248,7 +263,7 @@ pub unsafe fn moe_topk(
     let mut lane_sum = 0.0f32;
     let mut j = lane as usize;
     while j < e {
-        let v = exp(unsafe { *row.add(j) } - top);
+        let v = exp(unsafe { *p.add(j) } - top);
         unsafe { *p.add(j) = v };
         lane_sum = lane_sum + v;
         j += WAVE_SIZE as usize;
