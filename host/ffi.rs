@@ -49,6 +49,7 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Pointers};
 use crate::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
+use crate::kernels::moe::router::{self, RouterPointers, RouterShape};
 use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::describe::{self, DescribedLaunch};
@@ -78,6 +79,12 @@ pub const MLXCEL_AMDGPU_MOE_BITS_MASK: u32 = (1 << 4) | (1 << 8);
 /// MoE: the supported `group_size` values, as the sum of the powers of two
 /// they are (32, 64 and 128); `din` and `dff` are multiples of the group size.
 pub const MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK: u32 = 32 | 64 | 128;
+/// MoE router: the most tokens `m` of one launch.
+pub const MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS: u32 = 8;
+/// MoE router: the most experts `n_experts`.
+pub const MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS: u32 = 1024;
+/// MoE router: the most experts `k` chosen per token (at most `n_experts`).
+pub const MLXCEL_AMDGPU_MOE_ROUTER_MAX_K: u32 = 16;
 /// Every pointer must be aligned to its element: 4 bytes for f32 and u32
 /// buffers (MoE weights, ids, scores, scratch, state), 2 bytes for f16 and
 /// bf16 buffers. This is that rule's largest alignment.
@@ -85,7 +92,7 @@ pub const MLXCEL_AMDGPU_MAX_POINTER_ALIGNMENT: u32 = 4;
 
 // The header's limits are written as numbers for C; they must be the kernels'.
 const _: () = {
-    use kernels_device::geometry::{add3_layer_norm as add3, mamba1_scan as scan, moe as m, xielu};
+    use kernels_device::geometry::{add3_layer_norm as add3, mamba1_scan as scan, moe as m, moe_router as r, xielu};
     assert!(MLXCEL_AMDGPU_XIELU_MAX_N == xielu::MAX_N);
     assert!(MLXCEL_AMDGPU_ADD3_MAX_D == add3::MAX_D);
     assert!(MLXCEL_AMDGPU_ADD3_MAX_ROWS == add3::MAX_ROWS);
@@ -96,6 +103,9 @@ const _: () = {
     assert!(MLXCEL_AMDGPU_MOE_BITS_MASK == (1 << m::BITS[0]) | (1 << m::BITS[1]));
     assert!(MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK == m::GROUP_SIZES[0] | m::GROUP_SIZES[1] | m::GROUP_SIZES[2]);
     assert!(m::BITS.len() == 2 && m::GROUP_SIZES.len() == 3);
+    assert!(MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS as usize == r::MAX_TOKENS);
+    assert!(MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS == r::MAX_EXPERTS);
+    assert!(MLXCEL_AMDGPU_MOE_ROUTER_MAX_K == r::MAX_TOPK);
 };
 
 /// Status of a C ABI call.
@@ -678,6 +688,71 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_routed_forward(
         };
         let device = device()?;
         unsafe { moe::routed_forward(&device, dtype_of(dtype)?, p, &shape, Stream(stream)) }
+    })
+}
+
+/// Whether the router's kernels (`moe_router_logits`, `moe_topk`) for `dtype`
+/// (an [`MlxcelAmdgpuDtype`]) can both run on the device.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_router_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| router::router_available(d, t)))
+}
+
+/// Whether [`mlxcel_amdgpu_moe_router`] for `dtype` takes this shape on the
+/// device: the checks the launch makes of it.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_router_supports(dtype: u32, m: u32, n_experts: u32, k: u32, din: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| router::supports(d, t, &RouterShape { m, n_experts, din, k })))
+}
+
+/// The router of the routed experts for `m` tokens (1..=8): `logits [m,
+/// n_experts] = x [m, din] . wr [n_experts, din]^T` in f32, then per token
+/// the softmax of its logits, the `k` most probable experts `ids [m, k]`
+/// (larger first, the lower id on equal probabilities) and their
+/// probabilities `scores [m, k]` (f32), divided by their sum when
+/// `norm_topk_prob` is 1 (0: as they are; anything else is
+/// `MLXCEL_AMDGPU_INVALID_ARGUMENT`). Two launches in order on `stream`;
+/// `logits` is the caller's f32 buffer between them (its values stay for
+/// the caller to read). A token whose logits hold a NaN or `+inf`, or are all
+/// `-inf`, gets ids `UINT32_MAX` and scores NaN. Aliasing: none; no output
+/// may overlap any other buffer.
+///
+/// # Safety
+/// `x` and `wr` are device pointers to those shapes of `dtype`, `logits`,
+/// `ids` and `scores` to those shapes of f32, u32 and f32; `stream` as for
+/// xielu.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_router(
+    dtype: u32,
+    x: *const c_void,
+    wr: *const c_void,
+    logits: *mut f32,
+    ids: *mut u32,
+    scores: *mut f32,
+    m: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    norm_topk_prob: u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let device = device()?;
+        let dtype = dtype_of(dtype)?;
+        let renorm = match norm_topk_prob {
+            0 => false,
+            1 => true,
+            v => return Err(Error::invalid("norm_topk_prob", format!("{v} is not 0 or 1"))),
+        };
+        let p = RouterPointers {
+            x: x as u64,
+            wr: wr as u64,
+            logits: logits as u64,
+            ids: ids as u64,
+            scores: scores as u64,
+        };
+        let shape = RouterShape { m, n_experts, din, k };
+        unsafe { router::router(&device, dtype, p, &shape, renorm, Stream(stream)) }
     })
 }
 

@@ -40,6 +40,15 @@
 // they are (32, 64 and 128); `din` and `dff` are multiples of the group size.
 #define MLXCEL_AMDGPU_MOE_GROUP_SIZES_MASK ((32 | 64) | 128)
 
+// MoE router: the most tokens `m` of one launch.
+#define MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS 8
+
+// MoE router: the most experts `n_experts`.
+#define MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS 1024
+
+// MoE router: the most experts `k` chosen per token (at most `n_experts`).
+#define MLXCEL_AMDGPU_MOE_ROUTER_MAX_K 16
+
 // Every pointer must be aligned to its element: 4 bytes for f32 and u32
 // buffers (MoE weights, ids, scores, scratch, state), 2 bytes for f16 and
 // bf16 buffers. This is that rule's largest alignment.
@@ -362,6 +371,47 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_routed_forward(uint32_t dtype,
                                                          uintptr_t scratch_len,
                                                          uint32_t *status,
                                                          void *stream);
+
+// Whether the router's kernels (`moe_router_logits`, `moe_topk`) for `dtype`
+// (an [`MlxcelAmdgpuDtype`]) can both run on the device.
+bool mlxcel_amdgpu_moe_router_available(uint32_t dtype);
+
+// Whether [`mlxcel_amdgpu_moe_router`] for `dtype` takes this shape on the
+// device: the checks the launch makes of it.
+bool mlxcel_amdgpu_moe_router_supports(uint32_t dtype,
+                                       uint32_t m,
+                                       uint32_t n_experts,
+                                       uint32_t k,
+                                       uint32_t din);
+
+// The router of the routed experts for `m` tokens (1..=8): `logits [m,
+// n_experts] = x [m, din] . wr [n_experts, din]^T` in f32, then per token
+// the softmax of its logits, the `k` most probable experts `ids [m, k]`
+// (larger first, the lower id on equal probabilities) and their
+// probabilities `scores [m, k]` (f32), divided by their sum when
+// `norm_topk_prob` is 1 (0: as they are; anything else is
+// `MLXCEL_AMDGPU_INVALID_ARGUMENT`). Two launches in order on `stream`;
+// `logits` is the caller's f32 buffer between them (its values stay for
+// the caller to read). A token whose logits hold a NaN or `+inf`, or are all
+// `-inf`, gets ids `UINT32_MAX` and scores NaN. Aliasing: none; no output
+// may overlap any other buffer.
+//
+// # Safety
+// `x` and `wr` are device pointers to those shapes of `dtype`, `logits`,
+// `ids` and `scores` to those shapes of f32, u32 and f32; `stream` as for
+// xielu.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_router(uint32_t dtype,
+                                                 const void *x,
+                                                 const void *wr,
+                                                 float *logits,
+                                                 uint32_t *ids,
+                                                 float *scores,
+                                                 uint32_t m,
+                                                 uint32_t n_experts,
+                                                 uint32_t k,
+                                                 uint32_t din,
+                                                 uint32_t norm_topk_prob,
+                                                 void *stream);
 
 // Starts describing launches on this thread: until
 // `mlxcel_amdgpu_describe_end`, each launch call on this thread checks its

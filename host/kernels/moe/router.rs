@@ -18,7 +18,7 @@ use kernels_device::geometry::moe_router::{
 
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::kernels::{Capacity, CheckedArgs, Run, enqueue, kernel_for, symbol};
+use crate::kernels::{Capacity, CheckedArgs, Run, check_buffers, enqueue, kernel_for, overlapping, symbol};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream, Typed};
 
 /// The typed launch of `moe_router_logits` ([`Run::run`] launches it).
@@ -43,6 +43,13 @@ pub const TOPK_KERNEL: &str = "moe_topk";
 /// Whether both router kernels for `dtype` can run on `device`.
 pub fn router_available(device: &Device, dtype: Dtype) -> bool {
     device.is_available(&symbol(LOGITS_KERNEL, dtype)) && device.is_available(TOPK_KERNEL)
+}
+
+/// Whether the router of this shape for `dtype` can run on `device`: both
+/// kernels are available and [`RouterShape::validate`] accepts it (the checks
+/// [`router`] makes of the shape).
+pub fn supports(device: &Device, dtype: Dtype, shape: &RouterShape) -> bool {
+    router_available(device, dtype) && shape.validate().is_ok()
 }
 
 /// The router's sizes: `m` tokens, `n_experts` experts, rows of `din` values,
@@ -178,6 +185,68 @@ pub unsafe fn router_logits(device: &Device, dtype: Dtype, args: MoeRouterLogits
 /// are device pointers of `device` of those sizes.
 pub unsafe fn topk(device: &Device, args: MoeTopKArgs, stream: Stream) -> Result<()> {
     args.enqueue_checked(device, Dtype::F32, &[], stream)
+}
+
+/// Device pointers of one [`router`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterPointers {
+    /// `[M, Din]` of the activation dtype.
+    pub x: u64,
+    /// `[E, Din]` of the activation dtype.
+    pub wr: u64,
+    /// `[M, E]` f32: written by `moe_router_logits`, read by `moe_topk`.
+    pub logits: u64,
+    /// `[M, K]` u32.
+    pub ids: u64,
+    /// `[M, K]` f32.
+    pub scores: u64,
+}
+
+/// The whole router: `moe_router_logits` into the caller's `logits`, then
+/// `moe_topk` from them, enqueued in that order on `stream`. Everything is
+/// checked (both kernels available, the shape, every pointer of both
+/// launches) before the first launch. `ids` and `scores`, which only the
+/// second launch writes, may not overlap `x` or `wr` either.
+///
+/// # Safety
+/// `x` (`[M, Din]` of `dtype`), `wr` (`[E, Din]` of `dtype`), `logits`
+/// (`[M, E]` f32), `ids` (`[M, K]` u32) and `scores` (`[M, K]` f32) are device
+/// pointers of `device` of those sizes.
+pub unsafe fn router(
+    device: &Device,
+    dtype: Dtype,
+    p: RouterPointers,
+    shape: &RouterShape,
+    renorm: bool,
+    stream: Stream,
+) -> Result<()> {
+    let logits_kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
+    let topk_kernel = device.kernel(TOPK_KERNEL)?;
+    shape.validate()?;
+    let logits = shape.logits_args(p.x, p.wr, p.logits);
+    let topk = shape.topk_args(p.logits, p.ids, p.scores, renorm);
+    let (logits_extents, topk_extents) = (logits.extents(), topk.extents());
+    check_buffers(logits_kernel.spec, &logits_extents, &[])?;
+    check_buffers(topk_kernel.spec, &topk_extents, &[])?;
+    // The outputs of the second launch against the inputs of the first (the
+    // second launch's own checks see only `logits` of those).
+    let out_bytes = shape.m as u64 * shape.k as u64 * 4;
+    for (name, ptr) in [("ids", p.ids), ("scores", p.scores)] {
+        let range = (ptr, ptr.saturating_add(out_bytes));
+        if let Some(other) = overlapping(logits_kernel.spec, &logits_extents, range, &["logits"]) {
+            return Err(Error::invalid(
+                name,
+                format!("[{:#x}, {:#x}) overlaps `{other}`; `{name}` may alias nothing", range.0, range.1),
+            ));
+        }
+    }
+    let dims = [logits_dims(shape.n_experts), topk_dims(shape.m, shape.n_experts)];
+    device.check_workgroup_mem(&logits_kernel, &dims[0])?;
+    device.check_workgroup_mem(&topk_kernel, &dims[1])?;
+    unsafe {
+        device.launch(&logits_kernel, dims[0], &logits.values(), stream)?;
+        device.launch(&topk_kernel, dims[1], &topk.values(), stream)
+    }
 }
 
 /// [`MoeRouterLogitsLaunch`] of these buffers and this shape, run.
