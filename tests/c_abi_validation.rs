@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use mlxcel_amdgpu::ffi::MlxcelAmdgpuStatus::{self, *};
 use mlxcel_amdgpu::ffi::*;
 use mlxcel_amdgpu::kernels::moe::MoeShape;
+use mlxcel_amdgpu_testkit::reference::{Dtype, data::normal, moe as reference};
 
 static DEVICE: Mutex<()> = Mutex::new(());
 
@@ -228,6 +229,243 @@ fn add3_layer_norm_supports_agrees_with_the_launch_on_too_many_rows() {
     assert!(!mlxcel_amdgpu_add3_layer_norm_supports(0, rows, 64));
     let st = unsafe { mlxcel_amdgpu_add3_layer_norm(0, P, P, P, P, null(), P, P, rows, 64, 1e-5, null_mut()) };
     refused(st, "rows");
+}
+
+// ------------------------------------------------------------- moe_router
+
+/// The router's arguments, valid unless a test changes one: Qwen3-30B-A3B's
+/// router (E 128, K 8, renormalized) for two tokens, every buffer at `P`-like
+/// distinct addresses (each case is refused before anything is read).
+#[derive(Clone, Copy)]
+struct Router {
+    dtype: u32,
+    x: *const c_void,
+    wr: *const c_void,
+    logits: *mut f32,
+    ids: *mut u32,
+    scores: *mut f32,
+    m: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    norm_topk_prob: u32,
+}
+
+const ROUTER: Router = Router {
+    dtype: 2,
+    x: 0x10_0000 as *const c_void,
+    wr: 0x20_0000 as *const c_void,
+    logits: 0x80_0000 as *mut f32,
+    ids: 0x90_0000 as *mut u32,
+    scores: 0xA0_0000 as *mut f32,
+    m: 2,
+    n_experts: 128,
+    k: 8,
+    din: 2048,
+    norm_topk_prob: 1,
+};
+
+impl Router {
+    fn call(self) -> MlxcelAmdgpuStatus {
+        let Router { dtype, x, wr, logits, ids, scores, m, n_experts, k, din, norm_topk_prob } = self;
+        unsafe {
+            mlxcel_amdgpu_moe_router(
+                dtype,
+                x,
+                wr,
+                logits,
+                ids,
+                scores,
+                m,
+                n_experts,
+                k,
+                din,
+                norm_topk_prob,
+                null_mut(),
+            )
+        }
+    }
+
+    fn supported(self) -> bool {
+        mlxcel_amdgpu_moe_router_supports(self.dtype, self.m, self.n_experts, self.k, self.din)
+    }
+
+    /// Refused naming `argument`; a bad shape is also one `_supports` declines.
+    fn refused(self, argument: &str) -> String {
+        let _cpu = cpu();
+        let message = refused(self.call(), argument);
+        if ["m", "n_experts", "k", "din", "dtype"].contains(&argument) {
+            assert!(!self.supported(), "moe_router_supports takes what the launch refused: {message}");
+        }
+        message
+    }
+}
+
+#[test]
+fn moe_router_supports_qwen3s_router_at_the_limits() {
+    let _cpu = cpu();
+    for dtype in 0..3 {
+        assert!(mlxcel_amdgpu_moe_router_available(dtype));
+        assert!(Router { dtype, ..ROUTER }.supported());
+    }
+    let (m, e, k) =
+        (MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS, MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS, MLXCEL_AMDGPU_MOE_ROUTER_MAX_K);
+    assert!(Router { m, n_experts: e, k, ..ROUTER }.supported());
+    assert!(Router { n_experts: 1, k: 1, din: 1, ..ROUTER }.supported());
+}
+
+#[test]
+fn moe_router_refuses_a_bad_dtype_code() {
+    for dtype in BAD_DTYPES {
+        let why = Router { dtype, ..ROUTER }.refused("dtype");
+        assert!(why.contains("is not an MlxcelAmdgpuDtype"), "{why}");
+        let _cpu = cpu();
+        assert!(!mlxcel_amdgpu_moe_router_available(dtype));
+    }
+}
+
+#[test]
+fn moe_router_refuses_no_tokens() {
+    assert_eq!(Router { m: 0, ..ROUTER }.refused("m"), "0 tokens is outside 1..=8");
+}
+
+#[test]
+fn moe_router_refuses_more_tokens_than_the_limit() {
+    let m = MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS + 1;
+    assert_eq!(Router { m, ..ROUTER }.refused("m"), "9 tokens is outside 1..=8");
+}
+
+#[test]
+fn moe_router_refuses_no_experts() {
+    assert_eq!(Router { n_experts: 0, ..ROUTER }.refused("n_experts"), "0 is outside 1..=1024");
+}
+
+#[test]
+fn moe_router_refuses_more_experts_than_the_limit() {
+    let n_experts = MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS + 1;
+    assert_eq!(Router { n_experts, ..ROUTER }.refused("n_experts"), "1025 is outside 1..=1024");
+}
+
+#[test]
+fn moe_router_refuses_k_0() {
+    assert_eq!(Router { k: 0, ..ROUTER }.refused("k"), "0 is outside 1..=16");
+}
+
+#[test]
+fn moe_router_refuses_k_above_the_limit() {
+    let k = MLXCEL_AMDGPU_MOE_ROUTER_MAX_K + 1;
+    assert_eq!(Router { k, ..ROUTER }.refused("k"), "17 is outside 1..=16");
+}
+
+#[test]
+fn moe_router_refuses_k_above_the_expert_count() {
+    assert_eq!(Router { n_experts: 4, k: 5, ..ROUTER }.refused("k"), "5 is more than the 4 experts");
+}
+
+#[test]
+fn moe_router_refuses_din_0() {
+    assert_eq!(Router { din: 0, ..ROUTER }.refused("din"), "is 0; a router row needs at least one value");
+}
+
+#[test]
+fn moe_router_refuses_a_norm_topk_prob_other_than_0_or_1() {
+    assert_eq!(Router { norm_topk_prob: 2, ..ROUTER }.refused("norm_topk_prob"), "2 is not 0 or 1");
+}
+
+#[test]
+fn moe_router_refuses_a_null_x() {
+    assert_eq!(Router { x: null(), ..ROUTER }.refused("x"), "is a null pointer");
+}
+
+#[test]
+fn moe_router_refuses_a_null_wr() {
+    assert_eq!(Router { wr: null(), ..ROUTER }.refused("wr"), "is a null pointer");
+}
+
+#[test]
+fn moe_router_refuses_a_null_logits() {
+    assert_eq!(Router { logits: null_mut(), ..ROUTER }.refused("logits"), "is a null pointer");
+}
+
+#[test]
+fn moe_router_refuses_a_null_ids() {
+    assert_eq!(Router { ids: null_mut(), ..ROUTER }.refused("ids"), "is a null pointer");
+}
+
+#[test]
+fn moe_router_refuses_a_null_scores() {
+    assert_eq!(Router { scores: null_mut(), ..ROUTER }.refused("scores"), "is a null pointer");
+}
+
+#[test]
+fn moe_router_refuses_logits_misaligned_to_their_f32() {
+    let logits = (ROUTER.logits as usize + 2) as *mut f32;
+    assert!(Router { logits, ..ROUTER }.refused("logits").contains("is not aligned to its f32 element"));
+}
+
+/// `ids` is written by the second launch only, `x` read by the first: the
+/// check that neither launch makes alone.
+#[test]
+fn moe_router_refuses_ids_over_x() {
+    let ids = ROUTER.x.wrapping_byte_add(64) as *mut u32;
+    let why = Router { ids, ..ROUTER }.refused("ids");
+    assert!(why.ends_with("overlaps `x`; `ids` may alias nothing"), "{why}");
+}
+
+#[test]
+fn moe_router_refuses_scores_over_wr() {
+    let scores = ROUTER.wr as *mut f32;
+    let why = Router { scores, ..ROUTER }.refused("scores");
+    assert!(why.ends_with("overlaps `wr`; `scores` may alias nothing"), "{why}");
+}
+
+#[test]
+fn moe_router_refuses_logits_over_ids() {
+    let why = Router { logits: ROUTER.ids.cast(), ..ROUTER }.refused("ids");
+    assert!(why.contains("overlaps `logits`"), "{why}");
+}
+
+/// Both launches on the CPU backend through the C ABI, against the testkit's
+/// reference: the logits within 1e-5 of the largest (f32 sums against f64),
+/// the ids exactly (these data have no near ties) and the scores within 1e-5.
+#[test]
+fn moe_router_runs_both_launches_as_the_reference_does() {
+    let _cpu = cpu();
+    let (m, e, k, din) = (3usize, 40usize, 6usize, 96usize);
+    let x = normal(Dtype::F32, 61, m * din, 1.0);
+    let wr = normal(Dtype::F32, 62, e * din, 0.2);
+    let want_logits = reference::router_logits(&x, &wr, m, e, din);
+    for renorm in [0u32, 1] {
+        let (mut logits, mut ids, mut scores) = (vec![f32::NAN; m * e], vec![7u32; m * k], vec![f32::NAN; m * k]);
+        let call = Router {
+            dtype: 0,
+            x: x.as_ptr().cast(),
+            wr: wr.as_ptr().cast(),
+            logits: logits.as_mut_ptr(),
+            ids: ids.as_mut_ptr(),
+            scores: scores.as_mut_ptr(),
+            m: m as u32,
+            n_experts: e as u32,
+            k: k as u32,
+            din: din as u32,
+            norm_topk_prob: renorm,
+        };
+        assert_eq!(call.call(), MLXCEL_AMDGPU_OK, "{}", last_error());
+        let largest = want_logits.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        for (i, (g, w)) in logits.iter().zip(&want_logits).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * largest, "logit {i}: got {g:e}, want {w:e}");
+        }
+        let (want_ids, want_scores) = reference::topk(&want_logits, m, e, k, renorm == 1);
+        assert_eq!(ids, want_ids, "renorm {renorm}: ids");
+        for (i, (g, w)) in scores.iter().zip(&want_scores).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * w.abs(), "renorm {renorm}: score {i}: got {g:e}, want {w:e}");
+        }
+        if renorm == 1 {
+            for row in scores.chunks(k) {
+                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "renormalized scores sum to {row:?}");
+            }
+        }
+    }
 }
 
 // ------------------------------------------------------- describe_device
