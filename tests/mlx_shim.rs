@@ -4,7 +4,9 @@
 //! crate's shared library, then runs every kernel through MLX's graph on the
 //! CPU stream: results bit for bit against the C ABI on the same inputs and
 //! within the contracts against MLX's own unfused graphs, and wrong arguments
-//! raising; then the timing code of the H200 run at tiny shapes.
+//! raising; the router also against the testkit's reference, on cases this
+//! test writes for the driver; then the timing code of the H200 run at tiny
+//! shapes.
 //!
 //! MLX is `$MLX_ROOT` (a directory with `include/mlx/mlx.h` and
 //! `lib/libmlx.so`, e.g. `<site-packages>/mlx`), else the pinned `mlx-cpu`
@@ -14,9 +16,54 @@
 
 mod shared_library;
 
+use mlxcel_amdgpu::Dtype;
+use mlxcel_amdgpu_testkit::reference::{data::normal, moe};
 use shared_library::{install, library_dir, mlx, run};
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+/// The router cases checked against the reference inside MLX: (dtype, M, E,
+/// K, Din, norm_topk_prob, seed). Qwen3-30B-A3B's router for one and eight
+/// tokens, Qwen3-Next's E and K, and one of each other dtype.
+const ROUTER_CASES: [(Dtype, usize, usize, usize, usize, bool, u64); 4] = [
+    (Dtype::Bf16, 1, 128, 8, 2048, true, 70),
+    (Dtype::Bf16, 8, 128, 8, 2048, true, 72),
+    (Dtype::F16, 2, 512, 10, 512, true, 74),
+    (Dtype::F32, 3, 60, 4, 200, false, 76),
+];
+
+/// The cases file the driver reads (`MLXCEL_AMDGPU_ROUTER_CASES`; its format
+/// is the driver's `test_router_reference`): each case's inputs and the
+/// reference's ids and scores. Every token's K + 1 largest probabilities are
+/// at least 1e-3 apart (relative), so that the kernels' f32 rounding cannot
+/// reorder them: the ids must then be the reference's exactly.
+fn write_router_cases(path: &Path) -> usize {
+    let mut bytes = Vec::new();
+    for (dtype, m, e, k, din, norm, seed) in ROUTER_CASES {
+        let x = normal(dtype, seed, m * din, 1.0);
+        let wr = normal(dtype, seed + 1, e * din, 0.05);
+        let logits = moe::router_logits(&x, &wr, m, e, din);
+        let (_, sorted) = moe::topk(&logits, m, e, k + 1, false);
+        for (t, p) in sorted.chunks(k + 1).enumerate() {
+            let gap = p.windows(2).map(|w| (w[0] - w[1]) / w[0]).fold(f32::INFINITY, f32::min);
+            assert!(gap >= 1e-3, "router case {dtype:?} seed {seed}, token {t}: a relative gap of {gap:e}; pick a seed");
+        }
+        let (ids, scores) = moe::topk(&logits, m, e, k, norm);
+        let code = match dtype {
+            Dtype::F32 => 0u32,
+            Dtype::F16 => 1,
+            Dtype::Bf16 => 2,
+        };
+        for h in [code, m as u32, e as u32, k as u32, din as u32, norm as u32] {
+            bytes.extend(h.to_le_bytes());
+        }
+        bytes.extend(x.iter().chain(&wr).flat_map(|v| v.to_le_bytes()));
+        bytes.extend(ids.iter().flat_map(|v| v.to_le_bytes()));
+        bytes.extend(scores.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    std::fs::write(path, bytes).unwrap();
+    ROUTER_CASES.len()
+}
 
 #[test]
 fn mlx_shim_runs_every_kernel_inside_mlx_on_the_cpu_stream() {
@@ -78,9 +125,12 @@ fn mlx_shim_runs_every_kernel_inside_mlx_on_the_cpu_stream() {
         "c++ (link the MLX shim driver)",
     );
 
+    let router_cases = work.join("router_cases.bin");
+    let n_router = write_router_cases(&router_cases);
     let out = Command::new(&driver)
         // time-smoke: the H200 run's timing code too, at tiny shapes.
         .args(["cpu", "time-smoke"])
+        .env("MLXCEL_AMDGPU_ROUTER_CASES", &router_cases)
         .env_remove("MLXCEL_AMDGPU_BACKEND")
         .env("LD_LIBRARY_PATH", format!("{}:{}", installed.display(), mlx.join("lib").display()))
         .output()
@@ -89,4 +139,5 @@ fn mlx_shim_runs_every_kernel_inside_mlx_on_the_cpu_stream() {
     println!("{stdout}");
     assert!(out.status.success(), "the MLX shim driver failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("MLX shim driver: all checks passed"));
+    assert!(stdout.contains(&format!("router vs the testkit reference: {n_router} cases")), "{stdout}");
 }

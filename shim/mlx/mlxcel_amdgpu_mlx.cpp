@@ -49,7 +49,7 @@ using mx::array;
 using mx::Shape;
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
 
-enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward };
+enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward, MoeRouter };
 
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -60,6 +60,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::MoeGateUp: return "moe_gateup";
     case Kernel::MoeDown: return "moe_down";
     case Kernel::MoeRoutedForward: return "moe_routed_forward";
+    case Kernel::MoeRouter: return "moe_router";
   }
   return "?";
 }
@@ -265,13 +266,17 @@ struct Launch {
   uint32_t batch = 0, len = 0, dm = 0, state = 0;  // mamba1_scan
   MlxcelAmdgpuMoeShape moe{};
   uint32_t activation = 0;   // moe_gateup: 0 SwiGLU, 1 GeGLU
-  size_t scratch_bytes = 0;  // moe_routed_forward
+  size_t scratch_bytes = 0;  // moe_routed_forward; moe_router's logits
+  struct RouterShape {
+    uint32_t m = 0, n_experts = 0, k = 0, din = 0, norm_topk_prob = 0;
+  } router{};  // moe_router
 
   bool operator==(const Launch& o) const {
     return kernel == o.kernel && dtype == o.dtype && std::memcmp(scalars, o.scalars, sizeof scalars) == 0 &&
            has_bias == o.has_bias && n == o.n && rows == o.rows && d == o.d && batch == o.batch && len == o.len &&
            dm == o.dm && state == o.state && std::memcmp(&moe, &o.moe, sizeof moe) == 0 &&
-           activation == o.activation && scratch_bytes == o.scratch_bytes;
+           activation == o.activation && scratch_bytes == o.scratch_bytes &&
+           std::memcmp(&router, &o.router, sizeof router) == 0;
   }
 };
 
@@ -315,6 +320,10 @@ MlxcelAmdgpuStatus call_abi(const Launch& l, const std::vector<void*>& in, const
           l.dtype, l.moe, in[0], static_cast<const uint32_t*>(in[1]), static_cast<const float*>(in[8]),
           static_cast<const uint32_t*>(in[2]), in[3], in[4], static_cast<const uint32_t*>(in[5]), in[6], in[7],
           out[0], scratch, l.scratch_bytes, nullptr, stream);
+    case Kernel::MoeRouter:
+      return mlxcel_amdgpu_moe_router(l.dtype, in[0], in[1], static_cast<float*>(scratch), static_cast<uint32_t*>(out[0]),
+                                      static_cast<float*>(out[1]), l.router.m, l.router.n_experts, l.router.k,
+                                      l.router.din, l.router.norm_topk_prob, stream);
   }
   return MLXCEL_AMDGPU_INTERNAL;
 }
@@ -487,6 +496,7 @@ class AbiKernel : public mx::Primitive {
       case Kernel::MoeGateUp: return "MlxcelAmdgpuMoeGateUp";
       case Kernel::MoeDown: return "MlxcelAmdgpuMoeDown";
       case Kernel::MoeRoutedForward: return "MlxcelAmdgpuMoeRoutedForward";
+      case Kernel::MoeRouter: return "MlxcelAmdgpuMoeRouter";
     }
     return "MlxcelAmdgpu";
   }
@@ -824,6 +834,40 @@ std::vector<array> moe_routed_forward(Call& c) {
   return c.outputs(l, inputs);
 }
 
+// The router of the routed experts: inputs {x [M, Din] T, W_r [E, Din] T},
+// outputs {ids [M, K] u32, scores [M, K] f32}, template arguments {"T", "K",
+// "norm_topk_prob" (0 or 1)}. The f32 logits [M, E] between the two launches
+// are the launch's scratch.
+std::vector<array> moe_router(Call& c) {
+  const Kernel k = c.k;
+  mx::Dtype T = activation_dtype(c);
+  const array& x = c.inputs[0];
+  const array& wr = c.inputs[1];
+  if (x.ndim() != 2) refuse(k, "input 'x' must be [M, Din], got " + str(x.shape()));
+  if (wr.ndim() != 2) refuse(k, "input 'W_r' must be [E, Din], got " + str(wr.shape()));
+  const int M = x.shape(0), din = x.shape(1), E = wr.shape(0);
+  expect_input(k, x, "x", T, {M, din});
+  expect_input(k, wr, "W_r", T, {E, din});
+  const int K = c.t.int_value("K");
+  const int norm = c.t.int_value("norm_topk_prob");
+  c.t.done();
+  if (norm != 0 && norm != 1)
+    refuse(k, "template argument 'norm_topk_prob' = " + std::to_string(norm) + " is not 0 or 1");
+  Launch l{k};
+  l.dtype = *abi_dtype(T);
+  l.router = {to_u32(k, "M", M), to_u32(k, "E", E), to_u32(k, "K", K), to_u32(k, "Din", din), uint32_t(norm)};
+  expect_outputs(k, c.shapes, c.dtypes, {{M, K}, {M, K}}, {mx::uint32, mx::float32});
+  if (!mlxcel_amdgpu_moe_router_available(l.dtype)) unavailable(k, T);
+  if (!mlxcel_amdgpu_moe_router_supports(l.dtype, l.router.m, l.router.n_experts, l.router.k, l.router.din))
+    refuse(k, "shape not supported: M " + std::to_string(M) + " (1.." +
+                  std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS) + "), E " + std::to_string(E) + " (1.." +
+                  std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS) + "), K " + std::to_string(K) + " (1.." +
+                  std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_K) + ", at most E), Din " + std::to_string(din) +
+                  " (at least 1)");
+  l.scratch_bytes = size_t(M) * size_t(E) * 4;
+  return c.outputs(l, c.inputs);
+}
+
 bool predicate(mx::Dtype t, bool (*f)(uint32_t)) {
   auto code = abi_dtype(t);
   return code && f(*code);
@@ -846,6 +890,7 @@ MLXCEL_AMDGPU_GETTER(moe_fc1_relu2, MoeFc1Relu2, 5)
 MLXCEL_AMDGPU_GETTER(moe_gateup, MoeGateUp, 8)
 MLXCEL_AMDGPU_GETTER(moe_down, MoeDown, 6)
 MLXCEL_AMDGPU_GETTER(moe_routed_forward, MoeRoutedForward, 9)
+MLXCEL_AMDGPU_GETTER(moe_router, MoeRouter, 2)
 #undef MLXCEL_AMDGPU_GETTER
 
 bool xielu_available(Dtype t) {
@@ -894,6 +939,15 @@ bool moe_gated_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int6
   return mlxcel_amdgpu_moe_gateup_supports(*code, s) && mlxcel_amdgpu_moe_down_supports(*code, d);
 }
 
+bool moe_router_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_moe_router_available);
+}
+bool moe_router_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din) {
+  auto code = abi_dtype(t);
+  return code && fits_u32(m) && fits_u32(n_experts) && fits_u32(k) && fits_u32(din) &&
+         mlxcel_amdgpu_moe_router_supports(*code, uint32_t(m), uint32_t(n_experts), uint32_t(k), uint32_t(din));
+}
+
 bool xielu_available() {
   return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
 }
@@ -910,6 +964,9 @@ bool moe_available() {
 }
 bool moe_gated_available() {
   return moe_gated_available(mx::float32) && moe_gated_available(mx::float16) && moe_gated_available(mx::bfloat16);
+}
+bool moe_router_available() {
+  return moe_router_available(mx::float32) && moe_router_available(mx::float16) && moe_router_available(mx::bfloat16);
 }
 
 }  // namespace mlxcel_amdgpu::shim

@@ -72,6 +72,14 @@ CustomKernelFunction& moe_down_kernel();
 // down_s, down_b, scores [K] f32}; output {[Din] T}; template args as above.
 CustomKernelFunction& moe_routed_forward_kernel();
 
+// The router of the routed experts (softmax top-k, Qwen3 MoE's), for one to
+// eight tokens. Inputs {x [M, Din] T, W_r [E, Din] T}; outputs {ids [M, K]
+// u32, scores [M, K] f32}: per token the K most probable experts (larger
+// first, the lower id on equal probabilities) and their softmax
+// probabilities over the f32 logits x . W_r^T, divided by their sum when
+// norm_topk_prob is 1; template args {"T", "K", "norm_topk_prob" (0 or 1)}.
+CustomKernelFunction& moe_router_kernel();
+
 // Availability, answered by the C ABI's predicates (so a gate and the shim
 // cannot disagree): the kernel for `dtype` can run on the library's device.
 bool xielu_available(Dtype dtype);
@@ -86,6 +94,9 @@ bool moe_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, int64_
 bool moe_gated_available(Dtype dtype);
 bool moe_gated_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int gate_up_bits,
                         int down_bits, int group_size);
+// The router: m tokens (1..8), n_experts (1..1024), k (1..16, at most n_experts), din (at least 1).
+bool moe_router_available(Dtype dtype);
+bool moe_router_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din);
 
 // The same for every activation dtype (float32, float16 and bfloat16), for a
 // gate that is asked before the dtype is known.
@@ -94,5 +105,6 @@ bool add3_layer_norm_available();
 bool mamba1_scan_available();
 bool moe_available();
 bool moe_gated_available();
+bool moe_router_available();
 
 }  // namespace mlxcel_amdgpu::shim

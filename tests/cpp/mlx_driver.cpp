@@ -13,8 +13,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -635,6 +638,134 @@ static void test_gated_moe() {
   }
 }
 
+// ---- the router: softmax top-k (Qwen3 MoE's), for one to eight tokens -------
+
+static std::vector<array> router_shim(const array& x, const array& wr, int K, int norm) {
+  const int M = x.shape(0);
+  TemplateArgs ta = {{"T", x.dtype()}, {"K", K}, {"norm_topk_prob", norm}};
+  return shim::moe_router_kernel()({x, wr}, {Shape{M, K}, Shape{M, K}}, {mx::uint32, mx::float32}, kAnyGrid, kAnyGrid,
+                                   ta, std::nullopt, false, {});
+}
+
+static array renormalized(const array& p, int norm) {
+  return norm ? mx::divide(p, mx::sum(p, -1, true)) : p;
+}
+
+static void test_router() {
+  struct Case {
+    mx::Dtype t;
+    int M, E, K, din, norm;
+  };
+  const Case cases[] = {{mx::bfloat16, 1, 128, 8, 2048, 1},  // Qwen3-30B-A3B's router, one token
+                        {mx::bfloat16, 8, 128, 8, 2048, 1},  // and a batch of eight
+                        {mx::float16, 3, 512, 10, 256, 1},   // Qwen3-Next's E and K, a shorter row
+                        {mx::float32, 2, 40, 6, 96, 0}};
+  for (const auto& c : cases) {
+    std::string name = std::string("moe_router ") + dname(c.t) + " M=" + std::to_string(c.M) +
+                       " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) + " Din=" + std::to_string(c.din) +
+                       " norm=" + std::to_string(c.norm);
+    const int M = c.M, E = c.E, K = c.K;
+    array x = make(values(size_t(M) * c.din, 31), {M, c.din}, c.t);
+    array wr = make(values(size_t(E) * c.din, 32, 0.05f), {E, c.din}, c.t);
+    ok(shim::moe_router_supports(c.t, M, E, K, c.din), name + ": supported");
+    auto got = router_shim(x, wr, K, c.norm);
+    Bytes ids = bytes_of(got[0]);
+
+    // The C ABI on the same inputs, bit for bit.
+    Device d;
+    const size_t out_bytes = size_t(M) * K * 4;
+    auto* logits = static_cast<float*>(d.alloc(size_t(M) * E * 4));
+    auto* dids = static_cast<uint32_t*>(d.alloc(out_bytes));
+    auto* dscores = static_cast<float*>(d.alloc(out_bytes));
+    abi_ok(mlxcel_amdgpu_moe_router(abi(c.t), d.up(x), d.up(wr), logits, dids, dscores, M, E, K, c.din, c.norm,
+                                    nullptr),
+           name);
+    same_bytes(name + " ids vs the C ABI", ids, d.down(dids, out_bytes), 4);
+    same_bytes(name + " scores vs the C ABI", bytes_of(got[1]), d.down(dscores, out_bytes), 4);
+
+    // Each token's ids are distinct experts, their scores in descending order.
+    std::vector<uint32_t> id(size_t(M) * K);
+    std::memcpy(id.data(), ids.data(), ids.size());
+    std::vector<float> sc = floats_of(got[1]);
+    bool ordered = true;
+    for (int t = 0; t < M; ++t)
+      for (int i = 0; i < K; ++i) {
+        const size_t at = size_t(t) * K + i;
+        ordered &= id[at] < uint32_t(E) && (i == 0 || sc[at] <= sc[at - 1]);
+        for (int j = 0; j < i; ++j) ordered &= id[at] != id[size_t(t) * K + j];
+      }
+    ok(ordered, name + ": ids out of range, repeated, or not in descending order of score");
+
+    // MLX's graph in f32: the softmax of x . W_r^T. Our scores are its K
+    // largest probabilities, in order, and its probabilities of our ids.
+    array probs = mx::softmax(mx::matmul(mx::astype(x, mx::float32), mx::transpose(mx::astype(wr, mx::float32))), -1);
+    array largest = mx::slice(mx::negative(mx::sort(mx::negative(probs), -1)), {0, 0}, {M, K});
+    close(name + " scores vs MLX's sorted softmax", sc, floats_of(renormalized(largest, c.norm)), 1e-5, 1e-4);
+    array of_ours = mx::take_along_axis(probs, mx::astype(got[0], mx::int32), -1);
+    close(name + " scores vs MLX's probabilities of our ids", sc, floats_of(renormalized(of_ours, c.norm)), 1e-5, 1e-4);
+    // Negative control: the other norm_topk_prob changes every score.
+    ok(differing(bytes_of(router_shim(x, wr, K, 1 - c.norm)[1]), bytes_of(got[1]), 4) == size_t(M) * K,
+       name + ": a flipped norm_topk_prob went unnoticed");
+  }
+}
+
+// The router against the testkit's reference (reference::moe::router_logits
+// and topk, in f64): the cases tests/mlx_shim.rs writes to the file named by
+// MLXCEL_AMDGPU_ROUTER_CASES. Each: u32 dtype code, M, E, K, Din,
+// norm_topk_prob; f32 x [M, Din] and W_r [E, Din] (values of the dtype);
+// the reference's u32 ids [M, K] and f32 scores [M, K]. The cases have no
+// two probabilities within the kernels' rounding of each other, so the ids
+// must be equal; the scores within 1e-5 (f32 logits and softmax against f64).
+static void test_router_reference() {
+  const char* path = std::getenv("MLXCEL_AMDGPU_ROUTER_CASES");
+  if (!path) {
+    std::cout << "  router vs the testkit reference: no cases file (MLXCEL_AMDGPU_ROUTER_CASES)" << std::endl;
+    return;
+  }
+  std::ifstream file(path, std::ios::binary);
+  ok(bool(file), std::string("cannot read ") + path);
+  Bytes all((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  size_t at = 0;
+  auto take = [&](void* dst, size_t bytes) {
+    if (at + bytes > all.size()) throw std::runtime_error(std::string(path) + " is truncated");
+    std::memcpy(dst, all.data() + at, bytes);
+    at += bytes;
+  };
+  int n = 0;
+  while (at < all.size()) {
+    uint32_t h[6];
+    take(h, sizeof h);
+    const int M = int(h[1]), E = int(h[2]), K = int(h[3]), din = int(h[4]), norm = int(h[5]);
+    mx::Dtype t = h[0] == MLXCEL_AMDGPU_F32 ? mx::float32 : h[0] == MLXCEL_AMDGPU_F16 ? mx::float16 : mx::bfloat16;
+    std::vector<float> xv(size_t(M) * din), wv(size_t(E) * din), want_scores(size_t(M) * K);
+    std::vector<uint32_t> want_ids(size_t(M) * K), ids(size_t(M) * K);
+    take(xv.data(), xv.size() * 4);
+    take(wv.data(), wv.size() * 4);
+    take(want_ids.data(), want_ids.size() * 4);
+    take(want_scores.data(), want_scores.size() * 4);
+    std::string name = std::string("moe_router ") + dname(t) + " M=" + std::to_string(M) + " E=" + std::to_string(E) +
+                       " K=" + std::to_string(K) + " Din=" + std::to_string(din) + " norm=" + std::to_string(norm);
+    auto got = router_shim(make(xv, {M, din}, t), make(wv, {E, din}, t), K, norm);
+    Bytes gi = bytes_of(got[0]);
+    std::memcpy(ids.data(), gi.data(), gi.size());
+    size_t first = ids.size();
+    for (size_t i = ids.size(); i-- > 0;)
+      if (ids[i] != want_ids[i]) first = i;
+    ok(first == ids.size(), name + ": ids differ from the reference's (first at " + std::to_string(first) + ")");
+    std::vector<float> sc = floats_of(got[1]);
+    double worst = 0;
+    for (size_t i = 0; i < sc.size(); ++i)
+      worst = std::max(worst, std::abs(double(sc[i]) - want_scores[i]) / std::abs(double(want_scores[i])));
+    char line[256];
+    std::snprintf(line, sizeof line, "%s vs the testkit reference: ids %s, scores within %.2e (< 1e-5)", name.c_str(),
+                  first == ids.size() ? "equal" : "DIFFER", worst);
+    ok(worst < 1e-5, line);
+    std::cout << "  " << line << std::endl;
+    ++n;
+  }
+  std::cout << "  router vs the testkit reference: " << n << " cases" << std::endl;
+}
+
 static void test_moe() {
   struct Case {
     mx::Dtype t;
@@ -808,6 +939,35 @@ static void test_refusals() {
                             {mx::float32}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
   });
 
+  {
+    array x = make(values(2 * 64, 1), {2, 64}, bf), wr = make(values(32 * 64, 2), {32, 64}, bf);
+    auto router = [&](const array& xs, const array& w, int K, int norm, mx::Dtype ids_dtype = mx::uint32) {
+      return [=] {
+        const int M = xs.shape(0);
+        shim::moe_router_kernel()({xs, w}, {Shape{M, K}, Shape{M, K}}, {ids_dtype, mx::float32}, kAnyGrid, kAnyGrid,
+                                  {{"T", bf}, {"K", K}, {"norm_topk_prob", norm}}, std::nullopt, false, {});
+      };
+    };
+    raises("moe_router K 17", "shape not supported: M 2 (1..8), E 32 (1..1024), K 17 (1..16, at most E)",
+           router(x, wr, 17, 1));
+    raises("moe_router K above E", "K 33", router(x, wr, 33, 1));
+    raises("moe_router 9 tokens", "shape not supported: M 9",
+           router(make(values(9 * 64, 1), {9, 64}, bf), wr, 8, 1));
+    raises("moe_router norm_topk_prob 2", "'norm_topk_prob' = 2 is not 0 or 1", router(x, wr, 8, 2));
+    raises("moe_router W_r of another Din", "input 'W_r' must have shape [32, 64]",
+           router(x, make(values(32 * 63, 2), {32, 63}, bf), 8, 1));
+    raises("moe_router 1-D x", "input 'x' must be [M, Din]", [&] {
+      shim::moe_router_kernel()({mx::reshape(x, {128}), wr}, {Shape{1, 8}, Shape{1, 8}}, {mx::uint32, mx::float32},
+                                kAnyGrid, kAnyGrid, {{"T", bf}, {"K", 8}, {"norm_topk_prob", 1}}, std::nullopt, false,
+                                {});
+    });
+    raises("moe_router int32 ids", "output 0 must be uint32", router(x, wr, 8, 1, mx::int32));
+    raises("moe_router without norm_topk_prob", "missing template argument 'norm_topk_prob'", [&] {
+      shim::moe_router_kernel()({x, wr}, {Shape{2, 8}, Shape{2, 8}}, {mx::uint32, mx::float32}, kAnyGrid, kAnyGrid,
+                                {{"T", bf}, {"K", 8}}, std::nullopt, false, {});
+    });
+  }
+
   // The availability functions answer as the C ABI's predicates do.
   for (mx::Dtype t : {mx::float32, mx::float16, mx::bfloat16}) {
     ok(shim::xielu_available(t) == mlxcel_amdgpu_xielu_available(abi(t)) && shim::xielu_available(t),
@@ -815,14 +975,21 @@ static void test_refusals() {
     ok(shim::add3_layer_norm_available(t) && shim::mamba1_scan_available(t) && shim::moe_available(t) &&
            shim::moe_gated_available(t) == mlxcel_amdgpu_moe_gated_available(abi(t)) && shim::moe_gated_available(t),
        std::string("availability ") + dname(t));
+    ok(shim::moe_router_available(t) == mlxcel_amdgpu_moe_router_available(abi(t)) && shim::moe_router_available(t),
+       std::string("moe_router_available ") + dname(t));
   }
   ok(!shim::xielu_available(mx::int32), "xielu_available(int32) is false");
   ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
-         shim::moe_available() && shim::moe_gated_available(),
+         shim::moe_available() && shim::moe_gated_available() && shim::moe_router_available(),
      "the dtype-less availability functions");
   ok(shim::add3_layer_norm_supports(bf, 1, 6656) && !shim::add3_layer_norm_supports(bf, 1, 6657),
      "add3_layer_norm_supports follows MLXCEL_AMDGPU_ADD3_MAX_D");
   ok(!shim::mamba1_scan_supports(bf, 1, 1, 8, 33), "mamba1_scan_supports(N=33) is false");
+  ok(shim::moe_router_supports(bf, 8, 1024, 16, 1) && !shim::moe_router_supports(bf, 9, 128, 8, 2048) &&
+         !shim::moe_router_supports(bf, 1, 1025, 8, 2048) && !shim::moe_router_supports(bf, 1, 128, 17, 2048) &&
+         !shim::moe_router_supports(bf, 1, 4, 5, 2048) && !shim::moe_router_supports(bf, 1, 128, 8, 0) &&
+         !shim::moe_router_supports(bf, -1, 128, 8, 2048) && !shim::moe_router_supports(mx::int32, 1, 128, 8, 2048),
+     "moe_router_supports follows the router's limits");
   ok(shim::moe_supports(bf, 128, 6, 2688, 1856, 4, 64) && !shim::moe_supports(bf, 128, 6, 2688, 1856, 6, 64),
      "moe_supports: Nemotron's shape at 4 bits, not 6");
 }
@@ -950,7 +1117,8 @@ int main(int argc, char** argv) {
     void (*f)();
   };
   for (Step s : {Step{"xielu", test_xielu}, Step{"add3_layer_norm", test_add3}, Step{"mamba1_scan", test_mamba},
-                 Step{"moe", test_moe}, Step{"gated moe", test_gated_moe}, Step{"refusals", test_refusals}}) {
+                 Step{"moe", test_moe}, Step{"gated moe", test_gated_moe}, Step{"moe router", test_router},
+                 Step{"moe router vs the testkit reference", test_router_reference}, Step{"refusals", test_refusals}}) {
     int before = g_failures;
     auto t0 = std::chrono::steady_clock::now();
     try {
