@@ -7,7 +7,7 @@
 // inputs on the CPU stream; every buffer is the double's.
 //
 // Checks, each against the C ABI called directly on the same inputs, bit for
-// bit: the six getters in every dtype; with HIP graphs on (kernel nodes), also
+// bit: the seven getters in every dtype; with HIP graphs on (kernel nodes), also
 // when ROCm rejects the nodes (the fork's commit-then-launch fallback); with
 // pool buffers whose host shadow the host wrote; a decode capture of several
 // getters replayed many times after the memory around it was poisoned; the
@@ -130,7 +130,7 @@ static void abi_ok(MlxcelAmdgpuStatus s, const std::string& what) {
   ok(s == MLXCEL_AMDGPU_OK, what + ": the C ABI returned " + std::to_string(s) + ": " + mlxcel_amdgpu_last_error());
 }
 
-// ---- the six getters, called as mlxcel calls them, and their C ABI twins --
+// ---- the seven getters, called as mlxcel calls them, and their C ABI twins
 
 static const std::tuple<int, int, int> kGrid{7, 7, 7};  // ignored by the shim
 
@@ -145,11 +145,13 @@ struct Inputs {
   array x, a, b, w, bias;                               // xielu, add3
   array mx_, mdt, mbm, mcm, ma, md, ms;                 // mamba1_scan
   array mx1, idx, w1, s1, b1, w2, s2, b2, act, scores;  // MoE
+  array rx, rwr;                                        // moe_router
 };
 
 static constexpr int kRows = 3, kD = 256;
 static constexpr int kB = 1, kL = 9, kDm = 40, kN = 16;
 static constexpr int kE = 4, kK = 2, kDin = 128, kDff = 64, kBits = 4, kGs = 32;
+static constexpr int kRouterM = 3, kRouterE = 24, kRouterK = 4, kRouterDin = 72;
 
 static Inputs make_inputs(mx::Dtype t) {
   auto q1 = mx::quantize(make(values(size_t(kE) * kDff * kDin, 11, 0.05f), {kE, kDff, kDin}, t), kGs, kBits);
@@ -175,7 +177,9 @@ static Inputs make_inputs(mx::Dtype t) {
           idx,
           q1[0], q1[1], q1[2], q2[0], q2[1], q2[2],
           make(values(size_t(kK) * kDff, 16, 0.5f, 0.5f), {kK, kDff}, mx::float32),
-          make(values(kK, 17, 0.2f, 0.5f), {kK}, mx::float32)};
+          make(values(kK, 17, 0.2f, 0.5f), {kK}, mx::float32),
+          make(values(size_t(kRouterM) * kRouterDin, 18), {kRouterM, kRouterDin}, t),
+          make(values(size_t(kRouterE) * kRouterDin, 19, 0.1f), {kRouterE, kRouterDin}, t)};
 }
 
 static TemplateArgs moe_ta(mx::Dtype t) {
@@ -280,6 +284,24 @@ static std::vector<Case> cases(const Inputs& in) {
                         "moe_routed_forward");
                  return std::vector<Bytes>{d.down(out, size_t(kDin) * es)};
                }});
+  c.push_back({"moe_router",
+               [=] {
+                 return shim::moe_router_kernel()({in.rx, in.rwr}, {{kRouterM, kRouterK}, {kRouterM, kRouterK}},
+                                                  {mx::uint32, mx::float32}, kGrid, kGrid,
+                                                  {{"T", t}, {"K", kRouterK}, {"norm_topk_prob", 1}}, std::nullopt,
+                                                  false, g_gpu);
+               },
+               [=] {
+                 Direct d;
+                 const size_t out_bytes = size_t(kRouterM) * kRouterK * 4;
+                 void *logits = d.out(size_t(kRouterM) * kRouterE * 4), *ids = d.out(out_bytes),
+                      *scores = d.out(out_bytes);
+                 abi_ok(mlxcel_amdgpu_moe_router(abi(t), d.up(in.rx), d.up(in.rwr), static_cast<float*>(logits),
+                                                 static_cast<uint32_t*>(ids), static_cast<float*>(scores), kRouterM,
+                                                 kRouterE, kRouterK, kRouterDin, 1, nullptr),
+                        "moe_router");
+                 return std::vector<Bytes>{d.down(ids, out_bytes), d.down(scores, out_bytes)};
+               }});
   return c;
 }
 
@@ -325,7 +347,8 @@ __attribute__((noinline)) static void poison_stack_and_heap() {
 static void test_capture_and_replay(const Inputs& in) {
   auto& encoder = mx::rocm::get_command_encoder(g_gpu);
   std::vector<Case> all = cases(in);
-  std::vector<Case> captured = {all[0], all[1], all[5]};  // xielu, add3_layer_norm, moe_routed_forward
+  // xielu, add3_layer_norm, moe_routed_forward, moe_router
+  std::vector<Case> captured = {all[0], all[1], all[5], all[6]};
   std::vector<std::vector<array>> outs;
   // A decode step runs once before it is captured, which here also brings
   // the inputs' host copies to the device: the double's copy would be a
@@ -384,7 +407,7 @@ static void test_one_graph_of_several_launches(const Inputs& in) {
     poison_stack_and_heap();
     encoder.commit();
   } catch (const std::exception& e) {
-    ok(false, std::string("one graph of six getters: ") + e.what());
+    ok(false, std::string("one graph of seven getters: ") + e.what());
     return;
   }
   for (size_t k = 0; k < all.size(); ++k) {
@@ -437,7 +460,7 @@ int main() {
     // mlxcel decides its gates before MLX has touched the GPU: the answers
     // must come without creating a HIP queue.
     ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
-           shim::moe_available(),
+           shim::moe_available() && shim::moe_router_available(),
        std::string("the gates answer true on the simulated gfx1151 before any GPU work: ") + mlxcel_amdgpu_last_error());
     ok(mlxcel_amdgpu_abi_version() == MLXCEL_AMDGPU_ABI_VERSION, "the library's ABI version is the header's");
 
