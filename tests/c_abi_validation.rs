@@ -199,6 +199,8 @@ fn every_predicate_answers_false_for_a_bad_dtype_code() {
         assert!(!mlxcel_amdgpu_mamba1_scan_supports(code, 1, 1, 8, 16));
         assert!(!mlxcel_amdgpu_moe_available(code));
         assert!(!mlxcel_amdgpu_moe_supports(code, NEMOTRON));
+        assert!(!mlxcel_amdgpu_moe_router_available(code));
+        assert!(!mlxcel_amdgpu_moe_router_supports(code, 2, 128, 8, 2048));
     }
 }
 
