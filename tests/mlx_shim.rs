@@ -46,7 +46,10 @@ fn write_router_cases(path: &Path) -> usize {
         let (_, sorted) = moe::topk(&logits, m, e, k + 1, false);
         for (t, p) in sorted.chunks(k + 1).enumerate() {
             let gap = p.windows(2).map(|w| (w[0] - w[1]) / w[0]).fold(f32::INFINITY, f32::min);
-            assert!(gap >= 1e-3, "router case {dtype:?} seed {seed}, token {t}: a relative gap of {gap:e}; pick a seed");
+            assert!(
+                gap >= 1e-3,
+                "router case {dtype:?} seed {seed}, token {t}: a relative gap of {gap:e}; pick a seed"
+            );
         }
         let (ids, scores) = moe::topk(&logits, m, e, k, norm);
         let code = match dtype {
