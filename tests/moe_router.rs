@@ -12,7 +12,7 @@ mod common;
 
 use common::{Suite, download_values, label};
 use mlxcel_amdgpu::half::{bf16, f16};
-use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape, run_router_logits, run_topk};
+use mlxcel_amdgpu::kernels::moe::router::{self, RouterPointers, RouterShape, run_router_logits, run_topk};
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
 use mlxcel_amdgpu_testkit::reference::data::normal;
 use mlxcel_amdgpu_testkit::reference::{metrics, moe};
@@ -210,6 +210,43 @@ fn topk_negative_infinity_is_chosen_last(dev: &Device) {
 }
 
 // ---------------------------------------------------------------------------
+// Both launches in one call (the C ABI's `mlxcel_amdgpu_moe_router`)
+// ---------------------------------------------------------------------------
+
+/// `router::router` enqueues the same two launches: its logits, ids and
+/// scores are bit for bit those of the launches run one by one, and the
+/// selection is the reference's.
+fn the_pair_in_one_call_is_the_two_launches(dev: &Device) {
+    let shape = RouterShape { m: 3, n_experts: 64, din: 256, k: 6 };
+    let (m, e, k, din) = (3, 64, 6, 256);
+    let x = upload_as::<bf16>(dev, &normal(Dtype::Bf16, 81, m * din, 1.0));
+    let wr = upload_as::<bf16>(dev, &normal(Dtype::Bf16, 82, e * din, 0.05));
+    for renorm in [false, true] {
+        let mut logits = poisoned::<f32>(dev, m * e);
+        let mut ids = poisoned::<u32>(dev, m * k);
+        let mut scores = poisoned::<f32>(dev, m * k);
+        run_router_logits::<bf16>(dev, &x, &wr, &mut logits, &shape, Stream::DEFAULT).unwrap();
+        run_topk(dev, &logits, &mut ids, &mut scores, &shape, renorm, Stream::DEFAULT).unwrap();
+        let one = poisoned::<f32>(dev, m * e);
+        let (one_ids, one_scores) = (poisoned::<u32>(dev, m * k), poisoned::<f32>(dev, m * k));
+        let p = RouterPointers {
+            x: x.ptr(),
+            wr: wr.ptr(),
+            logits: one.ptr(),
+            ids: one_ids.ptr(),
+            scores: one_scores.ptr(),
+        };
+        unsafe { router::router(dev, Dtype::Bf16, p, &shape, renorm, Stream::DEFAULT) }.unwrap();
+        let what = format!("{} router renorm {renorm}", dev.backend());
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(bits(one.download().unwrap()), bits(logits.download().unwrap()), "{what}: logits");
+        assert_eq!(one_ids.download().unwrap(), ids.download().unwrap(), "{what}: ids");
+        assert_eq!(bits(one_scores.download().unwrap()), bits(scores.download().unwrap()), "{what}: scores");
+        check_topk(dev, &download_values(&one), m, e, k, renorm);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Refusals
 // ---------------------------------------------------------------------------
 
@@ -266,6 +303,7 @@ fn main() {
         .per_backend("topk_ties_go_to_the_lower_id", topk_ties_go_to_the_lower_id)
         .per_backend("topk_non_finite_rows_choose_nothing", topk_non_finite_rows_choose_nothing)
         .per_backend("topk_negative_infinity_is_chosen_last", topk_negative_infinity_is_chosen_last)
+        .per_backend("the_pair_in_one_call_is_the_two_launches", the_pair_in_one_call_is_the_two_launches)
         .single("bad_router_shapes_are_refused", bad_router_shapes_are_refused)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
         .run()
