@@ -284,442 +284,211 @@ struct Scan<T> {
 }
 
 /// [`mamba1_scan`] with `LANES` lanes per channel; `MASKED`: some of the
-/// lanes' columns are past N. The phases are [`Lane`]'s methods, in the order
-/// they run here.
+/// lanes' columns are past N.
 #[inline(always)]
 unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
+    let Scan { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch, len, dm, n } = p;
+    let b = wave::workgroup_id_y();
+    let per_wave = wave::WAVE_SIZE / LANES;
+    let wave_first =
+        wave::workgroup_id_x() as u64 * MAP.channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
+    // Uniform over the wave: the whole wave leaves.
+    if b >= batch
+        || wave_first >= dm as u64
+        || len == 0
+        || n == 0
+        || n > MAX_N
+        || MAP.lanes_per_channel(n) != LANES
+        || wave::wave_id() >= MAP.waves_per_workgroup
+    {
+        return;
+    }
+    let lane = wave::lane_id();
+    let sub = lane % LANES;
+    let d = wave_first + (lane / LANES) as u64;
+    // A channel past Dm follows channel Dm - 1's addresses and stores nothing,
+    // so that every lane still takes part in every exchange.
+    let channel_ok = d < dm as u64;
+    let d = if channel_ok { d } else { dm as u64 - 1 } as usize;
+    // Without a mask N is COLS * LANES: a constant, so the staged rows' offsets are too.
+    let n = if MASKED { n } else { COLS as u32 * LANES };
+    let (b, len, dm, n) = (b as usize, len as usize, dm as usize, n as usize);
+
+    // This lane's columns: `col0 + j`; past N a column reads column `col_lo`
+    // instead (the lane's first column, or N - 1), so every load is in bounds.
+    let col0 = sub as usize * COLS;
+    let col_lo = col0.min(n - 1);
+    let mut offset = [0usize; COLS];
+    let mut valid = [true; COLS];
+    crate::unroll!(j in 0..COLS, at most 8 => {
+        valid[j] = !MASKED || col0 + j < n;
+        offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
+    });
+
     unsafe {
-        if Lane::<T, LANES, MASKED>::wave_leaves(&p) {
-            return;
-        }
-        let lane = Lane::<T, LANES, MASKED>::new(&p);
-        let mut rec = lane.load_state();
-        let mut next = lane.start_chunks();
-        let mut t = 0usize;
-        // Two chunks an iteration where the mapping says so (the prefetch runs
-        // once a pair).
-        if MAP.chunks_per_iteration == 2 {
-            let mut other = next;
-            for pair in 0..lane.chunks / 2 {
-                lane.scan_chunk(&mut rec, t, &next, &mut other, true, true);
-                t += UNROLL;
-                lane.scan_chunk(&mut rec, t, &other, &mut next, 2 * pair + 2 < lane.chunks, false);
-                t += UNROLL;
-            }
-            // The last chunk of an odd count: a loop rather than an `if`, as the
-            // inputs it loads are never read, which the lint flags after an `if`.
-            for _ in 0..lane.chunks % 2 {
-                let cur = next;
-                lane.scan_chunk(&mut rec, t, &cur, &mut next, false, false);
-                t += UNROLL;
-            }
-        } else {
-            for chunk in 0..lane.chunks {
-                let cur = next;
-                lane.scan_chunk(&mut rec, t, &cur, &mut next, chunk + 1 < lane.chunks, false);
-                t += UNROLL;
-            }
-        }
-        lane.scan_steps(&mut rec, t);
-        lane.store_state(&rec.s);
-    }
-}
-
-/// What the time loop carries in one lane's registers: its columns' `A log2 e`
-/// and states, and its channel's `Dskip`.
-struct Recurrence {
-    a2: [f32; COLS],
-    s: [f32; COLS],
-    dsk: f32,
-}
-
-/// Where one lane of a launch reads and writes, fixed before the time loop: its
-/// channel and columns, the addresses of its rows, and the wave's staging area.
-/// Its methods are the phases of [`scan`]; each is inlined and takes the lane by
-/// reference, so that the fields stay the scalars and registers they would be
-/// as locals.
-struct Lane<T, const LANES: u32, const MASKED: bool> {
-    lane: u32,
-    /// The lane's index in its channel.
-    sub: u32,
-    /// The channel (Dm - 1 for a channel past Dm) and whether it is below Dm.
-    d: usize,
-    channel_ok: bool,
-    len: usize,
-    dm: usize,
-    /// N, a constant `COLS * LANES` without a mask.
-    n: usize,
-    /// This lane's columns: `col0 + j`; past N a column reads column `col_lo`
-    /// instead (the lane's first column, or N - 1), so every load is in bounds.
-    col0: usize,
-    col_lo: usize,
-    offset: [usize; COLS],
-    valid: [bool; COLS],
-    /// The lane's first state column in `state_in` and `state_out`.
-    state_at: usize,
-    /// The first element of this batch's x, dt and y (`[B, L, Dm]`) and of its B
-    /// and C (`[B, L, N]`).
-    seq_first: usize,
-    bc_first: usize,
-    /// Unrolled chunks of `UNROLL` steps (none in the masked instances).
-    chunks: usize,
-    /// Values of B (and of C) this lane stages per chunk.
-    per_lane: usize,
-    staged: *mut f32,
-    /// With `stages_dt_x`: the channels of the wave, the values of dt and x this
-    /// lane stages per chunk, where they are, and where they go.
-    chans: usize,
-    dtx_per_lane: usize,
-    dtx_staged: *mut f32,
-    dtx_src: [*const T; DTX_STAGE],
-    dtx_at: [usize; DTX_STAGE],
-    /// The row of dt or x this lane asks L2 for, whether its wave asks, and
-    /// the first row of the last full pair of chunks.
-    pf_first: usize,
-    pf_on: bool,
-    last_start: usize,
-    x: *const T,
-    dt: *const T,
-    bm: *const T,
-    cm: *const T,
-    a: *const f32,
-    dskip: *const T,
-    state_in: *const f32,
-    state_out: *mut f32,
-    /// This lane's channel of dt, x, B, C and y.
-    dt_c: *const T,
-    x_c: *const T,
-    bm_lane: *const T,
-    cm_lane: *const T,
-    y_c: *mut T,
-}
-
-impl<T: Elem, const LANES: u32, const MASKED: bool> Lane<T, LANES, MASKED> {
-    /// With `stages_dt_x`, a bf16's bits go over a staged float's low half (see
-    /// [`Self::stage_at`]).
-    const TOP_HALF: bool = MAP.stages_dt_x && T::WIDENS_AS_TOP_HALF;
-
-    /// The wave's batch and its first channel.
-    #[inline(always)]
-    fn wave_position(n: u32) -> (u32, u64) {
-        let per_wave = wave::WAVE_SIZE / LANES;
-        let wave_first = wave::workgroup_id_x() as u64 * MAP.channels_per_workgroup(n) as u64
-            + wave::wave_id() as u64 * per_wave as u64;
-        (wave::workgroup_id_y(), wave_first)
-    }
-
-    /// The early exit: whether this wave has nothing to do (past the grid's
-    /// work, or arguments out of range). It depends only on the wave's position
-    /// and the arguments, so the whole wave leaves and every exchange later has
-    /// all its lanes. (A check apart from [`Self::new`], not an `Option` of the
-    /// lane: LLVM kept the `Option`'s tag in a register through the kernel.)
-    #[inline(always)]
-    fn wave_leaves(p: &Scan<T>) -> bool {
-        let (b, wave_first) = Self::wave_position(p.n);
-        b >= p.batch
-            || wave_first >= p.dm as u64
-            || p.len == 0
-            || p.n == 0
-            || p.n > MAX_N
-            || MAP.lanes_per_channel(p.n) != LANES
-            || wave::wave_id() >= MAP.waves_per_workgroup
-    }
-
-    /// The lane's setup, for a wave that stays: address arithmetic, done once
-    /// before the time loop.
-    #[inline(always)]
-    unsafe fn new(p: &Scan<T>) -> Self {
-        let Scan { x, dt, bm, cm, a, dskip, state_in, y, state_out, batch: _, len, dm, n } = *p;
-        let (b, wave_first) = Self::wave_position(n);
-        let per_wave = wave::WAVE_SIZE / LANES;
-        let lane = wave::lane_id();
-        let sub = lane % LANES;
-        let d = wave_first + (lane / LANES) as u64;
-        // A channel past Dm follows channel Dm - 1's addresses and stores nothing,
-        // so that every lane still takes part in every exchange.
-        let channel_ok = d < dm as u64;
-        let d = if channel_ok { d } else { dm as u64 - 1 } as usize;
-        // Without a mask N is COLS * LANES: a constant, so the staged rows' offsets are too.
-        let n = if MASKED { n } else { COLS as u32 * LANES };
-        let (b, len, dm, n) = (b as usize, len as usize, dm as usize, n as usize);
-
-        let col0 = sub as usize * COLS;
-        let col_lo = col0.min(n - 1);
-        let mut offset = [0usize; COLS];
-        let mut valid = [true; COLS];
+        let mut a2 = [0.0f32; COLS];
+        let mut s = [0.0f32; COLS];
+        let state_at = (b * dm + d) * n + col_lo;
+        // Read before any write: in-place state is safe.
         crate::unroll!(j in 0..COLS, at most 8 => {
-            valid[j] = !MASKED || col0 + j < n;
-            offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
+            a2[j] = a.add(d * n + col_lo + offset[j]).read() * LOG2E;
+            s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
         });
-
-        unsafe {
-            // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
-            // offset is computed once for the wave (a scalar register), so that
-            // LLVM does not fold it into per-lane pointers of every step.
-            let seq_first = b * len * dm;
-            let (dt_c, x_c) = (dt.add(d), x.add(d));
-            let chunks = if MASKED { 0 } else { len / UNROLL };
-            let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
-                .add(wave::wave_id() as usize * MAP.staged_floats_per_wave() as usize);
-
-            // With `stages_dt_x` the wave also stages its channels' dt and x of the
-            // chunk, `[2][channels][UNROLL]` after B and C: each value is loaded
-            // and widened once for the wave (not once per lane of its channel), and
-            // each lane reads its channel's 8 steps of each in two 16-byte loads.
-            // Value `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt,
-            // then x), channel `v % channels` (past Dm: channel Dm - 1, as its
-            // lanes), step `(v / channels) % 8`: a row's channels are adjacent in
-            // memory, so the loads are coalesced.
-            let chans = per_wave as usize;
-            let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
-            let (dt_seq, x_seq) = (dt.add(seq_first), x.add(seq_first));
-            let (mut dtx_src, mut dtx_at) = ([dt_seq; DTX_STAGE], [0usize; DTX_STAGE]);
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    let v = lane as usize + m * wave::WAVE_SIZE as usize;
-                    let (array, c, k) = (v / (UNROLL * chans), v % chans, (v / chans) % UNROLL);
-                    let channel = (wave_first as usize + c).min(dm - 1);
-                    dtx_src[m] = if array == 0 { dt_seq } else { x_seq }.add(k * dm + channel);
-                    dtx_at[m] = (array * chans + c) * UNROLL + k;
-                }
-            });
-
-            // What each lane asks L2 for in the first chunk of a pair: one row
-            // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
-            // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
-            // 32-byte sector of a row. The lines are 128 bytes, so a wave asks only
-            // if the previous wave's channels lie in another line (judged in row 0,
-            // for the whole sequence: a miss costs only time).
-            let pf_rows = 2 * UNROLL;
-            let pf_row = lane as usize % pf_rows;
-            let pf_array =
-                |dt_side: *const T, x_side: *const T| if lane as usize / pf_rows == 0 { dt_side } else { x_side };
-            // `wrapping_add`: for L below 16 (no pair, so no prefetch) the row may
-            // lie past the tensor; the rows asked for are clamped below L.
-            let pf_first = pf_array(dt_c, x_c).wrapping_add(seq_first + pf_row * dm) as usize;
-            let starts_line = |p: *const T| {
-                let at = p.add(seq_first + wave_first as usize) as usize;
-                wave_first == 0 || at / 128 != (at - per_wave as usize * size_of::<T>()) / 128
-            };
-
-            Lane {
-                lane,
-                sub,
-                d,
-                channel_ok,
-                len,
-                dm,
-                n,
-                col0,
-                col_lo,
-                offset,
-                valid,
-                state_at: (b * dm + d) * n + col_lo,
-                seq_first,
-                // B and C are [B, L, N]: this batch's row t starts at t * n.
-                bc_first: b * len * n,
-                chunks,
-                per_lane: UNROLL * n / wave::WAVE_SIZE as usize,
-                staged,
-                chans,
-                dtx_per_lane,
-                dtx_staged: staged.add(2 * UNROLL * MAX_N as usize),
-                dtx_src,
-                dtx_at,
-                pf_first,
-                pf_on: starts_line(pf_array(dt, x)),
-                // The first row of the last full pair: every row asked for is below L.
-                last_start: (chunks * UNROLL).max(pf_rows) - pf_rows,
-                x,
-                dt,
-                bm,
-                cm,
-                a,
-                dskip,
-                state_in,
-                state_out,
-                dt_c,
-                x_c,
-                bm_lane: bm.add(lane as usize),
-                cm_lane: cm.add(lane as usize),
-                y_c: y.add(seq_first + d),
-            }
-        }
-    }
-
-    /// Loads `A log2 e` and the initial state of the lane's columns (a column
-    /// past N starts at zero and stays out of every sum) and `Dskip` of its
-    /// channel. All of the state is read before any of it is written, so the
-    /// state may be updated in place.
-    #[inline(always)]
-    unsafe fn load_state(&self) -> Recurrence {
-        let (mut a2, mut s) = ([0.0f32; COLS], [0.0f32; COLS]);
-        unsafe {
-            crate::unroll!(j in 0..COLS, at most 8 => {
-                a2[j] = self.a.add(self.d * self.n + self.col_lo + self.offset[j]).read() * LOG2E;
-                s[j] = if self.valid[j] { self.state_in.add(self.state_at + self.offset[j]).read() } else { 0.0 };
-            });
-            Recurrence { a2, s, dsk: self.dskip.add(self.d).read().to_f32() }
-        }
-    }
-
-    /// Without staging, each lane loads its channel's dt and x of the chunk at
-    /// step `t`. The values stay as loaded (T) until after the schedule fence: a
-    /// widening there would wait for the load at once.
-    unsafe fn load_dt_x(&self, t: usize) -> ([T; UNROLL], [T; UNROLL]) {
-        unsafe {
-            let (mut dtv, mut xv) = ([self.dt_c.read(); UNROLL], [self.x_c.read(); UNROLL]);
+        // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
+        // offset is computed once for the wave (a scalar register), so that
+        // LLVM does not fold it into per-lane pointers of every step.
+        let seq_first = b * len * dm;
+        let (y_c, dsk) = (y.add(seq_first + d), dskip.add(d).read().to_f32());
+        let (dt_c, x_c) = (dt.add(d), x.add(d));
+        // Without staging, each lane loads its channel's dt and x. The values
+        // stay as loaded (T) until after the schedule fence: a widening there
+        // would wait for the load at once.
+        let load_dt_x = |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
+            let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
             crate::unroll!(k in 0..UNROLL => {
-                let at = wave::uniform_usize(self.seq_first + (t + k) * self.dm);
-                dtv[k] = self.dt_c.add(at).read();
-                xv[k] = self.x_c.add(at).read();
+                let at = wave::uniform_usize(seq_first + (t + k) * dm);
+                dtv[k] = dt_c.add(at).read();
+                xv[k] = x_c.add(at).read();
             });
             (dtv, xv)
-        }
-    }
+        };
+        // B and C are [B, L, N]: this batch's row t starts at t * n.
+        let bc_first = b * len * n;
+        // One step's B or C at this lane's columns, straight from memory (the
+        // one-step loop).
+        let row = |c: *const T, t: usize| -> [f32; COLS] {
+            let start = c.add(wave::uniform_usize(bc_first + t * n) + col_lo);
+            let mut v = [0.0f32; COLS];
+            crate::unroll!(j in 0..COLS, at most 8 => {
+                v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
+            });
+            v
+        };
 
-    /// The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N
-    /// consecutive values each, which the wave loads together (each lane
-    /// N / 4 values of each, coalesced), one chunk ahead with dt and x, and
-    /// stages as f32 in its own workgroup memory, `[2][UNROLL][N]`; each
-    /// step then reads its columns of B and of C from there in 16-byte
-    /// loads (8-byte with two columns). Those waits (lgkmcnt) do not wait for the next
-    /// chunk's loads from memory (vmcnt), so all of those stay in flight
-    /// during the chunk's arithmetic. The masked instances take the one-step
-    /// loop only. This loads this lane's share of B and C at step `t`.
-    unsafe fn load_stage(&self, t: usize) -> ([T; STAGE], [T; STAGE]) {
-        unsafe {
-            let first = wave::uniform_usize(self.bc_first + t * self.n);
-            let (mut bv, mut cv) = ([self.bm.read(); STAGE], [self.cm.read(); STAGE]);
+        // The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N
+        // consecutive values each, which the wave loads together (each lane
+        // N / 4 values of each, coalesced), one chunk ahead with dt and x, and
+        // stages as f32 in its own workgroup memory, `[2][UNROLL][N]`; each
+        // step then reads its columns of B and of C from there in 16-byte
+        // loads (8-byte with two columns). Those waits (lgkmcnt) do not wait for the next
+        // chunk's loads from memory (vmcnt), so all of those stay in flight
+        // during the chunk's arithmetic. The masked instances take the one-step
+        // loop only.
+        let chunks = if MASKED { 0 } else { len / UNROLL };
+        let per_lane = UNROLL * n / wave::WAVE_SIZE as usize;
+        let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
+            .add(wave::wave_id() as usize * MAP.staged_floats_per_wave() as usize);
+        let (bm_lane, cm_lane) = (bm.add(lane as usize), cm.add(lane as usize));
+        let load_stage = |t: usize| -> ([T; STAGE], [T; STAGE]) {
+            let first = wave::uniform_usize(bc_first + t * n);
+            let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
             crate::unroll!(m in 0..STAGE => {
-                if m < self.per_lane {
-                    bv[m] = self.bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
-                    cv[m] = self.cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
+                if m < per_lane {
+                    bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
+                    cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
                 }
             });
             (bv, cv)
-        }
-    }
-
-    /// With `stages_dt_x`: this lane's share of the wave's dt and x at step
-    /// `t` (otherwise nothing).
-    unsafe fn load_dtx(&self, t: usize) -> [T; DTX_STAGE] {
-        let mut v = [T::from_bits_u32(0); DTX_STAGE];
-        unsafe {
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < self.dtx_per_lane {
-                    v[m] = self.dtx_src[m].add(wave::uniform_usize(t * self.dm)).read();
-                }
-            });
-        }
-        v
-    }
-
-    /// One value at a staged float. With `stages_dt_x`, a bf16's bits go over
-    /// the float's low half, which this lane zeroed before the loop and which
-    /// nothing else writes: the float is the value widened, with no
-    /// instruction (only bf16's bits are the top half of its f32).
-    unsafe fn stage_at(at: *mut f32, v: T) {
-        unsafe {
-            if Self::TOP_HALF {
+        };
+        // One value at a staged float. With `stages_dt_x`, a bf16's bits go over
+        // the float's low half, which this lane zeroed before the loop and which
+        // nothing else writes: the float is the value widened, with no
+        // instruction (only bf16's bits are the top half of its f32).
+        let top_half = MAP.stages_dt_x && T::WIDENS_AS_TOP_HALF;
+        let stage_at = |at: *mut f32, v: T| {
+            if top_half {
                 (at as *mut u16).add(1).write(v.to_bits_u32() as u16);
             } else {
                 at.write(v.to_f32());
             }
-        }
-    }
-
-    /// Zeroes the low halves of the floats this lane stages, for bf16 written as
-    /// top halves. dt and x's apart from B and C's: in one loop with theirs, LLVM
-    /// ordered the chunk otherwise and ptxas's schedule of it was slower
-    /// (docs/performance.md, "dt and x staged").
-    #[inline(always)]
-    unsafe fn zero_low_halves(&self) {
-        unsafe {
+        };
+        if top_half && chunks > 0 {
             crate::unroll!(m in 0..STAGE => {
-                if m < self.per_lane {
-                    let e = self.lane as usize + m * wave::WAVE_SIZE as usize;
-                    self.staged.add(e).write(0.0);
-                    self.staged.add(UNROLL * self.n + e).write(0.0);
-                }
-            });
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < self.dtx_per_lane {
-                    self.dtx_staged.add(self.dtx_at[m]).write(0.0);
+                if m < per_lane {
+                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
+                    staged.add(e).write(0.0);
+                    staged.add(UNROLL * n + e).write(0.0);
                 }
             });
         }
-    }
 
-    /// Stages a chunk's B and C (and with `stages_dt_x` its dt and x) as loaded
-    /// by [`Self::load_stage`] and [`Self::load_dtx`], between two waits for
-    /// the wave's lanes: the first for every lane to have read the previous
-    /// chunk's values, the second for the whole chunk to be there.
-    unsafe fn store_stage(&self, (bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]) {
-        unsafe {
-            wave::sync_lanes();
-            crate::unroll!(m in 0..STAGE => {
-                if m < self.per_lane {
-                    let e = self.lane as usize + m * wave::WAVE_SIZE as usize;
-                    Self::stage_at(self.staged.add(e), bv[m]);
-                    Self::stage_at(self.staged.add(UNROLL * self.n + e), cv[m]);
-                }
-            });
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < self.dtx_per_lane {
-                    Self::stage_at(self.dtx_staged.add(self.dtx_at[m]), dtx[m]);
-                }
-            });
-            wave::sync_lanes();
-        }
-    }
-
-    /// Before the first chunk: the low halves zeroed where bf16 is staged as top
-    /// halves, and the first chunk's inputs loaded and staged. Returns the first
-    /// chunk's dt and x where each lane loads them (otherwise values that are
-    /// never read).
-    #[inline(always)]
-    unsafe fn start_chunks(&self) -> ([T; UNROLL], [T; UNROLL]) {
-        unsafe {
-            if Self::TOP_HALF && self.chunks > 0 {
-                self.zero_low_halves();
+        // With `stages_dt_x` the wave also stages its channels' dt and x of the
+        // chunk, `[2][channels][UNROLL]` after B and C: each value is loaded
+        // and widened once for the wave (not once per lane of its channel), and
+        // each lane reads its channel's 8 steps of each in two 16-byte loads.
+        // Value `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt,
+        // then x), channel `v % channels` (past Dm: channel Dm - 1, as its
+        // lanes), step `(v / channels) % 8`: a row's channels are adjacent in
+        // memory, so the loads are coalesced.
+        let chans = per_wave as usize;
+        let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
+        let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
+        let (dt_seq, x_seq) = (dt.add(seq_first), x.add(seq_first));
+        let (mut dtx_src, mut dtx_at) = ([dt_seq; DTX_STAGE], [0usize; DTX_STAGE]);
+        crate::unroll!(m in 0..DTX_STAGE => {
+            if m < dtx_per_lane {
+                let v = lane as usize + m * wave::WAVE_SIZE as usize;
+                let (array, c, k) = (v / (UNROLL * chans), v % chans, (v / chans) % UNROLL);
+                let channel = (wave_first as usize + c).min(dm - 1);
+                dtx_src[m] = if array == 0 { dt_seq } else { x_seq }.add(k * dm + channel);
+                dtx_at[m] = (array * chans + c) * UNROLL + k;
             }
-            let mut next = ([self.dt_c.read(); UNROLL], [self.x_c.read(); UNROLL]);
-            if self.chunks > 0 {
-                if !MAP.stages_dt_x {
-                    next = self.load_dt_x(0);
+        });
+        let load_dtx = |t: usize| -> [T; DTX_STAGE] {
+            let mut v = [T::from_bits_u32(0); DTX_STAGE];
+            crate::unroll!(m in 0..DTX_STAGE => {
+                if m < dtx_per_lane {
+                    v[m] = dtx_src[m].add(wave::uniform_usize(t * dm)).read();
                 }
-                self.store_stage(self.load_stage(0), self.load_dtx(0));
-            }
-            next
-        }
-    }
-
-    /// With `stages_dt_x`: the lane's channel's 8 steps of dt and x from the
-    /// staging area, in four 16-byte loads.
-    unsafe fn read_dtx(&self) -> ([f32; UNROLL], [f32; UNROLL]) {
-        let c = (self.lane / LANES) as usize;
-        let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-        unsafe {
+            });
+            v
+        };
+        let read_dtx = || -> ([f32; UNROLL], [f32; UNROLL]) {
+            let c = (lane / LANES) as usize;
+            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
             crate::unroll!(h in 0..2 => {
-                let d4 = (self.dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
-                let x4 = (self.dtx_staged.add((self.chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
+                let d4 = (dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
+                let x4 = (dtx_staged.add((chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
                 crate::unroll!(j in 0..4 => {
                     dtv[4 * h + j] = d4[j];
                     xv[4 * h + j] = x4[j];
                 });
             });
-        }
-        (dtv, xv)
-    }
+            (dtv, xv)
+        };
 
-    /// Step k's columns of B (or C, at `UNROLL * n`) from the staging area:
-    /// aligned to 4 * COLS bytes (16 at most), as col0 and n are multiples of
-    /// COLS, so one or two 16-byte loads (one 8-byte with two columns).
-    unsafe fn staged_row(&self, base: usize, k: usize) -> [f32; COLS] {
-        let mut v = [0.0f32; COLS];
-        unsafe {
-            let at = self.staged.add(base + k * self.n + self.col0);
+        // Zeroed apart from B and C's floats: in one loop with theirs, LLVM ordered
+        // the chunk otherwise and ptxas's schedule of it was slower
+        // (docs/performance.md, "dt and x staged").
+        if top_half && chunks > 0 {
+            crate::unroll!(m in 0..DTX_STAGE => {
+                if m < dtx_per_lane {
+                    dtx_staged.add(dtx_at[m]).write(0.0);
+                }
+            });
+        }
+        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| {
+            // Every lane has read the previous chunk's values.
+            wave::sync_lanes();
+            crate::unroll!(m in 0..STAGE => {
+                if m < per_lane {
+                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
+                    stage_at(staged.add(e), bv[m]);
+                    stage_at(staged.add(UNROLL * n + e), cv[m]);
+                }
+            });
+            crate::unroll!(m in 0..DTX_STAGE => {
+                if m < dtx_per_lane {
+                    stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
+                }
+            });
+            wave::sync_lanes();
+        };
+        // Step k's columns of B (or C, at `UNROLL * n`): aligned to 4 * COLS
+        // bytes (16 at most), as col0 and n are multiples of COLS.
+        let staged_row = |base: usize, k: usize| -> [f32; COLS] {
+            let at = staged.add(base + k * n + col0);
+            let mut v = [0.0f32; COLS];
             if COLS >= 4 {
                 let p = at as *const F32x4;
                 crate::unroll!(h in 0..COLS / 4, at most 2 => {
@@ -734,151 +503,137 @@ impl<T: Elem, const LANES: u32, const MASKED: bool> Lane<T, LANES, MASKED> {
                     v[j] = two[j];
                 });
             }
-        }
-        v
-    }
+            v
+        };
 
-    /// Asks L2 for this lane's row of dt or x `PREFETCH_CHUNKS` chunks past
-    /// step `t` (clamped to the last full pair), where the wave asks at all.
-    fn prefetch(&self, t: usize) {
-        let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(self.last_start));
-        if self.pf_on {
-            wave::prefetch_l2((self.pf_first + at * self.dm * size_of::<T>()) as *const u8);
-        }
-    }
-
-    /// The chunk at step `t`. With `stages_dt_x` its dt and x come from the
-    /// staging area; otherwise from `cur`, and the next chunk's go into
-    /// `next`. It loads the next chunk's inputs (if `more`; otherwise this
-    /// chunk's again, loaded and not used, so that no branch joins after the
-    /// loads), asks L2 for dt and x ahead (if `prefetch`; after the loads,
-    /// where it cost the least on an H200), scans, stores y, and stages the
-    /// next chunk.
-    #[inline(always)]
-    unsafe fn scan_chunk(
-        &self,
-        rec: &mut Recurrence,
-        t: usize,
-        cur: &([T; UNROLL], [T; UNROLL]),
-        next: &mut ([T; UNROLL], [T; UNROLL]),
-        more: bool,
-        prefetch: bool,
-    ) {
-        unsafe {
-            let ahead = if more { t + UNROLL } else { t };
-            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-            if MAP.stages_dt_x {
-                (dtv, xv) = self.read_dtx();
-            } else {
-                *next = self.load_dt_x(ahead);
+        // What each lane asks L2 for in the first chunk of a pair: one row
+        // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
+        // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
+        // 32-byte sector of a row. The lines are 128 bytes, so a wave asks only
+        // if the previous wave's channels lie in another line (judged in row 0,
+        // for the whole sequence: a miss costs only time).
+        let pf_rows = 2 * UNROLL;
+        let pf_row = lane as usize % pf_rows;
+        let pf_array =
+            |dt_side: *const T, x_side: *const T| if lane as usize / pf_rows == 0 { dt_side } else { x_side };
+        // `wrapping_add`: for L below 16 (no pair, so no prefetch) the row may
+        // lie past the tensor; the rows asked for are clamped below L.
+        let pf_first = pf_array(dt_c, x_c).wrapping_add(seq_first + pf_row * dm) as usize;
+        let starts_line = |p: *const T| {
+            let at = p.add(seq_first + wave_first as usize) as usize;
+            wave_first == 0 || at / 128 != (at - per_wave as usize * size_of::<T>()) / 128
+        };
+        let pf_on = starts_line(pf_array(dt, x));
+        // The first row of the last full pair: every row asked for is below L.
+        let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
+        let prefetch = |t: usize| {
+            let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(last_start));
+            if pf_on {
+                wave::prefetch_l2((pf_first + at * dm * size_of::<T>()) as *const u8);
             }
-            let next_dtx = self.load_dtx(ahead);
-            let next_stage = self.load_stage(ahead);
-            if prefetch {
-                self.prefetch(t);
-            }
-            wave::schedule_fence();
+        };
+        let mut t = 0usize;
+        let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
+        if chunks > 0 {
             if !MAP.stages_dt_x {
+                next = load_dt_x(0);
+            }
+            store_stage(load_stage(0), load_dtx(0));
+        }
+        // The chunk at step `t`. With `stages_dt_x` its dt and x come from the
+        // staging area; otherwise from `$cur`, and the next chunk's go into
+        // `$next`. It loads the next chunk's inputs (if `$more`; otherwise this
+        // chunk's again, loaded and not used, so that no branch joins after the
+        // loads), asks L2 for dt and x ahead (if `$prefetch`; after the loads,
+        // where it cost the least on an H200), scans, stores y, and stages the
+        // next chunk.
+        macro_rules! scan_chunk {
+            ($cur:expr, $next:ident, $more:expr) => {
+                scan_chunk!($cur, $next, $more, false)
+            };
+            ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {{
+                let cur = $cur;
+                let ahead = if $more { t + UNROLL } else { t };
+                let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+                if MAP.stages_dt_x {
+                    (dtv, xv) = read_dtx();
+                } else {
+                    $next = load_dt_x(ahead);
+                }
+                let next_dtx = load_dtx(ahead);
+                let next_stage = load_stage(ahead);
+                if $prefetch {
+                    prefetch(t);
+                }
+                wave::schedule_fence();
+                if !MAP.stages_dt_x {
+                    crate::unroll!(k in 0..UNROLL => {
+                        dtv[k] = cur.0[k].to_f32();
+                        xv[k] = cur.1[k].to_f32();
+                    });
+                }
+                let mut q = [0.0f32; UNROLL];
                 crate::unroll!(k in 0..UNROLL => {
-                    dtv[k] = cur.0[k].to_f32();
-                    xv[k] = cur.1[k].to_f32();
-                });
-            }
-            let q = self.chunk_steps(rec, &dtv, &xv);
-            self.store_y_chunk(t, &q, &xv, rec.dsk);
-            self.store_stage(next_stage, next_dtx);
-        }
-    }
-
-    /// The recurrence over the chunk's 8 steps, with B and C from the staging
-    /// area; returns each step's sum of this lane's columns. Two steps' B and C
-    /// at a time: the scheduler would otherwise read all 8 steps' first (128
-    /// registers with eight columns).
-    #[inline(always)]
-    unsafe fn chunk_steps(&self, rec: &mut Recurrence, dtv: &[f32; UNROLL], xv: &[f32; UNROLL]) -> [f32; UNROLL] {
-        let mut q = [0.0f32; UNROLL];
-        unsafe {
-            crate::unroll!(k in 0..UNROLL => {
-                if k.is_multiple_of(2) && k > 0 {
-                    wave::schedule_fence();
-                }
-                q[k] = step(
-                    &mut rec.s,
-                    &rec.a2,
-                    &self.valid,
-                    dtv[k],
-                    xv[k],
-                    &self.staged_row(0, k),
-                    &self.staged_row(UNROLL * self.n, k),
-                );
-            });
-        }
-        q
-    }
-
-    /// The chunk's y: the 8 steps' sums over the channel's lanes, transposed
-    /// ([`channel_sums_8`]), so that this lane stores `kept` of the steps, plus
-    /// `x Dskip` (with 16 lanes two lanes hold each total: the even one stores
-    /// it).
-    #[inline(always)]
-    unsafe fn store_y_chunk(&self, t: usize, q: &[f32; UNROLL], xv: &[f32; UNROLL], dsk: f32) {
-        let mut xd = [0.0f32; UNROLL];
-        crate::unroll!(k in 0..UNROLL => {
-            xd[k] = xv[k] * dsk;
-        });
-        let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(*q, xd, self.sub);
-        let kept = (UNROLL / LANES as usize).max(1);
-        if self.channel_ok && (LANES <= 8 || self.sub & (LANES / 16) == 0) {
-            crate::unroll!(i in 0..4 => {
-                if i < kept {
-                    unsafe {
-                        self.y_c.add((t + first_step + i) * self.dm).write(T::from_f32(totals[i] + xd_kept[i]));
+                    // Two steps' B and C at a time: the scheduler would otherwise
+                    // read all 8 steps' first (128 registers with eight columns).
+                    if k.is_multiple_of(2) && k > 0 {
+                        wave::schedule_fence();
                     }
+                    q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
+                });
+                // The 8 totals, transposed: this lane stores `kept` of the steps (with
+                // 16 lanes, two lanes hold each total: the even one stores it).
+                let mut xd = [0.0f32; UNROLL];
+                crate::unroll!(k in 0..UNROLL => {
+                    xd[k] = xv[k] * dsk;
+                });
+                let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
+                let kept = (UNROLL / LANES as usize).max(1);
+                if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
+                    crate::unroll!(i in 0..4 => {
+                        if i < kept {
+                            y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
+                        }
+                    });
                 }
-            });
+                store_stage(next_stage, next_dtx);
+                t += UNROLL;
+            }};
         }
-    }
-
-    /// One step's B or C at this lane's columns, straight from memory (the
-    /// one-step loop).
-    unsafe fn row(&self, c: *const T, t: usize) -> [f32; COLS] {
-        let mut v = [0.0f32; COLS];
-        unsafe {
-            let start = c.add(wave::uniform_usize(self.bc_first + t * self.n) + self.col_lo);
-            crate::unroll!(j in 0..COLS, at most 8 => {
-                v[j] = start.add(if MASKED { self.offset[j] } else { j }).read().to_f32();
-            });
-        }
-        v
-    }
-
-    /// The steps from `t` to L (the last `L % UNROLL`, or all of them in the
-    /// masked instances), one at a time with the same operations in the same
-    /// order as the chunks, so that a scan split anywhere equals one scan.
-    #[inline(always)]
-    unsafe fn scan_steps(&self, rec: &mut Recurrence, mut t: usize) {
-        unsafe {
-            while t < self.len {
-                let dtk = self.dt.add(self.seq_first + t * self.dm + self.d).read().to_f32();
-                let xk = self.x.add(self.seq_first + t * self.dm + self.d).read().to_f32();
-                let q = step(&mut rec.s, &rec.a2, &self.valid, dtk, xk, &self.row(self.bm, t), &self.row(self.cm, t));
-                let yk = channel_sum::<LANES>(q) + xk * rec.dsk;
-                if self.channel_ok && self.sub == 0 {
-                    self.y_c.add(t * self.dm).write(T::from_f32(yk));
-                }
-                t += 1;
+        // Two chunks an iteration where the mapping says so (the prefetch runs
+        // once a pair).
+        if MAP.chunks_per_iteration == 2 {
+            let mut other = next;
+            for pair in 0..chunks / 2 {
+                scan_chunk!(next, other, true, true);
+                scan_chunk!(other, next, 2 * pair + 2 < chunks);
+            }
+            // The last chunk of an odd count: a loop rather than an `if`, as the
+            // inputs it loads are never read, which the lint flags after an `if`.
+            for _ in 0..chunks % 2 {
+                scan_chunk!(next, next, false);
+            }
+        } else {
+            for chunk in 0..chunks {
+                scan_chunk!(next, next, chunk + 1 < chunks);
             }
         }
-    }
+        // The last len % UNROLL steps: the same operations, one step at a time.
+        while t < len {
+            let dtk = dt.add(seq_first + t * dm + d).read().to_f32();
+            let xk = x.add(seq_first + t * dm + d).read().to_f32();
+            let q = step(&mut s, &a2, &valid, dtk, xk, &row(bm, t), &row(cm, t));
+            let yk = channel_sum::<LANES>(q) + xk * dsk;
+            if channel_ok && sub == 0 {
+                y_c.add(t * dm).write(T::from_f32(yk));
+            }
+            t += 1;
+        }
 
-    /// Writes the lane's columns below N of the final state, at the addresses
-    /// it read them from (a channel past Dm writes nothing).
-    #[inline(always)]
-    unsafe fn store_state(&self, s: &[f32; COLS]) {
-        if self.channel_ok {
+        if channel_ok {
             crate::unroll!(j in 0..COLS, at most 8 => {
-                if self.valid[j] {
-                    unsafe { self.state_out.add(self.state_at + self.offset[j]).write(s[j]) };
+                if valid[j] {
+                    state_out.add(state_at + offset[j]).write(s[j]);
                 }
             });
         }
