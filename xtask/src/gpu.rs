@@ -40,8 +40,9 @@ MLX, the MLX driver's first check fails.";
 
 /// state-spaces/mamba's commit whose selective scan and state update the peers build.
 const MAMBA_COMMIT: &str = "e9594ce1c732d97440f0332fdc43170a2294dbfa";
-/// The test binaries that cannot run on a GPU host: they need Rust, a C++ compiler, the CLI
-/// beside them or the stand-in libamdhip64, and use no GPU.
+/// The test binaries that cannot run on a GPU host: they need Rust or rustup, a C++ compiler,
+/// the CLI beside them, the stand-in libamdhip64, this repository's build (the fuzz corpus, the
+/// simulator's planted objects) or the MLX CPU wheel, and use no GPU.
 const CPU_ONLY_TESTS: &[&str] = &[
     "c_header",
     "disassembly",
@@ -52,6 +53,11 @@ const CPU_ONLY_TESTS: &[&str] = &[
     "hip_rs",
     "hip_rs_launchers",
     "hip_faults",
+    "fuzz_corpus",
+    "races",
+    "mlx_shim",
+    "mlx_shim_rocm",
+    "no_install",
 ];
 
 pub fn pack(args: &[String]) -> Result<()> {
