@@ -66,7 +66,13 @@ impl Standin {
     fn coverage(&self, profile: Profile, coverage: &[PathBuf]) -> Result<()> {
         let object = newest_build_output(&self.target, profile.dir(), "gfx1151.hsaco")?;
         let tool = self.target.join(profile.dir()).join("rdna-sim-coverage");
-        run(Command::new(tool).arg(object).args(coverage.iter().filter(|c| c.exists())))
+        let recorded: Vec<&PathBuf> = coverage.iter().filter(|c| c.exists()).collect();
+        if recorded.is_empty() {
+            // Test files without HIP cases (the C ABI's validation, for one) launch nothing.
+            println!("no launch ran on the simulated gfx1151: no mnemonics to report");
+            return Ok(());
+        }
+        run(Command::new(tool).arg(object).args(recorded))
     }
 }
 
