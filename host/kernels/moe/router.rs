@@ -16,9 +16,10 @@ use kernels_device::geometry::moe_router::{
     logits_workgroups, topk_workgroup_mem_bytes,
 };
 
+use super::refuse_overlap;
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
-use crate::kernels::{Capacity, CheckedArgs, Run, check_buffers, enqueue, kernel_for, overlapping, symbol};
+use crate::kernels::{Capacity, CheckedArgs, Run, check_buffers, enqueue, kernel_for, symbol};
 use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream, Typed};
 
 /// The typed launch of `moe_router_logits` ([`Run::run`] launches it).
@@ -233,12 +234,12 @@ pub unsafe fn router(
     let out_bytes = shape.m as u64 * shape.k as u64 * 4;
     for (name, ptr) in [("ids", p.ids), ("scores", p.scores)] {
         let range = (ptr, ptr.saturating_add(out_bytes));
-        if let Some(other) = overlapping(logits_kernel.spec, &logits_extents, range, &["logits"]) {
-            return Err(Error::invalid(
+        refuse_overlap(&[(&logits_kernel, &logits_extents[..])], range, &["logits"], |other| {
+            Error::invalid(
                 name,
                 format!("[{:#x}, {:#x}) overlaps `{other}`; `{name}` may alias nothing", range.0, range.1),
-            ));
-        }
+            )
+        })?;
     }
     let dims = [logits_dims(shape.n_experts), topk_dims(shape.m, shape.n_experts)];
     device.check_workgroup_mem(&logits_kernel, &dims[0])?;
