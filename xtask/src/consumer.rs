@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{Result, cargo, output, remove, repo_root, run, target_dir, wants_help};
+use crate::util::{Result, cargo, output, remove, repo_root, run, scratch_dir, target_dir, wants_help};
 
 const CONSUMER_USAGE: &str = "\
 usage: cargo xtask consumer
@@ -24,7 +24,8 @@ usage: cargo xtask package
 
 `cargo package` and `cargo publish --dry-run` of the crates a dependent needs (mlxcel-amdgpu,
 kernels-device, mlxcel-amdgpu-code-object, mlxcel-amdgpu-builder): each packs, and builds from
-its package alone, the GPU kernels included (in <target>/gpu-kernels, with the pinned nightly).";
+its package alone, the GPU kernels included (with the pinned nightly), in a target directory of
+its own that each run starts empty (<target>/xtask/package).";
 
 /// The published crates, dependencies first.
 pub const PUBLISHED: &[&str] =
@@ -109,18 +110,22 @@ pub fn package(args: &[String]) -> Result<()> {
     }
     let root = repo_root()?;
     let packages: Vec<String> = PUBLISHED.iter().flat_map(|p| ["-p".to_string(), p.to_string()]).collect();
+    // Cargo takes a registry crate of a version it has seen as unchanged: both its extracted
+    // sources (in the cargo home) and its build (in the target directory) would be an earlier
+    // commit's. Both are started afresh; the dry run then reuses what `cargo package` built here.
+    forget_packed_sources()?;
+    let target = scratch_dir(&target_dir(&root)?, "package")?;
+    let target = ["--target-dir".as_ref(), target.as_os_str()];
     // Uncommitted changes are packed as they are (CI runs on a clean checkout).
-    forget_packed_sources()?;
-    run(cargo(&root).args(["package", "--allow-dirty"]).args(&packages))?;
-    forget_packed_sources()?;
-    run(cargo(&root).args(["publish", "--dry-run", "--allow-dirty"]).args(&packages))
+    run(cargo(&root).args(["package", "--allow-dirty"]).args(target).args(&packages))?;
+    run(cargo(&root).args(["publish", "--dry-run", "--allow-dirty"]).args(target).args(&packages))
 }
 
 /// Removes cargo's extracted copies of our published crates from earlier packagings. `cargo
 /// package` verifies each crate against the others through a temporary registry under the target
 /// directory, and cargo keeps what it extracted from that registry under `registry/src/-<hash of
-/// its path>/<name>-<version>`; an unchanged version number at the same path would verify against
-/// the sources of an earlier commit. Only registries named by a path (the `-` prefix) are touched.
+/// its path>/<name>-<version>`, which it does not extract again for the same version. Only
+/// registries named by a path (the `-` prefix) are touched.
 fn forget_packed_sources() -> Result<()> {
     let home = match std::env::var_os("CARGO_HOME") {
         Some(home) => std::path::PathBuf::from(home),
