@@ -286,18 +286,24 @@ pub fn run(data: &[u8]) {
     // The process-wide device: the CPU emulator (re-selected after a select case).
     static CPU: std::sync::Once = std::sync::Once::new();
     CPU.call_once(select_cpu);
-    match input.u8() % 12 {
-        0 => xielu(&mut input),
-        1 => add3(&mut input),
-        2 => mamba(&mut input),
-        3 | 4 => moe_gemv(&mut input, false),
-        5 => moe_gemv(&mut input, true),
-        6 => moe_combine(&mut input),
-        7 => moe_routed(&mut input),
-        8 => scratch_bytes(&mut input),
-        9 => describe(&mut input),
-        10 => predicates(&mut input),
-        _ => select(&mut input),
+    // Twelve cases by the first byte modulo 12, except its last four values
+    // (252 = 21 * 12 keeps the twelve equally likely), which were added later
+    // and so leave most of the committed corpus selecting what it always did.
+    match input.u8() {
+        252..=255 => moe_router(&mut input),
+        b => match b % 12 {
+            0 => xielu(&mut input),
+            1 => add3(&mut input),
+            2 => mamba(&mut input),
+            3 | 4 => moe_gemv(&mut input, false),
+            5 => moe_gemv(&mut input, true),
+            6 => moe_combine(&mut input),
+            7 => moe_routed(&mut input),
+            8 => scratch_bytes(&mut input),
+            9 => describe(&mut input),
+            10 => predicates(&mut input),
+            _ => select(&mut input),
+        },
     }
 }
 
@@ -617,6 +623,100 @@ fn moe_routed(input: &mut Input) {
     }
 }
 
+fn moe_router(input: &mut Input) {
+    let dtype = input.dtype();
+    let size = dtype_of(dtype).map_or(4, Dtype::size);
+    let m =
+        input.dim(3, &[0, 1, MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS, MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS + 1, u32::MAX]);
+    let max_e = MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS;
+    let n_experts = input.dim(40, &[0, 1, max_e, max_e + 1, u32::MAX]);
+    let k = input.dim(10, &[0, 1, MLXCEL_AMDGPU_MOE_ROUTER_MAX_K, MLXCEL_AMDGPU_MOE_ROUTER_MAX_K + 1, u32::MAX]);
+    let din = input.dim(300, &[0, 1, 1 << 31, u32::MAX]);
+    let norm = [0, 1, 0, 1, 0, 1, 2, u32::MAX][input.u8() as usize % 8];
+    let (mm, e, kk, d) = (m as u128, n_experts as u128, k as u128, din as u128);
+    let params = [
+        p("x", size, mm * d),
+        p("wr", size, e * d),
+        w("logits", 4, mm * e, &[]),
+        w("ids", 4, mm * kk, &[]),
+        w("scores", 4, mm * kk, &[]),
+    ];
+    let shape_ok = (1..=MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS).contains(&m)
+        && (1..=max_e).contains(&n_experts)
+        && (1..=MLXCEL_AMDGPU_MOE_ROUTER_MAX_K).contains(&k)
+        && k <= n_experts
+        && din >= 1;
+    let bufs = Buffers::new(&params, input, shape_ok, &[], false);
+    let (stream, bad_stream) = stream_of(input);
+    let exp = expected(dtype, shape_ok, norm <= 1, &bufs, bad_stream, shape_ok);
+    let supported = mlxcel_amdgpu_moe_router_supports(dtype, m, n_experts, k, din);
+    assert_eq!(
+        supported,
+        dtype_of(dtype).is_some() && shape_ok,
+        "moe_router supports({dtype}, {m}, {n_experts}, {k}, {din})"
+    );
+    let inputs = [0, 1].map(|i| bufs.storage_of(i).map(|s| bufs.bytes_of(s, params[i].bytes() as usize)));
+    let q = |i: usize| bufs.ptr(i);
+    let status = unsafe {
+        mlxcel_amdgpu_moe_router(dtype, q(0), q(1), q(2) as _, q(3) as _, q(4) as _, m, n_experts, k, din, norm, stream)
+    };
+    check("moe_router", status, &exp);
+    let outputs = [2, 3, 4].map(|i| bufs.storage_of(i) == Some(i));
+    if let (MLXCEL_AMDGPU_OK, [Some(x), Some(wr)], [true, true, true]) = (status, inputs, outputs) {
+        check_router(dtype_of(dtype).unwrap(), &bufs, &x, &wr, [m, n_experts, k, din], norm == 1);
+    }
+}
+
+/// A valid router call's outputs against the testkit's reference: the logits
+/// within `1e-5 * max|logit|` of f64 sums; per token distinct ids, none less
+/// probable than an expert left out (beyond f32 rounding: near ties may go
+/// either way), each score within 1e-5 of the reference's for that id.
+fn check_router(t: Dtype, bufs: &Buffers, x: &[u8], wr: &[u8], [m, e, k, din]: [u32; 4], renorm: bool) {
+    let (m, e, k, din) = (m as usize, e as usize, k as usize, din as usize);
+    let x = reference::from_le_bytes(t, x);
+    let wr = reference::from_le_bytes(t, wr);
+    let want = reference::moe::router_logits(&x, &wr, m, e, din);
+    let f32s = |i: usize, n: usize| reference::from_le_bytes(Dtype::F32, &bufs.bytes_of(i, n * 4));
+    let logits = f32s(2, m * e);
+    let scale = want.iter().fold(f32::MIN_POSITIVE, |a, v| a.max(v.abs()));
+    for (i, (g, r)) in logits.iter().zip(&want).enumerate() {
+        assert!((g - r).abs() <= 1e-5 * scale, "moe_router {t:?} logit {i}: {g}, reference {r}");
+    }
+    let ids: Vec<u32> =
+        bufs.bytes_of(3, m * k * 4).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    let scores = f32s(4, m * k);
+    let (ref_ids, ref_scores) = reference::moe::topk(&logits, m, e, k, renorm);
+    for tok in 0..m {
+        let row = &logits[tok * e..(tok + 1) * e];
+        let top = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)) as f64;
+        let p = |id: u32| (row[id as usize] as f64 - top).exp();
+        let chosen = &ids[tok * k..(tok + 1) * k];
+        let least = chosen.iter().map(|&id| {
+            assert!((id as usize) < e, "moe_router token {tok}: id {id} of {e} experts");
+            p(id)
+        });
+        let least = least.fold(f64::INFINITY, f64::min);
+        for other in (0..e as u32).filter(|id| !chosen.contains(id)) {
+            assert!(p(other) <= least * (1.0 + 1e-6), "moe_router token {tok}: expert {other} left out, more probable");
+        }
+        assert_eq!(
+            chosen.iter().collect::<std::collections::BTreeSet<_>>().len(),
+            k,
+            "moe_router token {tok}: ids {chosen:?}"
+        );
+        for (j, &id) in chosen.iter().enumerate() {
+            // The reference's score for the same expert, wherever it placed it.
+            if let Some(r) = ref_ids[tok * k..(tok + 1) * k].iter().position(|&i| i == id) {
+                let (g, r) = (scores[tok * k + j], ref_scores[tok * k + r]);
+                assert!(
+                    (g - r).abs() <= 1e-5 * r.abs().max(1e-30),
+                    "moe_router token {tok} expert {id}: score {g}, reference {r}"
+                );
+            }
+        }
+    }
+}
+
 fn scratch_bytes(input: &mut Input) {
     let edges = [0, 1, 6, 1 << 31, u32::MAX];
     let (k, din, dff) = (input.dim(8, &edges), input.dim(300, &edges), input.dim(300, &edges));
@@ -665,6 +765,8 @@ fn predicates(input: &mut Input) {
         ("add3", mlxcel_amdgpu_add3_layer_norm_available),
         ("mamba", mlxcel_amdgpu_mamba1_scan_available),
         ("moe", mlxcel_amdgpu_moe_available),
+        ("moe_gated", mlxcel_amdgpu_moe_gated_available),
+        ("moe_router", mlxcel_amdgpu_moe_router_available),
     ] {
         assert_eq!(f(dtype), ok, "{name}_available({dtype}) on the CPU backend");
     }
