@@ -282,6 +282,9 @@ mod tests {
                     see(symbol("moe_fc1_relu2", dtype), moe::fc1_dims(&shape));
                     see(symbol("moe_down", dtype), moe::down_dims(&shape));
                     see(symbol("moe_combine", dtype), moe::combine_dims(cols));
+                    see(symbol("moe_gateup_batch", dtype), moe::gateup_batch_dims(&shape, 8));
+                    see(symbol("moe_down_batch", dtype), moe::down_batch_dims(&shape, 8));
+                    see(symbol("moe_combine_batch", dtype), moe::combine_batch_dims(cols, 8));
                 }
             }
             for n_experts in [1, 128, 512, kernels_device::geometry::moe_router::MAX_EXPERTS] {
@@ -331,6 +334,9 @@ mod tests {
             MoeGateUpArgs,
             MoeDownArgs,
             MoeCombineArgs,
+            MoeGateUpBatchArgs,
+            MoeDownBatchArgs,
+            MoeCombineBatchArgs,
             MoeRouterLogitsArgs,
             MoeTopKArgs,
             Mamba1ScanArgs,

@@ -40,6 +40,12 @@ use kernels_device::geometry::moe::{
     values_per_word, workgroup_mem_bytes, workgroups,
 };
 
+pub use batch::{
+    COMBINE_BATCH_KERNEL, DOWN_BATCH_KERNEL, DownBatchBuffers, GATEUP_BATCH_KERNEL, MAX_BATCH_SLOTS, MAX_BATCH_TOKENS,
+    MoeCombineBatchArgs, MoeCombineBatchLaunch, MoeDownBatchArgs, MoeDownBatchLaunch, MoeGateUpBatchArgs,
+    MoeGateUpBatchLaunch, batch_available, check_batch, combine_batch, combine_batch_dims, down_batch, down_batch_dims,
+    gateup_batch, gateup_batch_dims, run_combine_batch, run_down_batch, run_gateup_batch,
+};
 pub use gated::{
     Activation, GatedBuffers, GatedPointers, MoeGateUpLaunch, down_available, gateup, gateup_available, run_gateup,
 };
@@ -47,6 +53,7 @@ use kernels_device::entry::{MoeCombine, MoeDown, MoeFc1Relu2};
 pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args, MoeGateUpArgs};
 pub use shape::MoeShape;
 
+mod batch;
 mod gated;
 pub mod router;
 mod shape;

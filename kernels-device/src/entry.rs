@@ -530,6 +530,56 @@ families! {
         }
     }
 
+    /// `moe_gateup_batch`: `moe_gateup` for `m` tokens of `k` slots each; the
+    /// first slot holding an expert computes every slot that holds it.
+    family MoeGateUpBatchArgs (MoeGateUpBatch<T>) {
+        instances { moe_gateup_batch_f32, moe_gateup_batch_f16, moe_gateup_batch_bf16 => crate::moe::batch::moe_gateup_batch::<T>; }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
+        params {
+            x: read T [m, din],
+            idx: read u32 [m, k],
+            wg: read u32 [n_experts, dff, din / values_per_word(bits)],
+            sg: read T [n_experts, dff, din / group_size],
+            bg: read T [n_experts, dff, din / group_size],
+            wu: read u32 [n_experts, dff, din / values_per_word(bits)],
+            su: read T [n_experts, dff, din / group_size],
+            bu: read T [n_experts, dff, din / group_size],
+            act: write f32 [m, k, dff],
+            activation: value u32,
+            m: value u32,
+        } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
+    }
+
+    /// `moe_down_batch`: `moe_down` (4 and 8 bits) for `m` tokens of `k` slots
+    /// each, with `moe_gateup_batch`'s ownership.
+    family MoeDownBatchArgs (MoeDownBatch<T>) {
+        instances { moe_down_batch_f32, moe_down_batch_f16, moe_down_batch_bf16 => crate::moe::batch::moe_down_batch::<T, { crate::moe::TENSOR_CORES }>; }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
+        params {
+            idx: read u32 [m, k],
+            w2: read u32 [n_experts, din, dff / values_per_word(bits)],
+            s2: read T [n_experts, din, dff / group_size],
+            b2: read T [n_experts, din, dff / group_size],
+            act: read f32 [m, k, dff],
+            scores: read f32 [m, k],
+            part: write f32 [m, k, din],
+            m: value u32,
+        } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
+    }
+
+    /// `moe_combine_batch`: `out[t, h] = T(sum_k part[t, k, h])` for `m` tokens.
+    family MoeCombineBatchArgs (MoeCombineBatch<T>) {
+        instances { moe_combine_batch_f32, moe_combine_batch_f16, moe_combine_batch_bf16 => crate::moe::batch::moe_combine_batch::<T>; }
+        workgroup_mem(0)
+        params {
+            part: read f32 [m, k, din],
+            out: write T [m, din],
+            m: value u32,
+            k: value u32,
+            din: value u32,
+        }
+    }
+
     /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens.
     family MoeRouterLogitsArgs (MoeRouterLogits<T>) {
         instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }

@@ -461,6 +461,13 @@ pub mod moe {
     pub const COMBINE_WORKGROUP_SIZE: u32 = 256;
     /// The largest K (grid z).
     pub const MAX_K: u32 = 65535;
+    /// The most tokens of one launch of the batch kernels (`moe_gateup_batch`,
+    /// `moe_down_batch`, `moe_combine_batch`).
+    pub const MAX_BATCH_TOKENS: u32 = 8;
+    /// The most slots `m * k` of one batch launch (grid z): each workgroup
+    /// scans the ids of the slots before its own to find the expert's owner.
+    pub const MAX_BATCH_SLOTS: u32 = 512;
+    const _: () = assert!(MAX_BATCH_SLOTS <= MAX_K);
 
     /// Values per u32 word: `32 / bits`.
     pub const fn values_per_word(bits: u32) -> u32 {

@@ -647,28 +647,49 @@ macro_rules! expert_gemv {
                 return;
             }
             let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
-            let expert_rows = e as usize * $rows as usize;
-            let w = $w.add(expert_rows * l.words as usize);
-            let s = $s.add(expert_rows * l.groups as usize);
-            let b = $b.add(expert_rows * l.groups as usize);
-            $($prep)*
-            let wide = ($w as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
-            if $tensor && wide && $bits == 4 {
-                tensor_cores::compute_rows::<$T, $src>(w, s, b, $x, lds, $rows, l, $finish)
-            } else if $bits == 4 {
-                let st = || stage::<$src, 4>($x, $cols, lds);
-                if wide {
-                    compute_rows::<$T, 4, true>(w, s, b, lds, $rows, l, st, $finish)
-                } else {
-                    compute_rows::<$T, 4, false>(w, s, b, lds, $rows, l, st, $finish)
-                }
+            expert_slot! {
+                $T, $tensor, e, l, lds; cols $cols, rows $rows, $bits;
+                w $w, s $s, b $b;
+                stage $x: $src, finish $finish;
+                $($prep;)*
+            }
+        }
+    };
+}
+
+/// One slot of [`expert_gemv`] (and of `batch::moe_down_batch`), in an
+/// `unsafe` context: expert `$e`'s rows of the weights, scales and biases
+/// (row layout `$l`), then `compute_rows` for the bit width and load width,
+/// staging `$x` in workgroup memory `$lds` and ending each row with `$finish`,
+/// both defined by the caller's statements.
+macro_rules! expert_slot {
+    (
+        $T:ty, $tensor:ident, $e:ident, $l:ident, $lds:ident; cols $cols:ident, rows $rows:ident, $bits:ident;
+        w $w:ident, s $s:ident, b $b:ident;
+        stage $x:ident: $src:ty, finish $finish:ident;
+        $($prep:stmt;)*
+    ) => {
+        let expert_rows = $e as usize * $rows as usize;
+        let w = $w.add(expert_rows * $l.words as usize);
+        let s = $s.add(expert_rows * $l.groups as usize);
+        let b = $b.add(expert_rows * $l.groups as usize);
+        $($prep)*
+        let wide = ($w as usize).is_multiple_of(core::mem::align_of::<Quad>()) && $l.words.is_multiple_of(QUAD_WORDS);
+        if $tensor && wide && $bits == 4 {
+            tensor_cores::compute_rows::<$T, $src>(w, s, b, $x, $lds, $rows, $l, $finish)
+        } else if $bits == 4 {
+            let st = || stage::<$src, 4>($x, $cols, $lds);
+            if wide {
+                compute_rows::<$T, 4, true>(w, s, b, $lds, $rows, $l, st, $finish)
             } else {
-                let st = || stage::<$src, 8>($x, $cols, lds);
-                if wide {
-                    compute_rows::<$T, 8, true>(w, s, b, lds, $rows, l, st, $finish)
-                } else {
-                    compute_rows::<$T, 8, false>(w, s, b, lds, $rows, l, st, $finish)
-                }
+                compute_rows::<$T, 4, false>(w, s, b, $lds, $rows, $l, st, $finish)
+            }
+        } else {
+            let st = || stage::<$src, 8>($x, $cols, $lds);
+            if wide {
+                compute_rows::<$T, 8, true>(w, s, b, $lds, $rows, $l, st, $finish)
+            } else {
+                compute_rows::<$T, 8, false>(w, s, b, $lds, $rows, $l, st, $finish)
             }
         }
     };
@@ -774,6 +795,33 @@ pub const GEGLU: u32 = 1;
 /// `sqrt(2 / pi)` rounded to f32.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
+/// One slot of [`moe_gateup`] (and of `batch::moe_gateup_batch`), in an
+/// `unsafe` context: expert `$e`'s gate and up rows (layout `$l`) against `$x`
+/// (staged in `$lds`) into row `$slot` of `$act`. A macro, so that
+/// `moe_gateup` stays the code it was (a function measured different
+/// register allocation).
+macro_rules! gateup_slot {
+    (
+        $T:ty; $x:ident, $wg:ident, $sg:ident, $bg:ident, $wu:ident, $su:ident, $bu:ident, $act:ident, $activation:ident;
+        $e:ident, $slot:ident, $l:ident, $lds:ident, $din:ident, $dff:ident, $bits:ident
+    ) => {
+        let expert_rows = $e as usize * $dff as usize;
+        let (wg, wu) = ($wg.add(expert_rows * $l.words as usize), $wu.add(expert_rows * $l.words as usize));
+        let (sg, bg) = ($sg.add(expert_rows * $l.groups as usize), $bg.add(expert_rows * $l.groups as usize));
+        let (su, bu) = ($su.add(expert_rows * $l.groups as usize), $bu.add(expert_rows * $l.groups as usize));
+        let out = $act.add($slot as usize * $dff as usize);
+        let wide = (wg as usize | wu as usize).is_multiple_of(core::mem::align_of::<Quad>())
+            && $l.words.is_multiple_of(QUAD_WORDS);
+        let gate_up = GateUp { wg, sg, bg, wu, su, bu, out, activation: $activation, l: $l };
+        match ($bits == 4, wide) {
+            (true, true) => gate_up.rows::<4, true>($lds, $din, $dff, || stage::<$T, 4>($x, $din, $lds)),
+            (true, false) => gate_up.rows::<4, false>($lds, $din, $dff, || stage::<$T, 4>($x, $din, $lds)),
+            (false, true) => gate_up.rows::<8, true>($lds, $din, $dff, || stage::<$T, 8>($x, $din, $lds)),
+            (false, false) => gate_up.rows::<8, false>($lds, $din, $dff, || stage::<$T, 8>($x, $din, $lds)),
+        }
+    };
+}
+
 /// `act[k, f] = a(x . wg[idx[k], f]) * (x . wu[idx[k], f])` (see [`gated`]).
 ///
 /// The mapping of [`moe_fc1_relu2`], over the gate matrix and then the up
@@ -817,20 +865,7 @@ pub unsafe fn moe_gateup<T: Elem>(
             return;
         }
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
-        let expert_rows = e as usize * dff as usize;
-        let (wg, wu) = (wg.add(expert_rows * l.words as usize), wu.add(expert_rows * l.words as usize));
-        let (sg, bg) = (sg.add(expert_rows * l.groups as usize), bg.add(expert_rows * l.groups as usize));
-        let (su, bu) = (su.add(expert_rows * l.groups as usize), bu.add(expert_rows * l.groups as usize));
-        let out = act.add(slot as usize * dff as usize);
-        let wide = (wg as usize | wu as usize).is_multiple_of(core::mem::align_of::<Quad>())
-            && l.words.is_multiple_of(QUAD_WORDS);
-        let gate_up = GateUp { wg, sg, bg, wu, su, bu, out, activation, l };
-        match (bits == 4, wide) {
-            (true, true) => gate_up.rows::<4, true>(lds, din, dff, || stage::<T, 4>(x, din, lds)),
-            (true, false) => gate_up.rows::<4, false>(lds, din, dff, || stage::<T, 4>(x, din, lds)),
-            (false, true) => gate_up.rows::<8, true>(lds, din, dff, || stage::<T, 8>(x, din, lds)),
-            (false, false) => gate_up.rows::<8, false>(lds, din, dff, || stage::<T, 8>(x, din, lds)),
-        }
+        gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
     }
 }
 
@@ -872,6 +907,8 @@ impl<T: Elem> GateUp<T> {
         }
     }
 }
+
+pub mod batch;
 
 /// `moe_down` for MLX's 6-bit codes (four values in three bytes: value `j` of a
 /// row is bits `6 j .. 6 j + 6` of the row read as one little-endian bit

@@ -1,0 +1,394 @@
+//! `moe_gateup_batch`, `moe_down_batch` and `moe_combine_batch`: the gated
+//! routed experts for `m` tokens (1 to [`MAX_BATCH_TOKENS`]) in one launch
+//! each, every expert's weights streamed once per launch however many tokens
+//! chose it. Shapes as in the module above with a leading `[M]`: `x [M, Din]`,
+//! `idx`, `scores [M, K]`, `act [M, K, Dff]`, `part [M, K, Din]` (f32), `out
+//! [M, Din]`.
+//!
+//! Every token's `act`, `part` and `out` are bit for bit those of the
+//! single-token kernels launched for that token. `m = 1` launches the
+//! single-token kernels. Limits: `m` in 1..=[`MAX_BATCH_TOKENS`], `m * k` at
+//! most [`MAX_BATCH_SLOTS`]; `moe_down_batch` takes 4 and 8 bits, and 6 only
+//! at `m = 1` (`moe_down6`). Out-of-range ids as for one token, over the flat
+//! slots `t * K + j`: NaN rows, and `1 + t * K + j` of the first bad slot in
+//! the status word.
+
+use kernels_device::args::MAX_PARAMS;
+use kernels_device::entry::{MoeCombineBatch, MoeDownBatch, MoeGateUpBatch};
+pub use kernels_device::entry::{MoeCombineBatchArgs, MoeDownBatchArgs, MoeGateUpBatchArgs};
+use kernels_device::geometry::moe::SIX_BITS;
+pub use kernels_device::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS};
+
+use super::{
+    Activation, COMBINE_KERNEL, DOWN_KERNEL, DOWN6_KERNEL, GATEUP_KERNEL, GatedBuffers, GatedPointers, MoeCombineArgs,
+    MoeDownArgs, MoeGateUpArgs, MoeShape, QuantizedBuffers, QuantizedPointers, check_combine_shape, combine_dims,
+    down_dims, fc1_dims,
+};
+use crate::dtype::{Dtype, Element};
+use crate::error::{Error, Result};
+use crate::kernels::{Capacity, CheckedArgs, Run, enqueue, kernel_for, symbol};
+use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream, Typed};
+
+/// The typed launch of `moe_gateup_batch` ([`Run::run`] launches it).
+pub type MoeGateUpBatchLaunch<'a, T> = MoeGateUpBatch<'a, T, Typed>;
+/// The typed launch of `moe_down_batch`.
+pub type MoeDownBatchLaunch<'a, T> = MoeDownBatch<'a, T, Typed>;
+/// The typed launch of `moe_combine_batch`.
+pub type MoeCombineBatchLaunch<'a, T> = MoeCombineBatch<'a, T, Typed>;
+
+typed_run!(MoeGateUpBatch, MoeDownBatch, MoeCombineBatch);
+
+/// Kernel names without the dtype suffix.
+pub const GATEUP_BATCH_KERNEL: &str = "moe_gateup_batch";
+pub const DOWN_BATCH_KERNEL: &str = "moe_down_batch";
+pub const COMBINE_BATCH_KERNEL: &str = "moe_combine_batch";
+
+/// Whether the batch launches for `dtype` can run on `device` at every `m`:
+/// the three batch kernels and the single-token ones `m = 1` takes.
+pub fn batch_available(device: &Device, dtype: Dtype) -> bool {
+    [GATEUP_BATCH_KERNEL, DOWN_BATCH_KERNEL, COMBINE_BATCH_KERNEL, GATEUP_KERNEL, DOWN_KERNEL, COMBINE_KERNEL]
+        .iter()
+        .all(|k| device.is_available(&symbol(k, dtype)))
+}
+
+/// Refuses `m` outside 1..=[`MAX_BATCH_TOKENS`] (naming `m`) and `m * k`
+/// above [`MAX_BATCH_SLOTS`] (naming `k`).
+pub fn check_batch(m: u32, k: u32) -> Result<()> {
+    if m == 0 || m > MAX_BATCH_TOKENS {
+        return Err(Error::invalid("m", format!("{m} is outside 1..={MAX_BATCH_TOKENS}")));
+    }
+    if m as u64 * k as u64 > MAX_BATCH_SLOTS as u64 {
+        return Err(Error::invalid(
+            "k",
+            format!("m * k = {m} * {k} is above {MAX_BATCH_SLOTS} slots (the batch kernels' ownership scan)"),
+        ));
+    }
+    Ok(())
+}
+
+/// `dims` with grid z over the `m * k` slots.
+fn over_slots(dims: LaunchDims, m: u32) -> LaunchDims {
+    LaunchDims { grid: [dims.grid[0], dims.grid[1], dims.grid[2] * m], ..dims }
+}
+
+/// The launch geometry of `moe_gateup_batch`: `moe_gateup`'s, grid z = M * K.
+pub fn gateup_batch_dims(shape: &MoeShape, m: u32) -> LaunchDims {
+    over_slots(fc1_dims(shape), m)
+}
+
+/// The launch geometry of `moe_down_batch`: `moe_down`'s, grid z = M * K.
+pub fn down_batch_dims(shape: &MoeShape, m: u32) -> LaunchDims {
+    over_slots(down_dims(shape), m)
+}
+
+/// The launch geometry of `moe_combine_batch`: `moe_combine`'s, grid y = M.
+pub fn combine_batch_dims(din: u32, m: u32) -> LaunchDims {
+    let dims = combine_dims(din);
+    LaunchDims { grid: [dims.grid[0], m, 1], ..dims }
+}
+
+/// The buffer sizes of a batch launch without the entry of its `m` (at
+/// `m_at`): those of the single-token launch, whose parameters are the batch
+/// kernel's less `m`.
+fn without_m(capacity: Capacity, m_at: usize) -> ([Option<usize>; MAX_PARAMS], usize) {
+    let mut out = [None; MAX_PARAMS];
+    let mut n = 0;
+    for (i, &c) in capacity.iter().enumerate() {
+        if i != m_at && n < MAX_PARAMS {
+            out[n] = c;
+            n += 1;
+        }
+    }
+    (out, n)
+}
+
+/// Where `m` is among a batch kernel's parameters.
+fn m_index(kernel: &str) -> usize {
+    kernels_device::entry::spec(kernel)
+        .and_then(|s| s.params.iter().position(|p| p.name == "m"))
+        .expect("every batch kernel takes m")
+}
+
+impl CheckedArgs for MoeGateUpBatchArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let MoeGateUpBatchArgs {
+            x,
+            idx,
+            wg,
+            sg,
+            bg,
+            wu,
+            su,
+            bu,
+            act,
+            activation,
+            m,
+            n_experts,
+            k,
+            din,
+            dff,
+            bits,
+            group_size,
+            status,
+        } = self;
+        if m == 1 {
+            let single = MoeGateUpArgs {
+                x,
+                idx,
+                wg,
+                sg,
+                bg,
+                wu,
+                su,
+                bu,
+                act,
+                activation,
+                n_experts,
+                k,
+                din,
+                dff,
+                bits,
+                group_size,
+                status,
+            };
+            let (held, n) = without_m(capacity, m_index("moe_gateup_batch_f32"));
+            return single.enqueue_checked(device, dtype, &held[..n], stream);
+        }
+        let kernel = kernel_for(device, GATEUP_BATCH_KERNEL, dtype)?;
+        let shape = MoeShape { n_experts, k, din, dff, bits, group_size };
+        check_batch(m, k)?;
+        shape.validate()?;
+        unsafe {
+            enqueue(device, &kernel, gateup_batch_dims(&shape, m), &self.values(), &self.extents(), capacity, stream)
+        }
+    }
+}
+
+impl CheckedArgs for MoeDownBatchArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let MoeDownBatchArgs {
+            idx,
+            w2,
+            s2,
+            b2,
+            act,
+            scores,
+            part,
+            m,
+            n_experts,
+            k,
+            din,
+            dff,
+            bits,
+            group_size,
+            status,
+        } = self;
+        if m == 1 {
+            let single =
+                MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status };
+            let (held, n) = without_m(capacity, m_index("moe_down_batch_f32"));
+            return single.enqueue_checked(device, dtype, &held[..n], stream);
+        }
+        let kernel = kernel_for(device, DOWN_BATCH_KERNEL, dtype)?;
+        let shape = MoeShape { n_experts, k, din, dff, bits, group_size };
+        check_batch(m, k)?;
+        if bits == SIX_BITS {
+            return Err(Error::invalid(
+                "bits",
+                format!("6-bit codes are served for one token (m = 1, `{DOWN6_KERNEL}`), not m = {m}; use 4 or 8"),
+            ));
+        }
+        shape.validate()?;
+        unsafe {
+            enqueue(device, &kernel, down_batch_dims(&shape, m), &self.values(), &self.extents(), capacity, stream)
+        }
+    }
+}
+
+impl CheckedArgs for MoeCombineBatchArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let MoeCombineBatchArgs { part, out, m, k, din } = self;
+        if m == 1 {
+            let (held, n) = without_m(capacity, m_index("moe_combine_batch_f32"));
+            return MoeCombineArgs { part, out, k, din }.enqueue_checked(device, dtype, &held[..n], stream);
+        }
+        let kernel = kernel_for(device, COMBINE_BATCH_KERNEL, dtype)?;
+        check_batch(m, k)?;
+        check_combine_shape(k, din)?;
+        unsafe {
+            enqueue(device, &kernel, combine_batch_dims(din, m), &self.values(), &self.extents(), capacity, stream)
+        }
+    }
+}
+
+impl MoeShape {
+    /// The arguments of `moe_gateup_batch` for `m` tokens of this shape (`k`
+    /// slots each; the raw form [`gateup_batch`] takes).
+    pub fn gateup_batch_args(&self, m: u32, p: GatedPointers, activation: Activation) -> MoeGateUpBatchArgs {
+        let a = self.gateup_args(p, activation);
+        let MoeGateUpArgs {
+            x,
+            idx,
+            wg,
+            sg,
+            bg,
+            wu,
+            su,
+            bu,
+            act,
+            activation,
+            n_experts,
+            k,
+            din,
+            dff,
+            bits,
+            group_size,
+            status,
+        } = a;
+        MoeGateUpBatchArgs {
+            x,
+            idx,
+            wg,
+            sg,
+            bg,
+            wu,
+            su,
+            bu,
+            act,
+            activation,
+            m,
+            n_experts,
+            k,
+            din,
+            dff,
+            bits,
+            group_size,
+            status,
+        }
+    }
+
+    /// The arguments of `moe_down_batch` for `m` tokens of this shape (the raw
+    /// form [`down_batch`] takes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn down_batch_args(
+        &self,
+        m: u32,
+        idx: u64,
+        w2: QuantizedPointers,
+        act: u64,
+        scores: u64,
+        part: u64,
+        status: u64,
+    ) -> MoeDownBatchArgs {
+        let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
+        let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
+        MoeDownBatchArgs { idx, w2, s2, b2, act, scores, part, m, n_experts, k, din, dff, bits, group_size, status }
+    }
+}
+
+/// `act[t, j, f] = a(x[t] . gate[idx[t, j], f]) * (x[t] . up[idx[t, j], f])`
+/// (f32) for every token t and slot j, over the raw form
+/// ([`MoeShape::gateup_batch_args`]); `dtype` is `T`.
+///
+/// # Safety
+/// The pointers are device pointers of `device` to buffers of the shapes in
+/// the module documentation; `status` may be 0 (null).
+pub unsafe fn gateup_batch(device: &Device, dtype: Dtype, args: MoeGateUpBatchArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
+}
+
+/// `part[t, j, h] = scores[t, j] * (act[t, j] . w2[idx[t, j], h])` (f32) for
+/// every token t and slot j, over the raw form ([`MoeShape::down_batch_args`]).
+///
+/// # Safety
+/// As for [`gateup_batch`].
+pub unsafe fn down_batch(device: &Device, dtype: Dtype, args: MoeDownBatchArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
+}
+
+/// `out[t, h] = T(sum_j part[t, j, h])` for every token t: the sum in f32
+/// over j ascending, one rounding.
+///
+/// # Safety
+/// `part` holds `[m, k, din]` f32, `out` `[m, din]` elements of `dtype`, on `device`.
+pub unsafe fn combine_batch(device: &Device, dtype: Dtype, args: MoeCombineBatchArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
+}
+
+/// [`MoeGateUpBatchLaunch`] of these buffers, `m` tokens of this shape, run
+/// (`idx [m, k]`, `x [m, din]`, `act [m, k, dff]`).
+pub fn run_gateup_batch<T: Element>(
+    device: &Device,
+    bufs: GatedBuffers<'_, T>,
+    activation: Activation,
+    shape: &MoeShape,
+    m: u32,
+    stream: Stream,
+) -> Result<()> {
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let GatedBuffers { x, idx, gate, up, act, status } = bufs;
+    MoeGateUpBatchLaunch {
+        x,
+        idx,
+        wg: gate.w,
+        sg: gate.scales,
+        bg: gate.biases,
+        wu: up.w,
+        su: up.scales,
+        bu: up.biases,
+        act,
+        activation: activation as u32,
+        m,
+        n_experts,
+        k,
+        din,
+        dff,
+        bits,
+        group_size,
+        status,
+    }
+    .run(device, stream)
+}
+
+/// The typed buffers of one [`run_down_batch`].
+pub struct DownBatchBuffers<'a, T> {
+    /// `[m, k]` expert ids.
+    pub idx: &'a DeviceBuffer<u32>,
+    pub w2: QuantizedBuffers<'a, T>,
+    /// `[m, k, dff]` f32.
+    pub act: &'a DeviceBuffer<f32>,
+    /// `[m, k]` f32.
+    pub scores: &'a DeviceBuffer<f32>,
+    /// `[m, k, din]` f32.
+    pub part: &'a mut DeviceBuffer<f32>,
+    pub status: Option<&'a mut DeviceBuffer<u32>>,
+}
+
+/// [`MoeDownBatchLaunch`] of these buffers, `m` tokens of this shape, run.
+pub fn run_down_batch<T: Element>(
+    device: &Device,
+    bufs: DownBatchBuffers<'_, T>,
+    shape: &MoeShape,
+    m: u32,
+    stream: Stream,
+) -> Result<()> {
+    let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
+    let DownBatchBuffers { idx, w2, act, scores, part, status } = bufs;
+    let QuantizedBuffers { w: w2, scales: s2, biases: b2 } = w2;
+    MoeDownBatchLaunch { idx, w2, s2, b2, act, scores, part, m, n_experts, k, din, dff, bits, group_size, status }
+        .run(device, stream)
+}
+
+/// [`MoeCombineBatchLaunch`] of these buffers, run: `part [m, k, din]` into
+/// `out [m, din]`.
+pub fn run_combine_batch<T: Element>(
+    device: &Device,
+    part: &DeviceBuffer<f32>,
+    out: &mut DeviceBuffer<T>,
+    m: u32,
+    k: u32,
+    din: u32,
+    stream: Stream,
+) -> Result<()> {
+    MoeCombineBatchLaunch { part, out, m, k, din }.run(device, stream)
+}

@@ -1,0 +1,219 @@
+//! `moe_gateup_batch`, `moe_down_batch` and `moe_combine_batch`: the gated
+//! experts for `m` tokens of `k` slots each (slot `s = t k + j` is token `t`'s
+//! j-th choice; `idx`, `act`, `scores` and `part` are the single-token arrays
+//! of the `m` tokens one after the other).
+//!
+//! # Ownership
+//!
+//! Grid z runs over the `m k` slots. The first slot in flat order that holds
+//! an expert id owns that expert: its workgroups compute every slot with that
+//! id, in flat order, and the workgroups of the other slots return at once.
+//! So an expert chosen by several tokens is streamed from memory by one
+//! workgroup per block of rows, and its rows come from DRAM once per launch
+//! (the passes for further slots read the rows the first pass just brought
+//! into the cache). A pass over the rows computes one slot; a workgroup
+//! barrier separates passes, since each stages its own activations in the
+//! same workgroup memory.
+//!
+//! # Bit for bit per token
+//!
+//! A slot is computed by the single-token kernels' code for one slot (the f32
+//! schedule, or on NVIDIA the tensor-core schedule for 4-bit codes), with the
+//! token's row of `x` or `act`: every token's results are those of the
+//! single-token launch of that token, bit for bit.
+//!
+//! # Out-of-range expert ids
+//!
+//! As in the single-token kernels, over flat slots: a slot whose id is not
+//! below `n_experts` is owned by no one; its own workgroups write NaN to its
+//! rows and, when `status` is not null, the first of them writes `1 + s` to
+//! `*status` if no earlier slot in flat order is out of range.
+
+use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, row_layout};
+use crate::num::Elem;
+use crate::vector::F32x4;
+use crate::wave;
+
+// `expert_slot!` names these where it expands.
+use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_cores};
+
+/// The flat slot count `m k`, or `None` where the batch kernels do not take
+/// it (`m` outside 1..=[`MAX_BATCH_TOKENS`], `m k` above [`MAX_BATCH_SLOTS`]):
+/// they return without touching memory then.
+#[inline(always)]
+fn batch_slots(m: u32, k: u32) -> Option<u32> {
+    if m == 0 || m > MAX_BATCH_TOKENS || k == 0 || k > MAX_BATCH_SLOTS / m {
+        return None;
+    }
+    Some(m * k)
+}
+
+/// This workgroup's slot and its expert when the slot owns it (the first slot
+/// in flat order with that id); `None` otherwise, after the out-of-range path
+/// ([`bad_expert`] on `out [slots, rows]`) for a bad id.
+#[inline(always)]
+unsafe fn owned_expert(
+    idx: *const u32,
+    slots: u32,
+    n_experts: u32,
+    out: *mut f32,
+    rows: u32,
+    status: *mut u32,
+) -> Option<(u32, u32)> {
+    let slot = wave::workgroup_id_z();
+    if slot >= slots {
+        return None;
+    }
+    unsafe {
+        let e = idx.add(slot as usize).read();
+        if e >= n_experts {
+            bad_expert(idx, n_experts, slot, out, rows, status);
+            return None;
+        }
+        let mut j = 0;
+        while j < slot {
+            if idx.add(j as usize).read() == e {
+                return None;
+            }
+            j += 1;
+        }
+        Some((slot, e))
+    }
+}
+
+/// The first slot after `s` holding `e`, or `slots`: the owner computes its
+/// slots in flat order, one pass each, with a workgroup barrier between passes
+/// (each stages its activations over the previous one's). The passes are a
+/// loop in each kernel, not a closure, which LLVM left out of line on nvptx.
+#[inline(always)]
+unsafe fn next_slot(idx: *const u32, s: u32, slots: u32, e: u32) -> u32 {
+    let mut s = s + 1;
+    while s < slots && unsafe { idx.add(s as usize).read() } != e {
+        s += 1;
+    }
+    s
+}
+
+/// `act[s, f] = a(x[s / k] . wg[idx[s], f]) * (x[s / k] . wu[idx[s], f])` for
+/// every flat slot `s < m k` (see [`super::moe_gateup`]).
+///
+/// # Safety
+/// `x [m, din]`, `idx [m, k]`, `wg, wu [n_experts, dff, din*bits/32]` (u32),
+/// `sg, bg, su, bu [n_experts, dff, din/group_size]`, `act [m, k, dff]` (f32),
+/// `status` null or one u32. Launched with grid `(workgroups(dff), 1, m k)`,
+/// `WORKGROUP_SIZE` threads and `workgroup_mem_bytes(din, bits)` bytes of
+/// workgroup memory.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_gateup_batch<T: Elem>(
+    x: *const T,
+    idx: *const u32,
+    wg: *const u32,
+    sg: *const T,
+    bg: *const T,
+    wu: *const u32,
+    su: *const T,
+    bu: *const T,
+    act: *mut f32,
+    activation: u32,
+    m: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
+    let Some(l) = row_layout(din, bits, group_size) else { return };
+    let Some(slots) = batch_slots(m, k) else { return };
+    unsafe {
+        let Some((first, owned)) = owned_expert(idx, slots, n_experts, act, dff, status) else { return };
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+        let mut s = first;
+        loop {
+            let x = x.add((s / k) as usize * din as usize);
+            // `e` again, read from `idx` (which the pass's stores to `act` may
+            // alias): so LLVM cannot hoist the expert's per-lane addresses out
+            // of the passes, where they stayed live and spilled on gfx1151.
+            let e = idx.add(s as usize).read();
+            gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, s, l, lds, din, dff, bits);
+            s = next_slot(idx, s, slots, owned);
+            if s >= slots {
+                return;
+            }
+            wave::barrier();
+        }
+    }
+}
+
+/// `part[s, h] = scores[s] * (act[s] . w2[idx[s], h])` for every flat slot
+/// `s < m k` (see [`super::moe_down`]), at 4 or 8 bits; `TENSOR` as there.
+///
+/// # Safety
+/// `idx [m, k]`, `w2 [n_experts, din, dff*bits/32]` (u32), `s2, b2
+/// [n_experts, din, dff/group_size]`, `act [m, k, dff]`, `scores [m, k]`,
+/// `part [m, k, din]` (f32), `status` null or one u32. Launched with grid
+/// `(workgroups(din), 1, m k)`, `WORKGROUP_SIZE` threads and
+/// `workgroup_mem_bytes(dff, bits)` bytes of workgroup memory.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const T,
+    b2: *const T,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    m: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
+    let Some(l) = row_layout(dff, bits, group_size) else { return };
+    let Some(slots) = batch_slots(m, k) else { return };
+    unsafe {
+        let Some((first, owned)) = owned_expert(idx, slots, n_experts, part, din, status) else { return };
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+        let mut slot = first;
+        loop {
+            // Read again, as in `moe_gateup_batch` (spills on gfx11 otherwise).
+            let e = idx.add(slot as usize).read();
+            expert_slot! {
+                T, TENSOR, e, l, lds; cols dff, rows din, bits;
+                w w2, s s2, b b2;
+                stage a: f32, finish finish;
+                let a = act.add(slot as usize * dff as usize);
+                let score = scores.add(slot as usize).read();
+                let out = part.add(slot as usize * din as usize);
+                let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
+            }
+            slot = next_slot(idx, slot, slots, owned);
+            if slot >= slots {
+                return;
+            }
+            wave::barrier();
+        }
+    }
+}
+
+/// `out[t, h] = T(sum_j part[t, j, h])` for every token `t < m` (grid y), as
+/// [`moe_combine`] sums one token.
+///
+/// # Safety
+/// `part [m, k, din]` (f32), `out [m, din]`; grid `(ceil(din / 256), m, 1)`
+/// of `COMBINE_WORKGROUP_SIZE` threads (any 1-D workgroup covering `din` along x).
+#[inline(always)]
+pub unsafe fn moe_combine_batch<T: Elem>(part: *const f32, out: *mut T, m: u32, k: u32, din: u32) {
+    let t = wave::workgroup_id_y();
+    if t >= m {
+        return;
+    }
+    let (t, k64, din64) = (t as usize, k as usize, din as usize);
+    unsafe { moe_combine(part.add(t * k64 * din64), out.add(t * din64), k, din) }
+}
