@@ -42,7 +42,9 @@ use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_c
 /// they return without touching memory then.
 #[inline(always)]
 fn batch_slots(m: u32, k: u32) -> Option<u32> {
-    if m == 0 || m > MAX_BATCH_TOKENS || k == 0 || k > MAX_BATCH_SLOTS / m {
+    // Compares and one product of small numbers, no division (a 32-bit
+    // division is a long sequence of scalar float instructions on gfx11).
+    if m == 0 || m > MAX_BATCH_TOKENS || k == 0 || k > MAX_BATCH_SLOTS || m * k > MAX_BATCH_SLOTS {
         return None;
     }
     Some(m * k)
@@ -94,6 +96,17 @@ unsafe fn next_slot(idx: *const u32, s: u32, slots: u32, e: u32) -> u32 {
     s
 }
 
+/// The token of flat slot `s` (`s / k`, `s < m k`) by at most
+/// [`MAX_BATCH_TOKENS`] compares, not a division (see [`batch_slots`]).
+#[inline(always)]
+fn token_of(s: u32, k: u32, m: u32) -> u32 {
+    let mut t = 0;
+    while t + 1 < m && (t + 1) * k <= s {
+        t += 1;
+    }
+    t
+}
+
 /// `act[s, f] = a(x[s / k] . wg[idx[s], f]) * (x[s / k] . wu[idx[s], f])` for
 /// every flat slot `s < m k` (see [`super::moe_gateup`]).
 ///
@@ -132,7 +145,7 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let mut s = first;
         loop {
-            let x = x.add((s / k) as usize * din as usize);
+            let x = x.add(token_of(s, k, m) as usize * din as usize);
             // `e` again, read from `idx` (which the pass's stores to `act` may
             // alias): so LLVM cannot hoist the expert's per-lane addresses out
             // of the passes, where they stayed live and spilled on gfx1151.
