@@ -85,6 +85,10 @@ pub const MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS: u32 = 8;
 pub const MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS: u32 = 1024;
 /// MoE router: the most experts `k` chosen per token (at most `n_experts`).
 pub const MLXCEL_AMDGPU_MOE_ROUTER_MAX_K: u32 = 16;
+/// MoE batch launches (`mlxcel_amdgpu_moe_*_batch`): the most tokens `m`.
+pub const MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS: u32 = 8;
+/// MoE batch launches: the most slots `m * k`.
+pub const MLXCEL_AMDGPU_MOE_MAX_BATCH_SLOTS: u32 = 512;
 /// Every pointer must be aligned to its element: 4 bytes for f32 and u32
 /// buffers (MoE weights, ids, scores, scratch, state), 2 bytes for f16 and
 /// bf16 buffers. This is that rule's largest alignment.
@@ -106,6 +110,8 @@ const _: () = {
     assert!(MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS as usize == r::MAX_TOKENS);
     assert!(MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS == r::MAX_EXPERTS);
     assert!(MLXCEL_AMDGPU_MOE_ROUTER_MAX_K == r::MAX_TOPK);
+    assert!(MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS == m::MAX_BATCH_TOKENS);
+    assert!(MLXCEL_AMDGPU_MOE_MAX_BATCH_SLOTS == m::MAX_BATCH_SLOTS);
 };
 
 /// Status of a C ABI call.
@@ -644,6 +650,101 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine(
         let device = device()?;
         let args = moe::MoeCombineArgs { part: part as u64, out: out as u64, k, din };
         unsafe { moe::combine(&device, dtype_of(dtype)?, args, Stream(stream)) }
+    })
+}
+
+/// [`mlxcel_amdgpu_moe_gateup`] for `m` tokens in one launch: `x [m, din]`,
+/// `idx [m, k]` (`k = shape.k`), `act [m, k, dff]` (f32), each token's rows
+/// bit for bit those of the single-token call. `m` in 1..=8 and `m * k` at
+/// most 512 (`MLXCEL_AMDGPU_INVALID_ARGUMENT` naming `m`, or `k`); `m = 1`
+/// runs the single-token kernel. `status` receives `1 + t * k + j` for the
+/// first bad id in flat order.
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_gateup`], with the shapes above.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_gateup_batch(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    activation: u32,
+    x: *const c_void,
+    idx: *const u32,
+    wg: *const u32,
+    sg: *const c_void,
+    bg: *const c_void,
+    wu: *const u32,
+    su: *const c_void,
+    bu: *const c_void,
+    act: *mut f32,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let activation = moe::Activation::from_code(activation)?;
+        let p = moe::GatedPointers {
+            x: x as u64,
+            idx: idx as u64,
+            gate: quantized(wg, sg, bg),
+            up: quantized(wu, su, bu),
+            act: act as u64,
+            status: status as u64,
+        };
+        let device = device()?;
+        let args = shape.gateup_batch_args(m, p, activation);
+        unsafe { moe::gateup_batch(&device, dtype_of(dtype)?, args, Stream(stream)) }
+    })
+}
+
+/// [`mlxcel_amdgpu_moe_down`] for `m` tokens in one launch: `idx` and
+/// `scores [m, k]`, `act [m, k, dff]`, `part [m, k, din]` (f32); limits as
+/// for [`mlxcel_amdgpu_moe_gateup_batch`]. `shape.bits` 4 or 8; 6 only at
+/// `m = 1` (refused above it, naming `bits`).
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_down`], with the shapes above.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_down_batch(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const c_void,
+    b2: *const c_void,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let device = device()?;
+        let w2 = quantized(w2, s2, b2);
+        let args = shape.down_batch_args(m, idx as u64, w2, act as u64, scores as u64, part as u64, status as u64);
+        unsafe { moe::down_batch(&device, dtype_of(dtype)?, args, Stream(stream)) }
+    })
+}
+
+/// `out[t, h] = T(sum_j part[t, j, h])` for `m` tokens (f32 sums over `j`
+/// ascending, one rounding); limits as for [`mlxcel_amdgpu_moe_gateup_batch`].
+///
+/// # Safety
+/// `part` holds `[m, k, din]` f32 and `out` `[m, din]` elements of `dtype`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_combine_batch(
+    dtype: u32,
+    part: *const f32,
+    out: *mut c_void,
+    m: u32,
+    k: u32,
+    din: u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let device = device()?;
+        let args = moe::MoeCombineBatchArgs { part: part as u64, out: out as u64, m, k, din };
+        unsafe { moe::combine_batch(&device, dtype_of(dtype)?, args, Stream(stream)) }
     })
 }
 

@@ -49,6 +49,12 @@
 // MoE router: the most experts `k` chosen per token (at most `n_experts`).
 #define MLXCEL_AMDGPU_MOE_ROUTER_MAX_K 16
 
+// MoE batch launches (`mlxcel_amdgpu_moe_*_batch`): the most tokens `m`.
+#define MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS 8
+
+// MoE batch launches: the most slots `m * k`.
+#define MLXCEL_AMDGPU_MOE_MAX_BATCH_SLOTS 512
+
 // Every pointer must be aligned to its element: 4 bytes for f32 and u32
 // buffers (MoE weights, ids, scores, scratch, state), 2 bytes for f16 and
 // bf16 buffers. This is that rule's largest alignment.
@@ -346,6 +352,64 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_combine(uint32_t dtype,
                                                   uint32_t k,
                                                   uint32_t din,
                                                   void *stream);
+
+// [`mlxcel_amdgpu_moe_gateup`] for `m` tokens in one launch: `x [m, din]`,
+// `idx [m, k]` (`k = shape.k`), `act [m, k, dff]` (f32), each token's rows
+// bit for bit those of the single-token call. `m` in 1..=8 and `m * k` at
+// most 512 (`MLXCEL_AMDGPU_INVALID_ARGUMENT` naming `m`, or `k`); `m = 1`
+// runs the single-token kernel. `status` receives `1 + t * k + j` for the
+// first bad id in flat order.
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_gateup`], with the shapes above.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_gateup_batch(uint32_t dtype,
+                                                       struct MlxcelAmdgpuMoeShape shape,
+                                                       uint32_t m,
+                                                       uint32_t activation,
+                                                       const void *x,
+                                                       const uint32_t *idx,
+                                                       const uint32_t *wg,
+                                                       const void *sg,
+                                                       const void *bg,
+                                                       const uint32_t *wu,
+                                                       const void *su,
+                                                       const void *bu,
+                                                       float *act,
+                                                       uint32_t *status,
+                                                       void *stream);
+
+// [`mlxcel_amdgpu_moe_down`] for `m` tokens in one launch: `idx` and
+// `scores [m, k]`, `act [m, k, dff]`, `part [m, k, din]` (f32); limits as
+// for [`mlxcel_amdgpu_moe_gateup_batch`]. `shape.bits` 4 or 8; 6 only at
+// `m = 1` (refused above it, naming `bits`).
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_down`], with the shapes above.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_down_batch(uint32_t dtype,
+                                                     struct MlxcelAmdgpuMoeShape shape,
+                                                     uint32_t m,
+                                                     const uint32_t *idx,
+                                                     const uint32_t *w2,
+                                                     const void *s2,
+                                                     const void *b2,
+                                                     const float *act,
+                                                     const float *scores,
+                                                     float *part,
+                                                     uint32_t *status,
+                                                     void *stream);
+
+// `out[t, h] = T(sum_j part[t, j, h])` for `m` tokens (f32 sums over `j`
+// ascending, one rounding); limits as for [`mlxcel_amdgpu_moe_gateup_batch`].
+//
+// # Safety
+// `part` holds `[m, k, din]` f32 and `out` `[m, din]` elements of `dtype`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_combine_batch(uint32_t dtype,
+                                                        const float *part,
+                                                        void *out,
+                                                        uint32_t m,
+                                                        uint32_t k,
+                                                        uint32_t din,
+                                                        void *stream);
 
 // The whole routed-expert forward of one token: `moe_fc1_relu2`, `moe_down`
 // and `moe_combine` enqueued in order on `stream`, `out [din]` of `dtype`.

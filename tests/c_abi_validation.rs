@@ -605,3 +605,84 @@ fn launch_list_get_checks_list_index_and_out() {
     unsafe { mlxcel_amdgpu_launch_list_release(list) };
     unsafe { mlxcel_amdgpu_launch_list_release(null_mut()) };
 }
+
+// ------------------------------------------------------------ moe batch
+
+/// The three batch calls of `m` tokens of `shape`, each with pointers no
+/// launch may reach: their statuses.
+fn moe_batch_calls(shape: MoeShape, m: u32) -> [MlxcelAmdgpuStatus; 3] {
+    let (u, f) = (P as *const u32, P as *mut f32);
+    unsafe {
+        [
+            mlxcel_amdgpu_moe_gateup_batch(0, shape, m, 0, P, u, u, P, P, u, P, P, f, null_mut(), null_mut()),
+            mlxcel_amdgpu_moe_down_batch(0, shape, m, u, u, P, P, f, f, f, null_mut(), null_mut()),
+            mlxcel_amdgpu_moe_combine_batch(0, f, P, m, shape.k, shape.din, null_mut()),
+        ]
+    }
+}
+
+#[test]
+fn moe_batch_refuses_zero_tokens() {
+    let _cpu = cpu();
+    for st in moe_batch_calls(NEMOTRON, 0) {
+        refused(st, "m");
+    }
+}
+
+#[test]
+fn moe_batch_refuses_more_tokens_than_the_limit() {
+    let _cpu = cpu();
+    for st in moe_batch_calls(NEMOTRON, MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS + 1) {
+        refused(st, "m");
+    }
+}
+
+#[test]
+fn moe_batch_refuses_more_slots_than_the_limit() {
+    let _cpu = cpu();
+    let k = MLXCEL_AMDGPU_MOE_MAX_BATCH_SLOTS / 2 + 1;
+    for st in moe_batch_calls(MoeShape { k, ..NEMOTRON }, 2) {
+        refused(st, "k");
+    }
+}
+
+#[test]
+fn moe_down_batch_refuses_6_bits_above_one_token() {
+    let _cpu = cpu();
+    let (u, f) = (P as *const u32, P as *mut f32);
+    let shape = MoeShape { bits: 6, ..NEMOTRON };
+    let st = unsafe { mlxcel_amdgpu_moe_down_batch(0, shape, 2, u, u, P, P, f, f, f, null_mut(), null_mut()) };
+    refused(st, "bits");
+}
+
+#[test]
+fn moe_gateup_batch_refuses_a_bad_activation() {
+    let _cpu = cpu();
+    let u = P as *const u32;
+    let st = unsafe {
+        mlxcel_amdgpu_moe_gateup_batch(0, NEMOTRON, 2, 2, P, u, u, P, P, u, P, P, P as *mut f32, null_mut(), null_mut())
+    };
+    refused(st, "activation");
+}
+
+#[test]
+fn moe_gateup_batch_refuses_a_null_x() {
+    let _cpu = cpu();
+    let (u, f) = (P as *const u32, P as *mut f32);
+    let st = unsafe {
+        mlxcel_amdgpu_moe_gateup_batch(0, NEMOTRON, 2, 0, null(), u, u, P, P, u, P, P, f, null_mut(), null_mut())
+    };
+    assert_eq!(refused(st, "x"), "is a null pointer");
+}
+
+#[test]
+fn moe_batch_refuses_a_bad_dtype_code() {
+    let (u, f) = (P as *const u32, P as *mut f32);
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_moe_gateup_batch(code, NEMOTRON, 2, 0, P, u, u, P, P, u, P, P, f, null_mut(), null_mut())
+    });
+    refuses_every_bad_dtype(|code| unsafe {
+        mlxcel_amdgpu_moe_down_batch(code, NEMOTRON, 2, u, u, P, P, f, f, f, null_mut(), null_mut())
+    });
+    refuses_every_bad_dtype(|code| unsafe { mlxcel_amdgpu_moe_combine_batch(code, f, P, 2, 6, 64, null_mut()) });
+}
