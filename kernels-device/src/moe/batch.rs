@@ -230,3 +230,114 @@ pub unsafe fn moe_combine_batch<T: Elem>(part: *const f32, out: *mut T, m: u32, 
     let (t, k64, din64) = (t as usize, k as usize, din as usize);
     unsafe { moe_combine(part.add(t * k64 * din64), out.add(t * din64), k, din) }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::emulator::{LaunchConfig, launch};
+    use crate::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
+    use crate::moe::moe_down;
+    use crate::num::Bf16;
+    use crate::vector::U32x4;
+
+    fn emulate(grid: [u32; 3], cols: u32, bits: u32, kernel: &(dyn Fn() + Sync)) {
+        let cfg = LaunchConfig {
+            grid,
+            workgroup_size: WORKGROUP_SIZE,
+            workgroup_mem_bytes: workgroup_mem_bytes(cols, bits) as usize,
+        };
+        unsafe { launch(&cfg, kernel) }.unwrap();
+    }
+
+    /// `moe_down_batch` with the tensor-core schedule named (NVIDIA's 4-bit
+    /// path, which no test here runs on a device) and with the f32 one (8
+    /// bits): each token's `part` bit for bit `moe_down`'s of that token.
+    fn down_batch_is_the_single_token_down<T: Elem>(bits: u32) {
+        let (n_experts, m, k, din, dff, gs) = (3u32, 3u32, 2u32, 40u32, 352u32, 32u32);
+        let mut r = 0x2545_F491_u32;
+        let mut next = move || {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            r
+        };
+        let quads = (n_experts * din * dff * bits / 32 / 4) as usize;
+        let groups = (n_experts * din * dff / gs) as usize;
+        let w: Vec<U32x4> = (0..quads).map(|_| U32x4::new([0; 4].map(|_: u32| next()))).collect();
+        let s: Vec<T> = (0..groups).map(|_| T::from_f32((next() % 1000) as f32 / 65536.0 + 1e-4)).collect();
+        let b: Vec<T> = (0..groups).map(|_| T::from_f32(-((next() % 1000) as f32) / 8192.0)).collect();
+        let act: Vec<f32> = (0..m * k * dff).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
+        let scores: Vec<f32> = (0..m * k).map(|_| (next() % 1000) as f32 / 1000.0).collect();
+        // Expert 2 is chosen by tokens 0 and 2, expert 0 by all three.
+        let idx = [2u32, 0, 0, 1, 0, 2];
+        let (wp, sp, bp) = (w.as_ptr() as usize, s.as_ptr() as usize, b.as_ptr() as usize);
+        let mut batch = std::vec![f32::NAN; (m * k * din) as usize];
+        let (ip, ap, scp, pp) =
+            (idx.as_ptr() as usize, act.as_ptr() as usize, scores.as_ptr() as usize, batch.as_mut_ptr() as usize);
+        emulate([workgroups(din), 1, m * k], dff, bits, &|| unsafe {
+            moe_down_batch::<T, true>(
+                ip as _,
+                wp as _,
+                sp as _,
+                bp as _,
+                ap as _,
+                scp as _,
+                pp as _,
+                m,
+                n_experts,
+                k,
+                din,
+                dff,
+                bits,
+                gs,
+                core::ptr::null_mut(),
+            )
+        });
+        for t in 0..m as usize {
+            let ku = k as usize;
+            let mut single = std::vec![f32::NAN; ku * din as usize];
+            let (ip, ap, scp, pp) = (
+                idx[t * ku..].as_ptr() as usize,
+                act[t * ku * dff as usize..].as_ptr() as usize,
+                scores[t * ku..].as_ptr() as usize,
+                single.as_mut_ptr() as usize,
+            );
+            emulate([workgroups(din), 1, k], dff, bits, &|| unsafe {
+                moe_down::<T, true>(
+                    ip as _,
+                    wp as _,
+                    sp as _,
+                    bp as _,
+                    ap as _,
+                    scp as _,
+                    pp as _,
+                    n_experts,
+                    k,
+                    din,
+                    dff,
+                    bits,
+                    gs,
+                    core::ptr::null_mut(),
+                )
+            });
+            let got = &batch[t * ku * din as usize..(t + 1) * ku * din as usize];
+            for (i, (g, w)) in got.iter().zip(&single).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{} {bits} bits: token {t} element {i}", T::NAME);
+            }
+        }
+    }
+
+    #[test]
+    fn down_batch_tensor_schedule_is_bit_for_bit_per_token() {
+        down_batch_is_the_single_token_down::<f32>(4);
+        down_batch_is_the_single_token_down::<Bf16>(4);
+    }
+
+    #[test]
+    fn down_batch_f32_schedule_is_bit_for_bit_per_token() {
+        down_batch_is_the_single_token_down::<f32>(8);
+        down_batch_is_the_single_token_down::<Bf16>(8);
+    }
+}
