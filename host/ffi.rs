@@ -49,6 +49,7 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Pointers};
 use crate::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
+use crate::kernels::moe::block::{self, BlockPointers};
 use crate::kernels::moe::router::{self, RouterPointers, RouterShape};
 use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
@@ -854,6 +855,111 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_router(
         };
         let shape = RouterShape { m, n_experts, din, k };
         unsafe { router::router(&device, dtype, p, &shape, renorm, Stream(stream)) }
+    })
+}
+
+/// Whether every kernel of [`mlxcel_amdgpu_moe_block`] for `dtype` (an
+/// [`MlxcelAmdgpuDtype`]) can run on the device, at every `m`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_block_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| block::block_available(d, t)))
+}
+
+/// Whether [`mlxcel_amdgpu_moe_block`] for `dtype` takes `m` tokens of this
+/// shape on the device: the checks the launch makes of them.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_block_supports(dtype: u32, shape: MoeShape, m: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| block::block_supports(d, t, m, &shape)))
+}
+
+/// Writes to `*bytes` the scratch [`mlxcel_amdgpu_moe_block`] needs for `m`
+/// tokens of this shape: the router's `logits [m, E]`, `ids [m, K]` and
+/// `scores [m, K]`, then `act [m, K, Dff]` and `part [m, K, Din]` (f32, u32,
+/// f32, f32, f32), each on 256 bytes. Refuses the sizes the launch refuses.
+///
+/// # Safety
+/// `bytes` points to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_scratch_bytes(
+    shape: MoeShape,
+    m: u32,
+    bytes: *mut usize,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        if bytes.is_null() {
+            return Err(Error::invalid("bytes", "is a null pointer"));
+        }
+        block::validate_block(m, &shape)?;
+        let n = block::block_scratch_bytes(m, &shape)?;
+        unsafe { bytes.write(n) };
+        Ok(())
+    })
+}
+
+/// The whole routed-expert block of a gated MoE layer (Qwen3 MoE) for `m`
+/// tokens (1..=8): [`mlxcel_amdgpu_moe_router`] of `x [m, din]` and `wr
+/// [n_experts, din]` into `scratch`, then [`mlxcel_amdgpu_moe_gateup_batch`],
+/// [`mlxcel_amdgpu_moe_down_batch`] and [`mlxcel_amdgpu_moe_combine_batch`]
+/// (the single-token kernels at `m = 1`) into `out [m, din]` of `dtype`: five
+/// launches in order on `stream`, bit for bit those calls on the same
+/// inputs. `shape.k` is the router's top-k (at most 16, at most
+/// `n_experts`); `shape.bits` 4 or 8; `activation` 0 SwiGLU or 1 GeGLU;
+/// `norm_topk_prob` 0 or 1. `scratch` holds at least
+/// [`mlxcel_amdgpu_moe_block_scratch_bytes`] bytes (`scratch_len`) that
+/// nothing else uses until the stream has run the block. `status`, NULL or
+/// one zeroed u32, receives `1 + t * k + j` for the first slot whose id is out
+/// of range (a token whose logits hold a NaN). Every argument is checked
+/// before the first launch. Aliasing: none.
+///
+/// # Safety
+/// `x`, `wr` and `out` are device pointers to those shapes of `dtype`, the
+/// stacks as for [`mlxcel_amdgpu_moe_gateup`] and [`mlxcel_amdgpu_moe_down`];
+/// `stream` as for xielu.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_block(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    activation: u32,
+    norm_topk_prob: u32,
+    x: *const c_void,
+    wr: *const c_void,
+    wg: *const u32,
+    sg: *const c_void,
+    bg: *const c_void,
+    wu: *const u32,
+    su: *const c_void,
+    bu: *const c_void,
+    w2: *const u32,
+    s2: *const c_void,
+    b2: *const c_void,
+    out: *mut c_void,
+    scratch: *mut c_void,
+    scratch_len: usize,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        let device = device()?;
+        let dtype = dtype_of(dtype)?;
+        let activation = moe::Activation::from_code(activation)?;
+        let renorm = match norm_topk_prob {
+            0 => false,
+            1 => true,
+            v => return Err(Error::invalid("norm_topk_prob", format!("{v} is not 0 or 1"))),
+        };
+        let p = BlockPointers {
+            x: x as u64,
+            wr: wr as u64,
+            gate: quantized(wg, sg, bg),
+            up: quantized(wu, su, bu),
+            down: quantized(w2, s2, b2),
+            out: out as u64,
+            scratch: scratch as u64,
+            scratch_len,
+            status: status as u64,
+        };
+        unsafe { block::block(&device, dtype, p, &shape, m, activation, renorm, Stream(stream)) }
     })
 }
 

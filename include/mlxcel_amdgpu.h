@@ -477,6 +477,68 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_router(uint32_t dtype,
                                                  uint32_t norm_topk_prob,
                                                  void *stream);
 
+// Whether every kernel of [`mlxcel_amdgpu_moe_block`] for `dtype` (an
+// [`MlxcelAmdgpuDtype`]) can run on the device, at every `m`.
+bool mlxcel_amdgpu_moe_block_available(uint32_t dtype);
+
+// Whether [`mlxcel_amdgpu_moe_block`] for `dtype` takes `m` tokens of this
+// shape on the device: the checks the launch makes of them.
+bool mlxcel_amdgpu_moe_block_supports(uint32_t dtype,
+                                      struct MlxcelAmdgpuMoeShape shape,
+                                      uint32_t m);
+
+// Writes to `*bytes` the scratch [`mlxcel_amdgpu_moe_block`] needs for `m`
+// tokens of this shape: the router's `logits [m, E]`, `ids [m, K]` and
+// `scores [m, K]`, then `act [m, K, Dff]` and `part [m, K, Din]` (f32, u32,
+// f32, f32, f32), each on 256 bytes. Refuses the sizes the launch refuses.
+//
+// # Safety
+// `bytes` points to a writable `size_t`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block_scratch_bytes(struct MlxcelAmdgpuMoeShape shape,
+                                                              uint32_t m,
+                                                              uintptr_t *bytes);
+
+// The whole routed-expert block of a gated MoE layer (Qwen3 MoE) for `m`
+// tokens (1..=8): [`mlxcel_amdgpu_moe_router`] of `x [m, din]` and `wr
+// [n_experts, din]` into `scratch`, then [`mlxcel_amdgpu_moe_gateup_batch`],
+// [`mlxcel_amdgpu_moe_down_batch`] and [`mlxcel_amdgpu_moe_combine_batch`]
+// (the single-token kernels at `m = 1`) into `out [m, din]` of `dtype`: five
+// launches in order on `stream`, bit for bit those calls on the same
+// inputs. `shape.k` is the router's top-k (at most 16, at most
+// `n_experts`); `shape.bits` 4 or 8; `activation` 0 SwiGLU or 1 GeGLU;
+// `norm_topk_prob` 0 or 1. `scratch` holds at least
+// [`mlxcel_amdgpu_moe_block_scratch_bytes`] bytes (`scratch_len`) that
+// nothing else uses until the stream has run the block. `status`, NULL or
+// one zeroed u32, receives `1 + t * k + j` for the first slot whose id is out
+// of range (a token whose logits hold a NaN). Every argument is checked
+// before the first launch. Aliasing: none.
+//
+// # Safety
+// `x`, `wr` and `out` are device pointers to those shapes of `dtype`, the
+// stacks as for [`mlxcel_amdgpu_moe_gateup`] and [`mlxcel_amdgpu_moe_down`];
+// `stream` as for xielu.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block(uint32_t dtype,
+                                                struct MlxcelAmdgpuMoeShape shape,
+                                                uint32_t m,
+                                                uint32_t activation,
+                                                uint32_t norm_topk_prob,
+                                                const void *x,
+                                                const void *wr,
+                                                const uint32_t *wg,
+                                                const void *sg,
+                                                const void *bg,
+                                                const uint32_t *wu,
+                                                const void *su,
+                                                const void *bu,
+                                                const uint32_t *w2,
+                                                const void *s2,
+                                                const void *b2,
+                                                void *out,
+                                                void *scratch,
+                                                uintptr_t scratch_len,
+                                                uint32_t *status,
+                                                void *stream);
+
 // Starts describing launches on this thread: until
 // `mlxcel_amdgpu_describe_end`, each launch call on this thread checks its
 // arguments as usual and then records its kernel launches instead of

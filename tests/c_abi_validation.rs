@@ -470,6 +470,308 @@ fn moe_router_runs_both_launches_as_the_reference_does() {
     }
 }
 
+// -------------------------------------------------------------- moe_block
+
+/// The block's arguments, valid unless a test changes one: Qwen3-30B-A3B's
+/// layer (E 128, K 8, Din 2048, Dff 768, 4 bits, gs 64) for two tokens,
+/// every buffer at distinct `P`-like addresses (each case is refused before
+/// anything is read).
+#[derive(Clone, Copy)]
+struct Blk {
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    activation: u32,
+    norm_topk_prob: u32,
+    x: *const c_void,
+    wr: *const c_void,
+    gate: [*const c_void; 3],
+    up: [*const c_void; 3],
+    down: [*const c_void; 3],
+    out: *mut c_void,
+    scratch: *mut c_void,
+    scratch_len: usize,
+    status: *mut u32,
+}
+
+const QWEN3: MoeShape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits: 4, group_size: 64 };
+
+/// Addresses 256 MiB apart: no two of the buffers above overlap.
+const fn at(i: usize) -> *mut c_void {
+    (i << 28) as *mut c_void
+}
+
+const BLOCK: Blk = Blk {
+    dtype: 2,
+    shape: QWEN3,
+    m: 2,
+    activation: 0,
+    norm_topk_prob: 1,
+    x: at(1),
+    wr: at(2),
+    gate: [at(3), at(4), at(5)],
+    up: [at(6), at(7), at(8)],
+    down: [at(9), at(10), at(11)],
+    out: at(12),
+    scratch: at(13),
+    scratch_len: 1 << 24,
+    status: null_mut(),
+};
+
+impl Blk {
+    fn call(self) -> MlxcelAmdgpuStatus {
+        let Blk {
+            dtype,
+            shape,
+            m,
+            activation,
+            norm_topk_prob,
+            x,
+            wr,
+            gate,
+            up,
+            down,
+            out,
+            scratch,
+            scratch_len,
+            status,
+        } = self;
+        unsafe {
+            mlxcel_amdgpu_moe_block(
+                dtype,
+                shape,
+                m,
+                activation,
+                norm_topk_prob,
+                x,
+                wr,
+                gate[0].cast(),
+                gate[1],
+                gate[2],
+                up[0].cast(),
+                up[1],
+                up[2],
+                down[0].cast(),
+                down[1],
+                down[2],
+                out,
+                scratch,
+                scratch_len,
+                status,
+                null_mut(),
+            )
+        }
+    }
+
+    fn supported(self) -> bool {
+        mlxcel_amdgpu_moe_block_supports(self.dtype, self.shape, self.m)
+    }
+
+    /// Refused naming `argument`; a bad shape is also one `_supports` and
+    /// `_scratch_bytes` decline.
+    fn refused(self, argument: &str) -> String {
+        let _cpu = cpu();
+        let message = refused(self.call(), argument);
+        if ["m", "n_experts", "k", "din", "dff", "bits", "group_size", "dtype"].contains(&argument) {
+            assert!(!self.supported(), "moe_block_supports takes what the launch refused: {message}");
+        }
+        if ["m", "n_experts", "k", "din", "dff", "bits", "group_size"].contains(&argument) {
+            let mut bytes = 7usize;
+            refused(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(self.shape, self.m, &mut bytes) }, argument);
+            assert_eq!(bytes, 7, "a refused scratch size was written");
+        }
+        message
+    }
+
+    fn with_shape(self, change: impl FnOnce(&mut MoeShape)) -> Blk {
+        let mut shape = self.shape;
+        change(&mut shape);
+        Blk { shape, ..self }
+    }
+}
+
+#[test]
+fn moe_block_supports_qwen3s_layer_for_1_to_8_tokens() {
+    let _cpu = cpu();
+    for dtype in 0..3 {
+        assert!(mlxcel_amdgpu_moe_block_available(dtype));
+        for m in 1..=MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS {
+            assert!(Blk { dtype, m, ..BLOCK }.supported());
+        }
+    }
+}
+
+/// Two tokens of Qwen3's layer: logits, ids and scores on 256 bytes each,
+/// then act and part.
+#[test]
+fn moe_block_scratch_bytes_of_qwen3_is_the_documented_layout() {
+    let _cpu = cpu();
+    let mut bytes = 0usize;
+    assert_eq!(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(QWEN3, 2, &mut bytes) }, MLXCEL_AMDGPU_OK);
+    assert_eq!(bytes, 1024 + 256 + 256 + 2 * 8 * 768 * 4 + 2 * 8 * 2048 * 4);
+}
+
+#[test]
+fn moe_block_scratch_bytes_refuses_a_null_bytes() {
+    let _cpu = cpu();
+    refused(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(QWEN3, 2, null_mut()) }, "bytes");
+}
+
+#[test]
+fn moe_block_refuses_a_bad_dtype_code() {
+    for dtype in BAD_DTYPES {
+        let why = Blk { dtype, ..BLOCK }.refused("dtype");
+        assert!(why.contains("is not an MlxcelAmdgpuDtype"), "{why}");
+        let _cpu = cpu();
+        assert!(!mlxcel_amdgpu_moe_block_available(dtype));
+    }
+}
+
+#[test]
+fn moe_block_refuses_no_tokens() {
+    assert_eq!(Blk { m: 0, ..BLOCK }.refused("m"), "0 tokens is outside 1..=8");
+}
+
+#[test]
+fn moe_block_refuses_nine_tokens() {
+    assert_eq!(Blk { m: 9, ..BLOCK }.refused("m"), "9 tokens is outside 1..=8");
+}
+
+#[test]
+fn moe_block_refuses_no_experts() {
+    assert_eq!(BLOCK.with_shape(|s| s.n_experts = 0).refused("n_experts"), "0 is outside 1..=1024");
+}
+
+#[test]
+fn moe_block_refuses_more_experts_than_the_router_takes() {
+    assert_eq!(BLOCK.with_shape(|s| s.n_experts = 1025).refused("n_experts"), "1025 is outside 1..=1024");
+}
+
+#[test]
+fn moe_block_refuses_k_0() {
+    assert_eq!(BLOCK.with_shape(|s| s.k = 0).refused("k"), "0 is outside 1..=16");
+}
+
+#[test]
+fn moe_block_refuses_k_17() {
+    assert_eq!(BLOCK.with_shape(|s| s.k = 17).refused("k"), "17 is outside 1..=16");
+}
+
+#[test]
+fn moe_block_refuses_k_above_the_expert_count() {
+    let blk = BLOCK.with_shape(|s| (s.n_experts, s.k) = (4, 5));
+    assert_eq!(blk.refused("k"), "5 is more than the 4 experts");
+}
+
+#[test]
+fn moe_block_refuses_din_0() {
+    assert_eq!(BLOCK.with_shape(|s| s.din = 0).refused("din"), "is 0; a router row needs at least one value");
+}
+
+#[test]
+fn moe_block_refuses_a_dff_off_the_group_size() {
+    BLOCK.with_shape(|s| s.dff = 100).refused("dff");
+}
+
+#[test]
+fn moe_block_refuses_6_bits() {
+    assert_eq!(BLOCK.with_shape(|s| s.bits = 6).refused("bits"), "6 is not supported; use 4 or 8");
+}
+
+#[test]
+fn moe_block_refuses_a_group_size_of_16() {
+    assert_eq!(BLOCK.with_shape(|s| s.group_size = 16).refused("group_size"), "16 is not supported; use 32, 64 or 128");
+}
+
+#[test]
+fn moe_block_refuses_an_activation_of_2() {
+    assert_eq!(Blk { activation: 2, ..BLOCK }.refused("activation"), "2 is not 0 (SwiGLU) or 1 (GeGLU)");
+}
+
+#[test]
+fn moe_block_refuses_a_norm_topk_prob_of_2() {
+    assert_eq!(Blk { norm_topk_prob: 2, ..BLOCK }.refused("norm_topk_prob"), "2 is not 0 or 1");
+}
+
+#[test]
+fn moe_block_refuses_a_null_x() {
+    assert_eq!(Blk { x: null(), ..BLOCK }.refused("x"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_a_null_wr() {
+    assert_eq!(Blk { wr: null(), ..BLOCK }.refused("wr"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_a_null_gate_weight() {
+    let gate = [null(), BLOCK.gate[1], BLOCK.gate[2]];
+    assert_eq!(Blk { gate, ..BLOCK }.refused("wg"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_null_up_scales() {
+    let up = [BLOCK.up[0], null(), BLOCK.up[2]];
+    assert_eq!(Blk { up, ..BLOCK }.refused("su"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_null_down_biases() {
+    let down = [BLOCK.down[0], BLOCK.down[1], null()];
+    assert_eq!(Blk { down, ..BLOCK }.refused("b2"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_a_null_out() {
+    assert_eq!(Blk { out: null_mut(), ..BLOCK }.refused("out"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_a_null_scratch() {
+    assert_eq!(Blk { scratch: null_mut(), ..BLOCK }.refused("scratch"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_refuses_a_scratch_one_byte_short() {
+    let _cpu = cpu();
+    let mut need = 0usize;
+    assert_eq!(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(QWEN3, 2, &mut need) }, MLXCEL_AMDGPU_OK);
+    drop(_cpu);
+    let why = Blk { scratch_len: need - 1, ..BLOCK }.refused("scratch");
+    assert!(why.starts_with(&format!("holds {} bytes, needs {need}", need - 1)), "{why}");
+}
+
+#[test]
+fn moe_block_refuses_a_scratch_that_wraps_the_address_space() {
+    let scratch = usize::MAX.wrapping_sub(255) as *mut c_void;
+    assert!(Blk { scratch, ..BLOCK }.refused("scratch").contains("wraps the address space"));
+}
+
+#[test]
+fn moe_block_refuses_a_scratch_over_the_router_weights() {
+    let why = Blk { scratch: BLOCK.wr.cast_mut(), ..BLOCK }.refused("scratch");
+    assert!(why.contains("overlaps `wr`"), "{why}");
+}
+
+/// `out` is written by the last launch only, `wr` read by the first.
+#[test]
+fn moe_block_refuses_out_over_the_router_weights() {
+    let why = Blk { out: BLOCK.wr.cast_mut(), ..BLOCK }.refused("out");
+    assert!(why.ends_with("overlaps `wr`; `out` may alias nothing"), "{why}");
+}
+
+#[test]
+fn moe_block_refuses_out_misaligned_to_its_bf16() {
+    let out = BLOCK.out.wrapping_byte_add(1);
+    assert!(Blk { out, ..BLOCK }.refused("out").contains("is not aligned"));
+}
+
+#[test]
+fn moe_block_refuses_a_status_over_the_router_weights() {
+    let why = Blk { status: BLOCK.wr.cast_mut().cast(), ..BLOCK }.refused("status");
+    assert!(why.contains("overlaps `wr`"), "{why}");
+}
+
 // ------------------------------------------------------- describe_device
 
 #[test]

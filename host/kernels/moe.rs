@@ -54,6 +54,7 @@ pub use kernels_device::entry::{MoeCombineArgs, MoeDownArgs, MoeFc1Relu2Args, Mo
 pub use shape::MoeShape;
 
 mod batch;
+pub mod block;
 mod gated;
 pub mod router;
 mod shape;

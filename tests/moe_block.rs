@@ -1,0 +1,254 @@
+//! The whole gated MoE block (`moe::block::block`: the router, then the gated
+//! experts for 1 to 8 tokens) on every backend present:
+//! - its output bit for bit the router's launches followed by the batch
+//!   launches on the same inputs (each launch is the one its launcher makes);
+//! - each token's output within the contract (nRMS < 5e-4, nMAX < 2e-2) of
+//!   the dense f64 reference of that token's experts, chosen by the
+//!   testkit's router reference;
+//! - the refusals the block adds to its launches' (the scratch, `out` over an
+//!   input of an earlier launch).
+
+mod common;
+
+use common::{Suite, download_bits, download_values, label};
+use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers};
+use mlxcel_amdgpu::kernels::moe::router::{RouterShape, run_router_logits, run_topk};
+use mlxcel_amdgpu::kernels::moe::{
+    Activation, DownBatchBuffers, GatedBuffers, MoeShape, run_combine_batch, run_down_batch, run_gateup_batch,
+};
+use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
+use mlxcel_amdgpu_testkit::fixtures::QuantizedUpload;
+use mlxcel_amdgpu_testkit::reference::data::normal;
+use mlxcel_amdgpu_testkit::reference::metrics;
+use mlxcel_amdgpu_testkit::reference::moe::{self as reference, GatedInputs, dense_gated_reference, gated_inputs};
+
+const N_EXPERTS: usize = 8;
+const K: usize = 3;
+const DIN: usize = 256;
+const DFF: usize = 128;
+
+/// One layer and `m` tokens: `x [m, Din]`, the router's `wr [E, Din]`.
+struct Block {
+    layer: GatedInputs,
+    m: usize,
+    x: Vec<f32>,
+    wr: Vec<f32>,
+    shape: MoeShape,
+}
+
+fn block_inputs(dtype: Dtype, m: usize, bits: u32, seed: u64) -> Block {
+    let layer = gated_inputs(dtype, DIN, DFF, N_EXPERTS, K, bits, bits, 64, seed);
+    let x = normal(dtype, seed ^ 0xB10C, m * DIN, 1.0);
+    let wr = normal(dtype, seed ^ 0x7007, N_EXPERTS * DIN, 0.1);
+    let shape =
+        MoeShape { n_experts: N_EXPERTS as u32, k: K as u32, din: DIN as u32, dff: DFF as u32, bits, group_size: 64 };
+    Block { layer, m, x, wr, shape }
+}
+
+fn upload_as<T: Element>(dev: &Device, v: &[f32]) -> DeviceBuffer<T> {
+    dev.upload(&v.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>()).unwrap()
+}
+
+fn poisoned<T: bytemuck::Pod>(dev: &Device, n: usize) -> DeviceBuffer<T> {
+    let mut b = dev.alloc::<T>(n).unwrap();
+    b.fill_bytes(0xFF).unwrap();
+    b
+}
+
+/// The device buffers of one block.
+struct Uploaded<T> {
+    x: DeviceBuffer<T>,
+    wr: DeviceBuffer<T>,
+    gate: QuantizedUpload<T>,
+    up: QuantizedUpload<T>,
+    down: QuantizedUpload<T>,
+}
+
+fn upload<T: Element>(dev: &Device, b: &Block) -> Uploaded<T> {
+    Uploaded {
+        x: upload_as(dev, &b.x),
+        wr: upload_as(dev, &b.wr),
+        gate: QuantizedUpload::new(dev, &b.layer.gate).unwrap(),
+        up: QuantizedUpload::new(dev, &b.layer.up).unwrap(),
+        down: QuantizedUpload::new(dev, &b.layer.down).unwrap(),
+    }
+}
+
+/// The block's pointers over `u`, `out` and `scratch`.
+fn pointers<T>(u: &Uploaded<T>, out: &DeviceBuffer<T>, scratch: &DeviceBuffer<u8>) -> BlockPointers {
+    BlockPointers {
+        x: u.x.ptr(),
+        wr: u.wr.ptr(),
+        gate: u.gate.pointers(),
+        up: u.up.pointers(),
+        down: u.down.pointers(),
+        out: out.ptr(),
+        scratch: scratch.ptr(),
+        scratch_len: scratch.len(),
+        status: 0,
+    }
+}
+
+/// The block's `out [m, Din]` in one call.
+fn run_block<T: Element>(dev: &Device, b: &Block, u: &Uploaded<T>, act: Activation, renorm: bool) -> DeviceBuffer<T> {
+    let m = b.m as u32;
+    let out = poisoned::<T>(dev, b.m * DIN);
+    let scratch = poisoned::<u8>(dev, block::block_scratch_bytes(m, &b.shape).unwrap());
+    let p = pointers(u, &out, &scratch);
+    // SAFETY: the buffers hold the shapes of `b`, and the scratch its size.
+    unsafe { block::block(dev, T::DTYPE, p, &b.shape, m, act, renorm, Stream::DEFAULT) }.unwrap();
+    dev.synchronize().unwrap();
+    out
+}
+
+/// The router's launches, then the batch launches, one at a time: `out` and the ids.
+fn run_launches<T: Element>(
+    dev: &Device,
+    b: &Block,
+    u: &Uploaded<T>,
+    act: Activation,
+    renorm: bool,
+) -> (DeviceBuffer<T>, Vec<u32>) {
+    let (m, s) = (b.m, b.shape);
+    let rshape = RouterShape { m: m as u32, n_experts: s.n_experts, din: s.din, k: s.k };
+    let mut logits = poisoned::<f32>(dev, m * N_EXPERTS);
+    let (mut ids, mut scores) = (poisoned::<u32>(dev, m * K), poisoned::<f32>(dev, m * K));
+    run_router_logits::<T>(dev, &u.x, &u.wr, &mut logits, &rshape, Stream::DEFAULT).unwrap();
+    run_topk(dev, &logits, &mut ids, &mut scores, &rshape, renorm, Stream::DEFAULT).unwrap();
+    let (mut a, mut part) = (poisoned::<f32>(dev, m * K * DFF), poisoned::<f32>(dev, m * K * DIN));
+    let mut out = poisoned::<T>(dev, m * DIN);
+    let gated =
+        GatedBuffers { x: &u.x, idx: &ids, gate: u.gate.buffers(), up: u.up.buffers(), act: &mut a, status: None };
+    run_gateup_batch::<T>(dev, gated, act, &s, m as u32, Stream::DEFAULT).unwrap();
+    let down =
+        DownBatchBuffers { idx: &ids, w2: u.down.buffers(), act: &a, scores: &scores, part: &mut part, status: None };
+    run_down_batch::<T>(dev, down, &s, m as u32, Stream::DEFAULT).unwrap();
+    run_combine_batch::<T>(dev, &part, &mut out, m as u32, s.k, s.din, Stream::DEFAULT).unwrap();
+    dev.synchronize().unwrap();
+    (out, ids.download().unwrap())
+}
+
+/// (bits, m, activation, renorm): m 1 (the single-token kernels), 2, 5 and 8.
+const CASES: [(u32, usize, Activation, bool); 4] = [
+    (4, 1, Activation::SwiGlu, true),
+    (8, 2, Activation::GeGlu, false),
+    (4, 5, Activation::SwiGlu, true),
+    (8, 8, Activation::SwiGlu, true),
+];
+
+fn seed_of<T: Element>(base: u64, case: usize) -> u64 {
+    base + 10 * Dtype::ALL.iter().position(|&d| d == T::DTYPE).unwrap() as u64 + case as u64
+}
+
+/// The block's output is the separate launches', bit for bit.
+fn block_is_bit_for_bit_the_router_then_the_batch_launches<T: Element>(dev: &Device) {
+    for (case, &(bits, m, act, renorm)) in CASES.iter().enumerate() {
+        let b = block_inputs(T::DTYPE, m, bits, seed_of::<T>(300, case));
+        let u = upload::<T>(dev, &b);
+        let got = download_bits(&run_block(dev, &b, &u, act, renorm));
+        let (want, _) = run_launches(dev, &b, &u, act, renorm);
+        let want = download_bits(&want);
+        let what = format!("{} {bits}-bit m {m} {act:?} renorm {renorm}", label::<T>(dev));
+        if let Some(at) = got.iter().zip(&want).position(|(g, w)| g != w) {
+            panic!("{what}: element {at} is {:#x} from the block, {:#x} from the launches", got[at], want[at]);
+        }
+    }
+}
+
+/// Each token's output against the dense f64 reference of the experts the
+/// router reference chooses for it (the ids must match it exactly).
+fn block_meets_the_dense_reference<T: Element>(dev: &Device) {
+    for (case, &(bits, m, act, renorm)) in CASES.iter().enumerate() {
+        let b = block_inputs(T::DTYPE, m, bits, seed_of::<T>(400, case));
+        let u = upload::<T>(dev, &b);
+        let out = download_values(&run_block(dev, &b, &u, act, renorm));
+        let logits = reference::router_logits(&b.x, &b.wr, m, N_EXPERTS, DIN);
+        let (ids, scores) = reference::topk(&logits, m, N_EXPERTS, K, renorm);
+        let (_, device_ids) = run_launches(dev, &b, &u, act, renorm);
+        let what = format!("{} {bits}-bit m {m} {act:?} renorm {renorm}", label::<T>(dev));
+        assert_eq!(device_ids, ids, "{what}: the router's selection");
+        for t in 0..m {
+            let token = GatedInputs {
+                x: b.x[t * DIN..(t + 1) * DIN].to_vec(),
+                idx: ids[t * K..(t + 1) * K].to_vec(),
+                scores: scores[t * K..(t + 1) * K].to_vec(),
+                ..b.layer.clone()
+            };
+            let dense = dense_gated_reference(T::DTYPE, &token, act as u32);
+            let got = &out[t * DIN..(t + 1) * DIN];
+            let (nrms, nmax) = (metrics::nrms(got, &dense), metrics::nmax(got, &dense));
+            assert!(nrms < 5e-4 && nmax < 2e-2, "{what} token {t} vs dense: nrms {nrms:e} nmax {nmax:e}");
+            assert!(got.iter().any(|&v| v != 0.0), "{what} token {t}: all zero");
+        }
+    }
+}
+
+fn refused(r: Result<(), Error>, argument: &str) -> String {
+    match r.map_err(|e| e.root().clone()) {
+        Err(Error::InvalidArgument { argument: a, message }) if a == argument => message,
+        other => panic!("expected a refusal of `{argument}`, got {other:?}"),
+    }
+}
+
+/// The block on the CPU backend with its pointers changed by `change`.
+fn launch_changed(change: impl Fn(&mut BlockPointers, &Uploaded<f32>)) -> Result<(), Error> {
+    let dev = Device::cpu();
+    let b = block_inputs(Dtype::F32, 2, 4, 7);
+    let u = upload::<f32>(&dev, &b);
+    let out = poisoned::<f32>(&dev, 2 * DIN);
+    let scratch = poisoned::<u8>(&dev, block::block_scratch_bytes(2, &b.shape).unwrap());
+    let mut p = pointers(&u, &out, &scratch);
+    change(&mut p, &u);
+    // SAFETY: every refused case is refused before a launch; none is launched.
+    unsafe { block::block(&dev, Dtype::F32, p, &b.shape, 2, Activation::SwiGlu, true, Stream::DEFAULT) }
+}
+
+/// A scratch one byte short of `block_scratch_bytes` is refused, naming it.
+fn a_short_scratch_is_refused() {
+    let why = refused(launch_changed(|p, _| p.scratch_len -= 1), "scratch");
+    assert!(why.contains("needs"), "{why}");
+}
+
+/// The router's weights inside the scratch are refused, naming the scratch.
+fn a_scratch_over_the_router_weights_is_refused() {
+    let why = refused(launch_changed(|p, u| p.scratch = u.wr.ptr()), "scratch");
+    assert!(why.contains("overlaps `wr`"), "{why}");
+}
+
+/// `out` over the router's weights, which only the first launch reads.
+fn out_over_the_router_weights_is_refused() {
+    let why = refused(launch_changed(|p, u| p.out = u.wr.ptr()), "out");
+    assert!(why.contains("overlaps `wr`"), "{why}");
+}
+
+/// The status word over the router's weights, which the experts' checks do not see.
+fn status_over_the_router_weights_is_refused() {
+    let why = refused(launch_changed(|p, u| p.status = u.wr.ptr()), "status");
+    assert!(why.contains("overlaps `wr`"), "{why}");
+}
+
+/// `bits` 6, which the batch down projection does not take, is refused by the block at any `m`.
+fn six_bits_are_refused() {
+    let s = MoeShape { bits: 6, ..block_inputs(Dtype::F32, 1, 4, 8).shape };
+    refused(block::validate_block(1, &s), "bits");
+}
+
+fn availability_matches_the_backends<T: Element>(dev: &Device) {
+    assert!(block::block_available(dev, T::DTYPE), "{}: every kernel of the block is built", label::<T>(dev));
+}
+
+fn main() {
+    Suite::new()
+        .per_backend_and_dtype(
+            "block_is_bit_for_bit_the_router_then_the_batch_launches",
+            typed!(block_is_bit_for_bit_the_router_then_the_batch_launches),
+        )
+        .per_backend_and_dtype("block_meets_the_dense_reference", typed!(block_meets_the_dense_reference))
+        .single("a_short_scratch_is_refused", a_short_scratch_is_refused)
+        .single("a_scratch_over_the_router_weights_is_refused", a_scratch_over_the_router_weights_is_refused)
+        .single("out_over_the_router_weights_is_refused", out_over_the_router_weights_is_refused)
+        .single("status_over_the_router_weights_is_refused", status_over_the_router_weights_is_refused)
+        .single("six_bits_are_refused", six_bits_are_refused)
+        .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
+        .run()
+}
