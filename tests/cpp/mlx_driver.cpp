@@ -6,9 +6,14 @@
 //
 //   mlxcel_amdgpu_mlx_driver cpu        # MLX's CPU stream, the library's CPU backend (CI)
 //   mlxcel_amdgpu_mlx_driver gpu [time] # MLX's CUDA stream, the library's CUDA backend (H200);
-//                                       # "time" adds the timing table ("time-smoke": tiny
-//                                       # shapes, to exercise it on the CPU)
+//                                       # "time" adds the timing tables, the last one of
+//                                       # Qwen3-30B-A3B's whole MoE block ("time-smoke": tiny
+//                                       # shapes, to exercise them on the CPU)
+//   mlxcel_amdgpu_mlx_driver gpu launches  # only the GPU kernels per MoE block, counted by
+//                                          # CUPTI (libcupti opened at run time), no checks
 // Prints "MLX shim driver: all checks passed" and exits 0, or FAIL lines and 1.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -19,10 +24,15 @@
 #include <functional>
 #include <iterator>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
+#include <dlfcn.h>
+
 #include <mlx/mlx.h>
+#include <mlx/primitives.h>
 
 #include "mlx_driver_support.h"
 #include "mlxcel_amdgpu.h"
@@ -84,13 +94,16 @@ static double nrms_of(const std::vector<float>& got, const std::vector<float>& w
   return std::sqrt(d2 / std::max(r2, 1e-300));
 }
 
-// Normalized RMS and max deviation (each divided by the reference's RMS).
-static void close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
-                  double nrms_tol, double nmax_tol) {
-  if (got.size() != want.size() || got.empty()) {
-    ok(false, what + ": sizes " + std::to_string(got.size()) + " and " + std::to_string(want.size()));
-    return;
-  }
+// Normalized RMS and max deviation (each divided by the reference's RMS),
+// and the count of NaNs in one but not the other; sizes that differ or are
+// zero count as infinitely far.
+struct Deviation {
+  double nrms, nmax;
+  size_t nan;
+};
+
+static Deviation deviation(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size() || got.empty()) return {INFINITY, INFINITY, 0};
   double d2 = 0, r2 = 0, dmax = 0;
   size_t nan = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -102,11 +115,20 @@ static void close(const std::string& what, const std::vector<float>& got, const 
     dmax = std::max(dmax, std::abs(d));
   }
   double rms = std::sqrt(r2 / got.size());
-  double nrms = std::sqrt(d2 / got.size()) / std::max(rms, 1e-30), nmax = dmax / std::max(rms, 1e-30);
+  return {std::sqrt(d2 / got.size()) / std::max(rms, 1e-30), dmax / std::max(rms, 1e-30), nan};
+}
+
+static void close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  double nrms_tol, double nmax_tol) {
+  if (got.size() != want.size() || got.empty()) {
+    ok(false, what + ": sizes " + std::to_string(got.size()) + " and " + std::to_string(want.size()));
+    return;
+  }
+  Deviation d = deviation(got, want);
   char line[256];
   std::snprintf(line, sizeof line, "%s: nRMS %.2e (< %.1e), nMax %.2e (< %.1e), NaN mismatches %zu", what.c_str(),
-                nrms, nrms_tol, nmax, nmax_tol, nan);
-  ok(nrms < nrms_tol && nmax < nmax_tol && nan == 0, line);
+                d.nrms, nrms_tol, d.nmax, nmax_tol, d.nan);
+  ok(d.nrms < nrms_tol && d.nmax < nmax_tol && d.nan == 0, line);
   std::cout << "  " << line << std::endl;
 }
 
@@ -766,6 +788,171 @@ static void test_router_reference() {
   std::cout << "  router vs the testkit reference: " << n << " cases" << std::endl;
 }
 
+// ---- Qwen3-30B-A3B's whole MoE block: router and experts, ours and MLX's ----
+
+// The block's output [M, din] of T and its expert ids [M, K].
+struct Block {
+  array out, ids;
+};
+
+// switch_layers.py's swiglu(x, gate) = silu(gate) * x: {up, gate}.
+static std::vector<array> swiglu(const std::vector<array>& in) {
+  return {mx::multiply(mx::multiply(in[1], mx::sigmoid(in[1])), in[0])};
+}
+
+// mlx-lm's Qwen3 MoE block (qwen3_moe.py's sparse MoE block over switch_layers.py's SwitchGLU) as
+// MLX ops: the gate Linear x . W_r^T, the precise softmax, argpartition's last K, take_along_axis,
+// renormalized; SwitchGLU's stop_gradient, gather_qmm for up, gate and down with the compiled
+// swiglu between; the scores' weighted sum over k. Like SwitchGLU, it sorts the (token, expert)
+// pairs by expert when M * K >= 64 (gather_qmm's sorted_indices path) and unsorts after down.
+// (mlx-lm's quantized checkpoints hold the gate as an 8-bit QuantizedLinear; here both blocks
+// take the same bf16 W_r, the input our router kernel takes.)
+static Block block_graph(const Gated& m, const array& x) {
+  const int M = x.shape(0), K = m.K, E = m.E;
+  auto probs = mx::softmax(mx::matmul(x, mx::transpose(m.router_w)), std::vector<int>{-1}, true);
+  auto inds = mx::slice(mx::argpartition(probs, E - K, -1), {0, E - K}, {M, E});
+  auto scores = mx::take_along_axis(probs, inds, -1);
+  scores = mx::divide(scores, mx::sum(scores, -1, true));
+  array xe = mx::expand_dims(x, {-2, -3});  // [M, 1, 1, din]
+  array idx = mx::stop_gradient(inds);
+  std::optional<array> inverse;
+  const bool sort = M * K >= 64;
+  if (sort) {
+    array flat = mx::flatten(idx);
+    array order = mx::argsort(flat);
+    inverse = mx::argsort(order);
+    xe = mx::take(mx::flatten(xe, 0, -3), mx::floor_divide(order, array(uint32_t(K), order.dtype())), 0);
+    idx = mx::take(flat, order, 0);
+  }
+  auto qmm = [&](const array& a, const array& w, const array& s, const array& b) {
+    return mx::gather_qmm(a, w, s, b, std::nullopt, idx, true, m.gs, m.gu_bits, "affine", std::nullopt, sort);
+  };
+  array up = qmm(xe, m.wu, m.su, m.bu), gate = qmm(xe, m.wg, m.sg, m.bg);
+  // mlx-lm compiles swiglu (shapeless) into one fused kernel; MLX's CPU compile would build it
+  // with the system compiler at run time, so the CPU stream runs the same ops uncompiled.
+  static auto swiglu_compiled = mx::compile(swiglu, true);
+  array h = g_gpu ? swiglu_compiled({up, gate})[0] : swiglu({up, gate})[0];
+  array y = mx::gather_qmm(h, m.wd, m.sd, m.bd, std::nullopt, idx, true, m.gs, m.d_bits, "affine", std::nullopt, sort);
+  if (sort) y = mx::reshape(mx::take(y, *inverse, 0), {M, K, 1, m.din});
+  y = mx::squeeze(y, -2);  // [M, K, din]
+  return {mx::sum(mx::multiply(y, mx::expand_dims(scores, -1)), -2, false), inds};
+}
+
+// Ours: the router kernel, then per token the gate/up and down kernels as run_fused_moe_two_kernel
+// calls them (they take one token), then one sum over k of every token's [K, din] f32 parts,
+// rounded to T. `score_factor` [M, K] multiplies the router's scores (the negative control).
+static Block block_ours(const Gated& m, const array& x, const std::optional<array>& score_factor = std::nullopt) {
+  const int M = x.shape(0), K = m.K;
+  auto r = router_shim(x, m.router_w, K, 1);
+  array scores = score_factor ? mx::multiply(r[1], *score_factor) : r[1];
+  std::vector<array> parts;
+  for (int t = 0; t < M; ++t) {
+    Gated g = m;
+    g.x = mx::slice(x, {t, 0}, {t + 1, m.din});
+    parts.push_back(
+        gated_two_kernels(g, mx::slice(r[0], {t, 0}, {t + 1, K}), mx::slice(scores, {t, 0}, {t + 1, K}))[1]);
+  }
+  array all = M == 1 ? parts[0] : mx::concatenate(parts, 0);  // [M * K, din] f32
+  return {mx::astype(mx::sum(mx::reshape(all, {M, K, m.din}), 1, false), m.t), r[0]};
+}
+
+// The dense f32 reference: f32 logits and softmax, a sorted top-k, renormalized, then per token
+// gated_dense_f32 (dequantized weights, every step in f32). [M, din] f32.
+static array block_dense_f32(const Gated& m, const array& x) {
+  const int M = x.shape(0), K = m.K;
+  auto f = [](const array& a) { return mx::astype(a, mx::float32); };
+  auto probs = mx::softmax(mx::matmul(f(x), mx::transpose(f(m.router_w))), std::vector<int>{-1}, true);
+  auto ids = mx::slice(mx::argsort(mx::negative(probs), -1), {0, 0}, {M, K});
+  auto scores = mx::take_along_axis(probs, ids, -1);
+  scores = mx::divide(scores, mx::sum(scores, -1, true));
+  std::vector<array> rows;
+  for (int t = 0; t < M; ++t) {
+    Gated g = m;
+    g.x = mx::slice(x, {t, 0}, {t + 1, m.din});
+    rows.push_back(mx::reshape(
+        gated_dense_f32(g, mx::slice(ids, {t, 0}, {t + 1, K}), mx::slice(scores, {t, 0}, {t + 1, K})), {1, m.din}));
+  }
+  return mx::concatenate(rows, 0);
+}
+
+// A block's weights: the gated experts with one bit width for gate/up and down, SwiGLU, group 64.
+static Gated make_block(int E, int K, int din, int dff, int bits) {
+  return make_gated(mx::bfloat16, E, K, din, dff, bits, bits, 64, 0);
+}
+
+// Inputs x [M, din] without near ties in top-k: for every token the K-th and (K+1)-th largest
+// logits (over the unrounded x and the bf16 W_r, in f64) are at least 0.1 apart, beyond the bf16
+// rounding of x and of the graph's logits (|logit| < 8 here), so that every path must choose the
+// same experts.
+static array untied_input(const Gated& m, int M, uint64_t seed) {
+  std::vector<float> wr = floats_of(m.router_w);
+  for (uint64_t s = seed; s < seed + 1000; ++s) {
+    std::vector<float> xv = values(size_t(M) * m.din, s);
+    bool untied = true;
+    for (int t = 0; t < M && untied; ++t) {
+      std::vector<double> logit(m.E);
+      for (int e = 0; e < m.E; ++e) {
+        double acc = 0;
+        for (int i = 0; i < m.din; ++i) acc += double(xv[size_t(t) * m.din + i]) * wr[size_t(e) * m.din + i];
+        logit[e] = acc;
+      }
+      std::sort(logit.begin(), logit.end(), std::greater<double>());
+      untied = std::max(logit[0], -logit[m.E - 1]) < 8 && (m.K == m.E || logit[m.K - 1] - logit[m.K] >= 0.1);
+    }
+    if (untied) return make(xv, {M, m.din}, m.t);
+  }
+  throw std::runtime_error("no input without near ties in top-k among 1000 seeds");
+}
+
+// Each token's ids as a sorted list: the set of experts it chose.
+static std::vector<uint32_t> expert_sets(const array& ids) {
+  std::vector<uint32_t> v(ids.size());
+  Bytes b = bytes_of(mx::astype(ids, mx::uint32));
+  std::memcpy(v.data(), b.data(), b.size());
+  const size_t k = size_t(ids.shape(-1));
+  for (size_t t = 0; t < v.size(); t += k) std::sort(v.begin() + t, v.begin() + t + k);
+  return v;
+}
+
+static void test_block() {
+  struct Case {
+    int E, K, M, din, dff, bits;
+  };
+  // M 8 with K 8 takes SwitchGLU's sorted path (M * K >= 64).
+  const Case cases[] = {
+      {16, 8, 2, 256, 128, 4}, {16, 8, 8, 256, 128, 8}, {16, 4, 8, 256, 128, 4}, {16, 4, 2, 256, 128, 8}};
+  for (const auto& c : cases) {
+    std::string name = "Qwen3 MoE block bf16 E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
+                       " M=" + std::to_string(c.M) + " " + std::to_string(c.din) + "x" + std::to_string(c.dff) +
+                       " " + std::to_string(c.bits) + "-bit";
+    Gated m = make_block(c.E, c.K, c.din, c.dff, c.bits);
+    // A wider spread of logits than make_gated's, so that untied inputs are common.
+    m.router_w = make(values(size_t(c.E) * c.din, 25, 0.3f), {c.E, c.din}, m.t);
+    ok(shim::moe_router_supports(m.t, c.M, c.E, c.K, c.din) &&
+           shim::moe_gated_supports(m.t, c.E, c.K, c.din, c.dff, c.bits, c.bits, m.gs),
+       name + ": supported");
+    array x = untied_input(m, c.M, 200);
+    Block ours = block_ours(m, x), graph = block_graph(m, x);
+    ok(expert_sets(ours.ids) == expert_sets(graph.ids), name + ": our router and the graph chose other experts");
+    auto dense = floats_of(mx::astype(block_dense_f32(m, x), m.t));
+    auto got = floats_of(ours.out), theirs = floats_of(graph.out);
+    close(name + " ours vs dense f32", got, dense, 5e-4, 2e-2);
+    // As in test_gated_moe: MLX's graph rounds the scores, g, u, the activation and each expert's
+    // output to bf16, so it is itself a little off the dense reference (but must not be far);
+    // ours must be no farther from it than 1.5 times that distance.
+    double graph_err = nrms_of(theirs, dense);
+    std::cout << "  " << name << ": MLX's graph vs dense f32: nRMS " << graph_err << std::endl;
+    // Its bf16 roundings put it 3-5% off; experts, sort or unsort wrong would put it near 100%.
+    ok(graph_err < 0.1, name + ": MLX's graph is far from the dense reference");
+    close(name + " ours vs MLX's graph", got, theirs, std::max(5e-4, 1.5 * graph_err), 2e-1);
+    // Negative control: one score of the first token 10% off fails the contract.
+    std::vector<float> factor(size_t(c.M) * c.K, 1.0f);
+    factor[0] = 1.1f;
+    Deviation bad = deviation(floats_of(block_ours(m, x, array(factor.data(), {c.M, c.K}, mx::float32)).out), dense);
+    ok(!(bad.nrms < 5e-4 && bad.nmax < 2e-2), name + ": a perturbed score went unnoticed");
+  }
+}
+
 static void test_moe() {
   struct Case {
     mx::Dtype t;
@@ -994,6 +1181,247 @@ static void test_refusals() {
      "moe_supports: Nemotron's shape at 4 bits, not 6");
 }
 
+// ---- Qwen3-30B-A3B's MoE block: ours against MLX's graph, whole ------------
+
+// Graph nodes per primitive (a multi-output primitive once): all, and those
+// that are not views or no-ops: reshapes, slices, transposes and the like
+// move no data, nor does Contiguous (the shim's, on each input) of an input
+// that is already row-contiguous, as every one here is.
+struct PrimitiveCount {
+  int all = 0, compute = 0;
+};
+
+static PrimitiveCount count_primitives(const std::vector<array>& outputs) {
+  static const std::unordered_set<std::string> views = {
+      "Reshape",   "Slice",     "Squeeze",      "ExpandDims", "Broadcast", "BroadcastAxes",
+      "Transpose", "AsStrided", "StopGradient", "Flatten",    "Unflatten", "Contiguous"};
+  PrimitiveCount n;
+  std::unordered_set<uintptr_t> seen;
+  std::unordered_set<const void*> primitives;
+  std::vector<array> todo = outputs;
+  while (!todo.empty()) {
+    array a = todo.back();
+    todo.pop_back();
+    if (!seen.insert(a.id()).second || !a.has_primitive()) continue;
+    if (primitives.insert(&a.primitive()).second) {
+      ++n.all;
+      n.compute += views.count(a.primitive().name()) == 0;
+    }
+    for (const auto& s : a.siblings()) seen.insert(s.id());
+    for (const auto& in : a.inputs()) todo.push_back(in);
+  }
+  return n;
+}
+
+// Wall time per call of `run(i)` (i = 0, 1, ...), each an mx::eval, after
+// `warm` calls: what a decode step that evaluates it pays.
+static double us_per_call(const std::function<void(int)>& run, int iters, int warm) {
+  for (int i = 0; i < warm; ++i) run(i);
+  mx::synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) run(warm + i);
+  mx::synchronize();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// The block's shapes: Qwen3-30B-A3B's (E 128, K 8, hidden 2048, expert 768), or tiny ones for
+// `small` (time-smoke on the CPU, where the numbers mean nothing and the library's CPU backend
+// is slow).
+static Gated block_weights(bool small, int bits) {
+  return small ? make_block(16, 8, 128, 64, bits) : make_block(128, 8, 2048, 768, bits);
+}
+
+// The token counts timed; `small`: one, and eight (the graph's sorted path).
+static std::vector<int> block_tokens(bool small) {
+  return small ? std::vector<int>{1, 8} : std::vector<int>{1, 2, 4, 8};
+}
+
+// 16 inputs [M, din] (2 when `small`), used in turn so that successive blocks choose other
+// experts (the weights then come from memory, not from L2).
+static std::vector<array> block_inputs(const Gated& m, int M, bool small) {
+  std::vector<array> xs;
+  for (uint32_t i = 0; i < (small ? 2u : 16u); ++i)
+    xs.push_back(make(values(size_t(M) * m.din, 300 + 17 * M + i), {M, m.din}, m.t));
+  mx::eval(xs);
+  return xs;
+}
+
+static void block_timing(bool small) {
+  std::printf("\nQwen3-30B-A3B MoE block bf16 (E 128, K 8, hidden 2048, expert 768, group 64, norm_topk_prob): "
+              "router + experts + sum over k, ours (router, gate/up and down kernels per token) against MLX's graph "
+              "(mlx-lm's ops, gather_qmm); per eval: one block per mx::eval; amortized: 16 independent blocks per "
+              "eval, time / 16; primitives per block: all / not views or no-ops%s\n",
+              small ? " (time-smoke: E 16, hidden 128, expert 64, 2 inputs; the numbers mean nothing)" : "");
+  std::printf("| bits | M | distinct experts | ours per eval (us) | graph per eval (us) | ratio | "
+              "ours amortized (us) | graph amortized (us) | ratio | primitives ours | primitives graph |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const int iters = small ? 1 : 200, batches = small ? 1 : 25, warm = small ? 1 : 10, warm_batches = small ? 0 : 1;
+  for (int bits : {4, 8}) {
+    Gated m = block_weights(small, bits);
+    mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
+    for (int M : block_tokens(small)) {
+      std::vector<array> xs = block_inputs(m, M, small);
+      double distinct = 0;
+      for (const auto& x : xs) {
+        std::vector<uint32_t> ids = expert_sets(router_shim(x, m.router_w, m.K, 1)[0]);
+        std::sort(ids.begin(), ids.end());
+        distinct += double(std::unique(ids.begin(), ids.end()) - ids.begin()) / xs.size();
+      }
+      auto one = [&](bool ours) {
+        return [&, ours](int i) {
+          const array& x = xs[size_t(i) % xs.size()];
+          mx::eval(ours ? block_ours(m, x).out : block_graph(m, x).out);
+        };
+      };
+      auto every_input = [&](bool ours) {
+        return [&, ours](int) {
+          std::vector<array> outs;
+          for (const auto& x : xs) outs.push_back(ours ? block_ours(m, x).out : block_graph(m, x).out);
+          mx::eval(outs);
+        };
+      };
+      double ours = us_per_call(one(true), iters, warm), graph = us_per_call(one(false), iters, warm);
+      double ours_amortized = us_per_call(every_input(true), batches, warm_batches) / xs.size();
+      double graph_amortized = us_per_call(every_input(false), batches, warm_batches) / xs.size();
+      PrimitiveCount po = count_primitives({block_ours(m, xs[0]).out});
+      PrimitiveCount pg = count_primitives({block_graph(m, xs[0]).out});
+      std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %d / %d | %d / %d |\n", bits, M,
+                  distinct, ours, graph, graph / ours, ours_amortized, graph_amortized,
+                  graph_amortized / ours_amortized, po.all, po.compute, pg.all, pg.compute);
+    }
+  }
+}
+
+// ---- GPU kernel launches per block, counted by CUPTI ----------------------
+
+// CUPTI's activity API, opened at run time (libcupti is not linked, and its
+// headers are not needed): the few declarations the count uses, with the
+// values of CUDA's cupti_result.h and cupti_activity.h.
+namespace cupti {
+using Result = int;                       // CUptiResult
+constexpr Result kSuccess = 0;            // CUPTI_SUCCESS
+constexpr Result kMaxLimitReached = 12;   // CUPTI_ERROR_MAX_LIMIT_REACHED: no more records in the buffer
+constexpr int kConcurrentKernel = 10;     // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+constexpr uint32_t kFlushForced = 1;      // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
+struct Activity {                         // CUpti_Activity: every record starts with its kind
+  int kind;
+};
+using RequestFn = void (*)(uint8_t** buffer, size_t* size, size_t* max_records);
+using CompleteFn = void (*)(void* context, uint32_t stream_id, uint8_t* buffer, size_t size, size_t valid_size);
+using RegisterCallbacks = Result (*)(RequestFn, CompleteFn);
+using Enable = Result (*)(int kind);
+using FlushAll = Result (*)(uint32_t flag);
+using GetNextRecord = Result (*)(uint8_t* buffer, size_t valid_size, Activity** record);
+using GetNumDroppedRecords = Result (*)(void* context, uint32_t stream_id, size_t* dropped);
+using GetResultString = Result (*)(Result result, const char** text);
+}  // namespace cupti
+
+// Counts the kernels the GPU ran (CUDA graph nodes included), from CUPTI's
+// concurrent-kernel records. start() before the CUDA work to be counted;
+// take() returns the kernels since the last take().
+class KernelCounter {
+ public:
+  // False, with the reason in `why`, when CUPTI cannot be loaded or enabled.
+  bool start(std::string& why) {
+    std::vector<std::string> names = {"libcupti.so.13", "libcupti.so", "libcupti.so.12"};
+    if (const char* home = std::getenv("CUDA_HOME"))
+      names.push_back(std::string(home) + "/extras/CUPTI/lib64/libcupti.so");
+    void* lib = nullptr;
+    for (const auto& n : names)
+      if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      const char* e = dlerror();
+      why = std::string("cannot load libcupti (") + (e ? e : "not found") + ")";
+      return false;
+    }
+    auto sym = [&](const char* name) {
+      void* p = dlsym(lib, name);
+      if (!p) why = std::string("libcupti has no ") + name;
+      return p;
+    };
+    auto reg = reinterpret_cast<cupti::RegisterCallbacks>(sym("cuptiActivityRegisterCallbacks"));
+    auto enable = reinterpret_cast<cupti::Enable>(sym("cuptiActivityEnable"));
+    flush_ = reinterpret_cast<cupti::FlushAll>(sym("cuptiActivityFlushAll"));
+    next_ = reinterpret_cast<cupti::GetNextRecord>(sym("cuptiActivityGetNextRecord"));
+    dropped_fn_ = reinterpret_cast<cupti::GetNumDroppedRecords>(sym("cuptiActivityGetNumDroppedRecords"));
+    auto text = reinterpret_cast<cupti::GetResultString>(sym("cuptiGetResultString"));
+    if (!reg || !enable || !flush_ || !next_ || !dropped_fn_ || !text) return false;
+    auto failed = [&](const char* what, cupti::Result r) {
+      const char* t = nullptr;
+      text(r, &t);
+      why = std::string(what) + " failed: " + (t ? t : std::to_string(r));
+      return false;
+    };
+    if (cupti::Result r = reg(&request, &complete); r != cupti::kSuccess)
+      return failed("cuptiActivityRegisterCallbacks", r);
+    if (cupti::Result r = enable(cupti::kConcurrentKernel); r != cupti::kSuccess)
+      return failed("cuptiActivityEnable", r);
+    return true;
+  }
+  // Kernels since the last call, after the GPU is idle and CUPTI has handed
+  // over every record; -1 when CUPTI dropped records.
+  long take() {
+    mx::synchronize();
+    flush_(cupti::kFlushForced);
+    long n = kernels_.exchange(0);
+    return dropped_.exchange(0) ? -1 : n;
+  }
+
+ private:
+  static void request(uint8_t** buffer, size_t* size, size_t* max_records) {
+    *size = 1 << 20;
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+    *max_records = 0;
+  }
+  static void complete(void* context, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid_size) {
+    cupti::Activity* record = nullptr;
+    while (valid_size > 0 && next_(buffer, valid_size, &record) == cupti::kSuccess)
+      kernels_ += record->kind == cupti::kConcurrentKernel;
+    size_t dropped = 0;
+    if (dropped_fn_(context, stream_id, &dropped) == cupti::kSuccess) dropped_ += dropped;
+    std::free(buffer);
+  }
+  static inline cupti::FlushAll flush_ = nullptr;
+  static inline cupti::GetNextRecord next_ = nullptr;
+  static inline cupti::GetNumDroppedRecords dropped_fn_ = nullptr;
+  static inline std::atomic<long> kernels_{0}, dropped_{0};
+};
+
+// `gpu launches`: the GPU kernels one eval of one block launches, ours and
+// MLX's graph, after warm-up (MLX's CUDA graphs and JIT kernels built). Run
+// as its own process so that CUPTI, started before any CUDA work, does not
+// slow the timing. Without CUPTI (or on the CPU stream) the table says so,
+// and nothing fails: the count is information, not a check.
+static void block_launches(bool small, KernelCounter* counter, const std::string& why) {
+  std::printf("\nGPU kernels per Qwen3-30B-A3B MoE block%s (one mx::eval of one block after warm-up, CUPTI "
+              "concurrent-kernel records)%s%s\n",
+              small ? " at tiny shapes" : "", counter ? "" : ": unavailable, ", counter ? "" : why.c_str());
+  std::printf("| bits | M | ours | graph |\n|---:|---:|---:|---:|\n");
+  for (int bits : {4, 8}) {
+    Gated m = block_weights(small, bits);
+    mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
+    for (int M : block_tokens(small)) {
+      std::vector<array> xs = block_inputs(m, M, small);
+      long n[2] = {0, 0};
+      for (int ours : {1, 0}) {
+        auto block = [&](int i) {
+          const array& x = xs[size_t(i) % xs.size()];
+          mx::eval(ours ? block_ours(m, x).out : block_graph(m, x).out);
+        };
+        const int warm = small ? 0 : 3;
+        for (int i = 0; i < warm; ++i) block(i);
+        if (counter) counter->take();
+        block(warm);
+        if (counter) n[ours] = counter->take();
+      }
+      auto cell = [&](long v) {
+        return !counter ? std::string("n/a") : v < 0 ? std::string("dropped") : std::to_string(v);
+      };
+      std::printf("| %d | %d | %s | %s |\n", bits, M, cell(n[1]).c_str(), cell(n[0]).c_str());
+    }
+  }
+}
+
 // ---- timing: our kernels inside the MLX graph against MLX's graph ----------
 
 static double time_us(const std::function<std::vector<array>()>& f, int iters) {
@@ -1066,38 +1494,22 @@ static void timing(bool small) {
     row("Nemotron MoE block bf16 E=128 K=6 (fc1+down kernels)", time_us([&] { return block(0); }, it), gq);
     row("Nemotron MoE block bf16 E=128 K=6 (routed forward)", time_us([&] { return block(1); }, it), gq);
   }
-  // Qwen3-30B-A3B's MoE block (E 128, K 8, hidden 2048, expert 768, group 64): MLX's router, then
-  // the experts, ours (run_fused_moe_two_kernel's gate/up and down) or MLX's gather_qmm graph. 16
-  // inputs in turn, so that successive evals choose other experts (the weights come from memory).
-  for (int bits : {4, 8}) {
-    Gated m = small ? make_gated(mx::bfloat16, 8, 8, 256, 128, bits, bits, 64, 0)
-                    : make_gated(mx::bfloat16, 128, 8, 2048, 768, bits, bits, 64, 0);
-    std::vector<array> xs;
-    for (uint32_t i = 0; i < 16; ++i) xs.push_back(make(values(m.din, 100 + i), {1, m.din}, m.t));
-    mx::eval(xs);
-    mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
-    size_t turn = 0;
-    auto block = [&](bool ours) {
-      Gated g = m;
-      g.x = xs[turn++ % xs.size()];
-      auto [idx, scores] = softmax_router(g);
-      array e = ours ? gated_two_kernels(g, idx, scores)[2] : gated_gather_qmm(g, idx, scores);
-      return std::vector{mx::add(mx::reshape(e, {1, g.din}), g.x)};
-    };
-    std::string name = "Qwen3-30B-A3B MoE block bf16 " + std::to_string(bits) + "-bit (gateup+down kernels)";
-    row(name.c_str(), time_us([&] { return block(true); }, it), time_us([&] { return block(false); }, it));
-  }
+  block_timing(small);
 }
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "cpu";
   const std::string extra = argc > 2 ? argv[2] : "";
-  const bool want_timing = extra == "time" || extra == "time-smoke";
-  if (mode != "cpu" && mode != "gpu") {
-    std::cerr << "usage: " << argv[0] << " cpu|gpu [time|time-smoke]\n";
+  const bool want_timing = extra == "time" || extra == "time-smoke", launches = extra == "launches";
+  if ((mode != "cpu" && mode != "gpu") || !(extra.empty() || want_timing || launches) || argc > 3) {
+    std::cerr << "usage: " << argv[0] << " cpu|gpu [time|time-smoke|launches]\n";
     return 2;
   }
   g_gpu = mode == "gpu";
+  // CUPTI starts before any CUDA work, so that it sees every kernel.
+  KernelCounter counter;
+  std::string no_count = "the CPU stream launches no GPU kernels";
+  const bool counting = launches && g_gpu && counter.start(no_count);
   if (mlxcel_amdgpu_abi_version() != MLXCEL_AMDGPU_ABI_VERSION) {
     std::cout << "FAIL: the library's ABI version does not match the header's\n";
     return 1;
@@ -1112,13 +1524,24 @@ int main(int argc, char** argv) {
   mlxcel_amdgpu_describe_device(desc, sizeof desc);
   std::cout << "MLX " << mx::version() << ", stream " << mx::default_stream(mx::default_device()) << "; library: " << desc
             << std::endl;
+  if (launches) {
+    try {
+      // On the CPU stream nothing is counted: tiny shapes, as time-smoke's.
+      block_launches(!g_gpu, counting ? &counter : nullptr, no_count);
+    } catch (const std::exception& e) {
+      ok(false, std::string("launches: unexpected exception: ") + e.what());
+    }
+    std::cout << (g_failures ? "FAIL" : "MLX shim driver: launch counts done") << std::endl;
+    return g_failures ? 1 : 0;
+  }
   struct Step {
     const char* name;
     void (*f)();
   };
   for (Step s : {Step{"xielu", test_xielu}, Step{"add3_layer_norm", test_add3}, Step{"mamba1_scan", test_mamba},
                  Step{"moe", test_moe}, Step{"gated moe", test_gated_moe}, Step{"moe router", test_router},
-                 Step{"moe router vs the testkit reference", test_router_reference}, Step{"refusals", test_refusals}}) {
+                 Step{"moe router vs the testkit reference", test_router_reference},
+                 Step{"Qwen3 MoE block", test_block}, Step{"refusals", test_refusals}}) {
     int before = g_failures;
     auto t0 = std::chrono::steady_clock::now();
     try {
@@ -1134,6 +1557,8 @@ int main(int argc, char** argv) {
   if (want_timing) {
     try {
       timing(extra == "time-smoke");
+      // The launch count's code too; the counts come from `gpu launches`.
+      if (extra == "time-smoke") block_launches(true, nullptr, "time-smoke counts none");
     } catch (const std::exception& e) {
       ok(false, std::string("timing: unexpected exception: ") + e.what());
     }
