@@ -49,7 +49,7 @@ using mx::array;
 using mx::Shape;
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
 
-enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward, MoeRouter };
+enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward, MoeRouter, MoeBlock };
 
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -61,6 +61,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::MoeDown: return "moe_down";
     case Kernel::MoeRoutedForward: return "moe_routed_forward";
     case Kernel::MoeRouter: return "moe_router";
+    case Kernel::MoeBlock: return "moe_block";
   }
   return "?";
 }
@@ -266,10 +267,10 @@ struct Launch {
   uint32_t batch = 0, len = 0, dm = 0, state = 0;  // mamba1_scan
   MlxcelAmdgpuMoeShape moe{};
   uint32_t activation = 0;   // moe_gateup: 0 SwiGLU, 1 GeGLU
-  size_t scratch_bytes = 0;  // moe_routed_forward; moe_router's logits
+  size_t scratch_bytes = 0;  // moe_routed_forward; moe_router's logits; moe_block
   struct RouterShape {
     uint32_t m = 0, n_experts = 0, k = 0, din = 0, norm_topk_prob = 0;
-  } router{};  // moe_router
+  } router{};  // moe_router; moe_block's m and norm_topk_prob
 
   bool operator==(const Launch& o) const {
     return kernel == o.kernel && dtype == o.dtype && std::memcmp(scalars, o.scalars, sizeof scalars) == 0 &&
@@ -324,6 +325,12 @@ MlxcelAmdgpuStatus call_abi(const Launch& l, const std::vector<void*>& in, const
       return mlxcel_amdgpu_moe_router(l.dtype, in[0], in[1], static_cast<float*>(scratch), static_cast<uint32_t*>(out[0]),
                                       static_cast<float*>(out[1]), l.router.m, l.router.n_experts, l.router.k,
                                       l.router.din, l.router.norm_topk_prob, stream);
+    case Kernel::MoeBlock:
+      return mlxcel_amdgpu_moe_block(l.dtype, l.moe, l.router.m, l.activation, l.router.norm_topk_prob, in[0], in[1],
+                                     static_cast<const uint32_t*>(in[2]), in[3], in[4],
+                                     static_cast<const uint32_t*>(in[5]), in[6], in[7],
+                                     static_cast<const uint32_t*>(in[8]), in[9], in[10], out[0], scratch,
+                                     l.scratch_bytes, nullptr, stream);
   }
   return MLXCEL_AMDGPU_INTERNAL;
 }
@@ -497,6 +504,7 @@ class AbiKernel : public mx::Primitive {
       case Kernel::MoeDown: return "MlxcelAmdgpuMoeDown";
       case Kernel::MoeRoutedForward: return "MlxcelAmdgpuMoeRoutedForward";
       case Kernel::MoeRouter: return "MlxcelAmdgpuMoeRouter";
+      case Kernel::MoeBlock: return "MlxcelAmdgpuMoeBlock";
     }
     return "MlxcelAmdgpu";
   }
@@ -868,6 +876,58 @@ std::vector<array> moe_router(Call& c) {
   return c.outputs(l, c.inputs);
 }
 
+// The whole block of a gated MoE layer (Qwen3 MoE): inputs {x [M, Din] T,
+// W_r [E, Din] T, gate_w, gate_s, gate_b, up_w, up_s, up_b, down_w, down_s,
+// down_b}, output {[M, Din] T}, template arguments {"T", "K", "bits",
+// "group_size", "act", "norm_topk_prob"}; E, Din and Dff come from the
+// shapes. The router's logits, ids and scores and the experts' act and part
+// are the launch's scratch.
+std::vector<array> moe_block(Call& c) {
+  const Kernel k = c.k;
+  const std::vector<array>& in = c.inputs;
+  mx::Dtype T = activation_dtype(c);
+  const array& x = in[0];
+  const array& wr = in[1];
+  if (x.ndim() != 2) refuse(k, "input 'x' must be [M, Din], got " + str(x.shape()));
+  if (wr.ndim() != 2) refuse(k, "input 'W_r' must be [E, Din], got " + str(wr.shape()));
+  if (in[2].ndim() != 3) refuse(k, "input 'gate_w' must be [E, Dff, Din*bits/32], got " + str(in[2].shape()));
+  const int M = x.shape(0), din = x.shape(1), E = wr.shape(0), dff = in[2].shape(1);
+  expect_input(k, x, "x", T, {M, din});
+  expect_input(k, wr, "W_r", T, {E, din});
+  const int K = c.t.int_value("K");
+  const int bits = c.t.int_value("bits"), gs = c.t.int_value("group_size");
+  const int act = c.t.int_value("act");
+  const int norm = c.t.int_value("norm_topk_prob");
+  c.t.done();
+  if (act != 0 && act != 1) refuse(k, "template argument 'act' = " + std::to_string(act) + " is not 0 (SwiGLU) or 1 (GeGLU)");
+  if (norm != 0 && norm != 1)
+    refuse(k, "template argument 'norm_topk_prob' = " + std::to_string(norm) + " is not 0 or 1");
+  Launch l{k};
+  l.dtype = *abi_dtype(T);
+  l.moe = {to_u32(k, "E", E),     to_u32(k, "K", K),       to_u32(k, "Din", din),
+           to_u32(k, "Dff", dff), to_u32(k, "bits", bits), to_u32(k, "group_size", gs)};
+  l.activation = uint32_t(act);
+  l.router.m = to_u32(k, "M", M);
+  l.router.norm_topk_prob = uint32_t(norm);
+  if (!mlxcel_amdgpu_moe_block_available(l.dtype)) unavailable(k, T);
+  if (!mlxcel_amdgpu_moe_block_supports(l.dtype, l.moe, l.router.m))
+    refuse(k, "shape not supported: M " + std::to_string(M) + " (1.." +
+                  std::to_string(MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS) + "), K " + std::to_string(K) + " (1.." +
+                  std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_K) + ", at most E), E " + std::to_string(E) + " (1.." +
+                  std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS) + "), bits " + std::to_string(bits) +
+                  " (4 or 8), group_size " + std::to_string(gs) + " (32, 64 or 128), Din " + std::to_string(din) +
+                  " and Dff " + std::to_string(dff) + " (multiples of group_size, at most " +
+                  std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + ")");
+  MoeArgs m{T, l.moe};
+  expect_stack(k, in, 2, "gate_w", "gate_s", "gate_b", m, dff, din);
+  expect_stack(k, in, 5, "up_w", "up_s", "up_b", m, dff, din);
+  expect_stack(k, in, 8, "down_w", "down_s", "down_b", m, din, dff);
+  expect_outputs(k, c.shapes, c.dtypes, {{M, din}}, {T});
+  if (mlxcel_amdgpu_moe_block_scratch_bytes(l.moe, l.router.m, &l.scratch_bytes) != MLXCEL_AMDGPU_OK)
+    refuse(k, std::string("no scratch size: ") + mlxcel_amdgpu_last_error());
+  return c.outputs(l, in);
+}
+
 bool predicate(mx::Dtype t, bool (*f)(uint32_t)) {
   auto code = abi_dtype(t);
   return code && f(*code);
@@ -891,6 +951,7 @@ MLXCEL_AMDGPU_GETTER(moe_gateup, MoeGateUp, 8)
 MLXCEL_AMDGPU_GETTER(moe_down, MoeDown, 6)
 MLXCEL_AMDGPU_GETTER(moe_routed_forward, MoeRoutedForward, 9)
 MLXCEL_AMDGPU_GETTER(moe_router, MoeRouter, 2)
+MLXCEL_AMDGPU_GETTER(moe_block, MoeBlock, 11)
 #undef MLXCEL_AMDGPU_GETTER
 
 bool xielu_available(Dtype t) {
@@ -948,6 +1009,20 @@ bool moe_router_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64
          mlxcel_amdgpu_moe_router_supports(*code, uint32_t(m), uint32_t(n_experts), uint32_t(k), uint32_t(din));
 }
 
+bool moe_block_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_moe_block_available);
+}
+bool moe_block_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
+                        int group_size) {
+  auto code = abi_dtype(t);
+  if (!code || !fits_u32(m) || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 ||
+      group_size < 0)
+    return false;
+  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
+                         uint32_t(group_size)};
+  return mlxcel_amdgpu_moe_block_supports(*code, s, uint32_t(m));
+}
+
 bool xielu_available() {
   return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
 }
@@ -967,6 +1042,10 @@ bool moe_gated_available() {
 }
 bool moe_router_available() {
   return moe_router_available(mx::float32) && moe_router_available(mx::float16) && moe_router_available(mx::bfloat16);
+}
+
+bool moe_block_available() {
+  return moe_block_available(mx::float32) && moe_block_available(mx::float16) && moe_block_available(mx::bfloat16);
 }
 
 }  // namespace mlxcel_amdgpu::shim

@@ -80,6 +80,16 @@ CustomKernelFunction& moe_routed_forward_kernel();
 // norm_topk_prob is 1; template args {"T", "K", "norm_topk_prob" (0 or 1)}.
 CustomKernelFunction& moe_router_kernel();
 
+// The whole routed-expert block of a gated MoE layer (Qwen3 MoE) for one to
+// eight tokens in one primitive: moe_router's selection, then the gate/up,
+// down and combine steps of each token's K experts. Inputs {x [M, Din] T,
+// W_r [E, Din] T, gate_w, up_w [E, Dff, Din*bits/32] u32, gate_s, gate_b,
+// up_s, up_b [E, Dff, Din/gs] T, down_w [E, Din, Dff*bits/32] u32, down_s,
+// down_b [E, Din, Dff/gs] T} (in the order gate_w, gate_s, gate_b, up_w, ...);
+// output {[M, Din] T}; template args {"T", "K", "bits" (4 or 8),
+// "group_size", "act" (0 SwiGLU, 1 GeGLU), "norm_topk_prob" (0 or 1)}.
+CustomKernelFunction& moe_block_kernel();
+
 // Availability, answered by the C ABI's predicates (so a gate and the shim
 // cannot disagree): the kernel for `dtype` can run on the library's device.
 bool xielu_available(Dtype dtype);
@@ -97,6 +107,10 @@ bool moe_gated_supports(Dtype dtype, int64_t n_experts, int64_t k, int64_t din, 
 // The router: m tokens (1..8), n_experts (1..1024), k (1..16, at most n_experts), din (at least 1).
 bool moe_router_available(Dtype dtype);
 bool moe_router_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din);
+// The block: the router's limits, m * k at most 512, and the gated experts' format (bits 4 or 8).
+bool moe_block_available(Dtype dtype);
+bool moe_block_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
+                        int group_size);
 
 // The same for every activation dtype (float32, float16 and bfloat16), for a
 // gate that is asked before the dtype is known.
@@ -106,5 +120,6 @@ bool mamba1_scan_available();
 bool moe_available();
 bool moe_gated_available();
 bool moe_router_available();
+bool moe_block_available();
 
 }  // namespace mlxcel_amdgpu::shim

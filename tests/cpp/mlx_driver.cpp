@@ -838,10 +838,26 @@ static Block block_graph(const Gated& m, const array& x) {
   return {mx::sum(mx::multiply(y, mx::expand_dims(scores, -1)), -2, false), inds};
 }
 
-// Ours: the router kernel, then per token the gate/up and down kernels as run_fused_moe_two_kernel
+// The whole block through moe_block_kernel(): one primitive, [M, din] of T.
+static array block_kernel(const Gated& m, const array& x, int norm = 1) {
+  const int M = x.shape(0);
+  TemplateArgs ta = {{"T", m.t},         {"K", m.K},   {"bits", m.gu_bits}, {"group_size", m.gs},
+                     {"act", m.act},     {"norm_topk_prob", norm}};
+  return shim::moe_block_kernel()({x, m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd},
+                                  {Shape{M, m.din}}, {m.t}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {})[0];
+}
+
+// Ours: the whole block in one primitive (moe_block_kernel); its ids are the router kernel's,
+// which the block runs first on the same inputs.
+static Block block_ours(const Gated& m, const array& x) {
+  return {block_kernel(m, x), router_shim(x, m.router_w, m.K, 1)[0]};
+}
+
+// Ours per token: the router kernel, then per token the gate/up and down kernels as run_fused_moe_two_kernel
 // calls them (they take one token), then one sum over k of every token's [K, din] f32 parts,
 // rounded to T. `score_factor` [M, K] multiplies the router's scores (the negative control).
-static Block block_ours(const Gated& m, const array& x, const std::optional<array>& score_factor = std::nullopt) {
+static Block block_per_token(const Gated& m, const array& x,
+                             const std::optional<array>& score_factor = std::nullopt) {
   const int M = x.shape(0), K = m.K;
   auto r = router_shim(x, m.router_w, K, 1);
   array scores = score_factor ? mx::multiply(r[1], *score_factor) : r[1];
@@ -932,11 +948,31 @@ static void test_block() {
            shim::moe_gated_supports(m.t, c.E, c.K, c.din, c.dff, c.bits, c.bits, m.gs),
        name + ": supported");
     array x = untied_input(m, c.M, 200);
+    ok(shim::moe_block_supports(m.t, c.M, c.E, c.K, c.din, c.dff, c.bits, m.gs), name + ": block supported");
     Block ours = block_ours(m, x), graph = block_graph(m, x);
     ok(expert_sets(ours.ids) == expert_sets(graph.ids), name + ": our router and the graph chose other experts");
     auto dense = floats_of(mx::astype(block_dense_f32(m, x), m.t));
     auto got = floats_of(ours.out), theirs = floats_of(graph.out);
     close(name + " ours vs dense f32", got, dense, 5e-4, 2e-2);
+    close(name + " ours per token vs dense f32", floats_of(block_per_token(m, x).out), dense, 5e-4, 2e-2);
+
+    // moe_block_kernel against the C ABI called directly on the same inputs, bit for bit.
+    Device d;
+    MlxcelAmdgpuMoeShape s{uint32_t(c.E), uint32_t(c.K), uint32_t(c.din), uint32_t(c.dff), uint32_t(c.bits),
+                           uint32_t(m.gs)};
+    size_t scratch_bytes = 0;
+    abi_ok(mlxcel_amdgpu_moe_block_scratch_bytes(s, uint32_t(c.M), &scratch_bytes), name + " scratch bytes");
+    auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
+    const size_t out_bytes = size_t(c.M) * c.din * 2;
+    void* dout = d.alloc(out_bytes);
+    abi_ok(mlxcel_amdgpu_moe_block(abi(m.t), s, uint32_t(c.M), 0, 1, d.up(x), d.up(m.router_w), u32(m.wg),
+                                   d.up(m.sg), d.up(m.bg), u32(m.wu), d.up(m.su), d.up(m.bu), u32(m.wd), d.up(m.sd),
+                                   d.up(m.bd), dout, d.alloc(scratch_bytes), scratch_bytes, nullptr, nullptr),
+           name + " block");
+    same_bytes(name + " moe_block_kernel vs the C ABI", bytes_of(ours.out), d.down(dout, out_bytes), 2);
+    // Negative control: scores left unnormalized (norm_topk_prob 0) fail the contract.
+    Deviation unnormalized = deviation(floats_of(block_kernel(m, x, 0)), dense);
+    ok(!(unnormalized.nrms < 5e-4 && unnormalized.nmax < 2e-2), name + ": norm_topk_prob 0 went unnoticed");
     // As in test_gated_moe: MLX's graph rounds the scores, g, u, the activation and each expert's
     // output to bf16, so it is itself a little off the dense reference (but must not be far);
     // ours must be no farther from it than 1.5 times that distance.
@@ -948,7 +984,7 @@ static void test_block() {
     // Negative control: one score of the first token 10% off fails the contract.
     std::vector<float> factor(size_t(c.M) * c.K, 1.0f);
     factor[0] = 1.1f;
-    Deviation bad = deviation(floats_of(block_ours(m, x, array(factor.data(), {c.M, c.K}, mx::float32)).out), dense);
+    Deviation bad = deviation(floats_of(block_per_token(m, x, array(factor.data(), {c.M, c.K}, mx::float32)).out), dense);
     ok(!(bad.nrms < 5e-4 && bad.nmax < 2e-2), name + ": a perturbed score went unnoticed");
   }
 }
@@ -1127,6 +1163,40 @@ static void test_refusals() {
   });
 
   {
+    // moe_block_kernel: each refusal names what was wrong, before anything is launched.
+    Gated g = make_block(16, 4, 128, 64, 4);
+    array x = make(values(2 * 128, 3), {2, 128}, bf);
+    auto block = [&](const array& xs, const array& wr, TemplateArgs ta) {
+      return [=] {
+        shim::moe_block_kernel()({xs, wr, g.wg, g.sg, g.bg, g.wu, g.su, g.bu, g.wd, g.sd, g.bd},
+                                 {Shape{xs.shape(0), 128}}, {bf}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {});
+      };
+    };
+    auto args = [&](int K, int bits, int act) {
+      return TemplateArgs{{"T", bf}, {"K", K}, {"bits", bits}, {"group_size", 64}, {"act", act}, {"norm_topk_prob", 1}};
+    };
+    raises("moe_block K 17", "shape not supported: M 2 (1..8), K 17", block(x, g.router_w, args(17, 4, 0)));
+    raises("moe_block 9 tokens", "shape not supported: M 9",
+           block(make(values(9 * 128, 4), {9, 128}, bf), g.router_w, args(4, 4, 0)));
+    raises("moe_block 6-bit", "bits 6 (4 or 8)", block(x, g.router_w, args(4, 6, 0)));
+    raises("moe_block act 2", "template argument 'act' = 2 is not 0 (SwiGLU) or 1 (GeGLU)",
+           block(x, g.router_w, args(4, 4, 2)));
+    raises("moe_block without norm_topk_prob", "missing template argument 'norm_topk_prob'",
+           block(x, g.router_w, {{"T", bf}, {"K", 4}, {"bits", 4}, {"group_size", 64}, {"act", 0}}));
+    raises("moe_block W_r of another Din", "input 'W_r' must have shape [16, 128]",
+           block(x, make(values(16 * 127, 5), {16, 127}, bf), args(4, 4, 0)));
+    raises("moe_block 1-D W_r", "input 'W_r' must be [E, Din]",
+           block(x, make(values(16 * 128, 5), {16 * 128}, bf), args(4, 4, 0)));
+    ok(shim::moe_block_available() && shim::moe_block_available(bf) == mlxcel_amdgpu_moe_block_available(abi(bf)),
+       "moe_block_available follows the C ABI");
+    ok(shim::moe_block_supports(bf, 8, 128, 8, 2048, 768, 4, 64) && !shim::moe_block_supports(bf, 9, 128, 8, 2048, 768, 4, 64) &&
+           !shim::moe_block_supports(bf, 1, 128, 17, 2048, 768, 4, 64) &&
+           !shim::moe_block_supports(bf, 1, 128, 8, 2048, 768, 6, 64) &&
+           !shim::moe_block_supports(bf, -1, 128, 8, 2048, 768, 4, 64) &&
+           !shim::moe_block_supports(mx::int32, 1, 128, 8, 2048, 768, 4, 64),
+       "moe_block_supports follows the block's limits");
+  }
+  {
     array x = make(values(2 * 64, 1), {2, 64}, bf), wr = make(values(32 * 64, 2), {32, 64}, bf);
     auto router = [&](const array& xs, const array& w, int K, int norm, mx::Dtype ids_dtype = mx::uint32) {
       return [=] {
@@ -1248,7 +1318,7 @@ static std::vector<array> block_inputs(const Gated& m, int M, bool small) {
 
 static void block_timing(bool small) {
   std::printf("\nQwen3-30B-A3B MoE block bf16 (E 128, K 8, hidden 2048, expert 768, group 64, norm_topk_prob): "
-              "router + experts + sum over k, ours (router, gate/up and down kernels per token) against MLX's graph "
+              "router + experts + sum over k, ours (moe_block_kernel: one primitive) against MLX's graph "
               "(mlx-lm's ops, gather_qmm); per eval: one block per mx::eval; amortized: 16 independent blocks per "
               "eval, time / 16; primitives per block: all / not views or no-ops%s\n",
               small ? " (time-smoke: E 16, hidden 128, expert 64, 2 inputs; the numbers mean nothing)" : "");

@@ -146,12 +146,14 @@ struct Inputs {
   array mx_, mdt, mbm, mcm, ma, md, ms;                 // mamba1_scan
   array mx1, idx, w1, s1, b1, w2, s2, b2, act, scores;  // MoE
   array rx, rwr;                                        // moe_router
+  array bx, bwr;                                        // moe_block (with the MoE stacks)
 };
 
 static constexpr int kRows = 3, kD = 256;
 static constexpr int kB = 1, kL = 9, kDm = 40, kN = 16;
 static constexpr int kE = 4, kK = 2, kDin = 128, kDff = 64, kBits = 4, kGs = 32;
 static constexpr int kRouterM = 3, kRouterE = 24, kRouterK = 4, kRouterDin = 72;
+static constexpr int kBlockM = 3;
 
 static Inputs make_inputs(mx::Dtype t) {
   auto q1 = mx::quantize(make(values(size_t(kE) * kDff * kDin, 11, 0.05f), {kE, kDff, kDin}, t), kGs, kBits);
@@ -179,7 +181,9 @@ static Inputs make_inputs(mx::Dtype t) {
           make(values(size_t(kK) * kDff, 16, 0.5f, 0.5f), {kK, kDff}, mx::float32),
           make(values(kK, 17, 0.2f, 0.5f), {kK}, mx::float32),
           make(values(size_t(kRouterM) * kRouterDin, 18), {kRouterM, kRouterDin}, t),
-          make(values(size_t(kRouterE) * kRouterDin, 19, 0.1f), {kRouterE, kRouterDin}, t)};
+          make(values(size_t(kRouterE) * kRouterDin, 19, 0.1f), {kRouterE, kRouterDin}, t),
+          make(values(size_t(kBlockM) * kDin, 20), {kBlockM, kDin}, t),
+          make(values(size_t(kE) * kDin, 21, 0.1f), {kE, kDin}, t)};
 }
 
 static TemplateArgs moe_ta(mx::Dtype t) {
@@ -302,6 +306,31 @@ static std::vector<Case> cases(const Inputs& in) {
                         "moe_router");
                  return std::vector<Bytes>{d.down(ids, out_bytes), d.down(scores, out_bytes)};
                }});
+  // The whole block over the MoE stacks (w1 as gate and up, w2 as down), three tokens.
+  c.push_back({"moe_block",
+               [=] {
+                 TemplateArgs ta = {{"T", t}, {"K", kK}, {"bits", kBits}, {"group_size", kGs}, {"act", 0},
+                                    {"norm_topk_prob", 1}};
+                 return shim::moe_block_kernel()(
+                     {in.bx, in.bwr, in.w1, in.s1, in.b1, in.w1, in.s1, in.b1, in.w2, in.s2, in.b2},
+                     {{kBlockM, kDin}}, {t}, kGrid, kGrid, ta, std::nullopt, false, g_gpu);
+               },
+               [=] {
+                 Direct d;
+                 MlxcelAmdgpuMoeShape shape{kE, kK, kDin, kDff, kBits, kGs};
+                 size_t scratch_bytes = 0;
+                 abi_ok(mlxcel_amdgpu_moe_block_scratch_bytes(shape, kBlockM, &scratch_bytes),
+                        "moe_block_scratch_bytes");
+                 const size_t out_bytes = size_t(kBlockM) * kDin * es;
+                 void *out = d.out(out_bytes), *scratch = d.out(scratch_bytes);
+                 auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
+                 abi_ok(mlxcel_amdgpu_moe_block(abi(t), shape, kBlockM, 0, 1, d.up(in.bx), d.up(in.bwr), u32(in.w1),
+                                                d.up(in.s1), d.up(in.b1), u32(in.w1), d.up(in.s1), d.up(in.b1),
+                                                u32(in.w2), d.up(in.s2), d.up(in.b2), out, scratch, scratch_bytes,
+                                                nullptr, nullptr),
+                        "moe_block");
+                 return std::vector<Bytes>{d.down(out, out_bytes)};
+               }});
   return c;
 }
 
@@ -347,8 +376,8 @@ __attribute__((noinline)) static void poison_stack_and_heap() {
 static void test_capture_and_replay(const Inputs& in) {
   auto& encoder = mx::rocm::get_command_encoder(g_gpu);
   std::vector<Case> all = cases(in);
-  // xielu, add3_layer_norm, moe_routed_forward, moe_router
-  std::vector<Case> captured = {all[0], all[1], all[5], all[6]};
+  // xielu, add3_layer_norm, moe_routed_forward, moe_router, moe_block
+  std::vector<Case> captured = {all[0], all[1], all[5], all[6], all[7]};
   std::vector<std::vector<array>> outs;
   // A decode step runs once before it is captured, which here also brings
   // the inputs' host copies to the device: the double's copy would be a
@@ -460,7 +489,7 @@ int main() {
     // mlxcel decides its gates before MLX has touched the GPU: the answers
     // must come without creating a HIP queue.
     ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
-           shim::moe_available() && shim::moe_router_available(),
+           shim::moe_available() && shim::moe_router_available() && shim::moe_block_available(),
        std::string("the gates answer true on the simulated gfx1151 before any GPU work: ") + mlxcel_amdgpu_last_error());
     ok(mlxcel_amdgpu_abi_version() == MLXCEL_AMDGPU_ABI_VERSION, "the library's ABI version is the header's");
 
