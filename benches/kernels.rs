@@ -441,6 +441,89 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
     ));
 }
 
+/// Qwen3-30B-A3B's whole routed block for `m` tokens (E 128, K 8, Din 2048, Dff 768, group 64,
+/// renormalized; `moe::block::block`: router logits, top-k, gate/up, down and combine), over 16
+/// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
+/// inputs share), beside `read_stream` in the same five dependent launches over the bytes those
+/// launches must read: the router's weights, the logits, each distinct chosen expert's gate/up
+/// and down once (their mean count over the inputs), and the partial sums.
+fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, m: u32) {
+    let dtype = T::DTYPE;
+    let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
+    let (e, k, din, dff) = (shape.n_experts as usize, shape.k as usize, shape.din as usize, shape.dff as usize);
+    let stack = |r, c, seed| random_stack::<T>(dev, &shape, r, c, seed);
+    let ((wg, sg, bg), (wu, su, bu), (wd, sd, bd)) =
+        (stack(shape.dff, shape.din, 51), stack(shape.dff, shape.din, 52), stack(shape.din, shape.dff, 53));
+    let wr = upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(54, e * din)));
+    let xs: Vec<DeviceBuffer<T>> = (0..16u64)
+        .map(|s| upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(300 + s, m as usize * din))))
+        .collect();
+    // The experts each input chooses, from the router's own launches.
+    let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
+    let logits = dev.alloc::<f32>(m as usize * e).unwrap();
+    let ids = dev.alloc::<u32>(m as usize * k).unwrap();
+    let scores = dev.alloc::<f32>(m as usize * k).unwrap();
+    let mut distinct = 0usize;
+    for x in &xs {
+        unsafe {
+            router::router_logits(dev, dtype, rshape.logits_args(x.ptr(), wr.ptr(), logits.ptr()), Stream::DEFAULT)
+                .unwrap();
+            router::topk(dev, rshape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true), Stream::DEFAULT).unwrap();
+        }
+        let mut chosen = ids.download().unwrap();
+        chosen.sort_unstable();
+        chosen.dedup();
+        distinct += chosen.len();
+    }
+    let distinct = distinct as f64 / xs.len() as f64;
+
+    let scratch_len = moe::block::block_scratch_bytes(m, &shape).unwrap();
+    let scratch = dev.alloc::<u32>(scratch_len.div_ceil(4)).unwrap();
+    let out = dev.alloc::<T>(m as usize * din).unwrap();
+    let status = dev.upload(&[0u32]).unwrap();
+    let q = |w: &DeviceBuffer<u32>, s: &DeviceBuffer<T>, b: &DeviceBuffer<T>| QuantizedPointers {
+        w: w.ptr(),
+        scales: s.ptr(),
+        biases: b.ptr(),
+    };
+    let (gate, up, down) = (q(&wg, &sg, &bg), q(&wu, &su, &bu), q(&wd, &sd, &bd));
+    let mut turn = 0usize;
+    let ms = median_ms(dev, 30, 10, || unsafe {
+        turn += 1;
+        let p = moe::block::BlockPointers {
+            x: xs[turn % xs.len()].ptr(),
+            wr: wr.ptr(),
+            gate,
+            up,
+            down,
+            out: out.ptr(),
+            scratch: scratch.ptr(),
+            scratch_len,
+            status: status.ptr(),
+        };
+        moe::block::block(dev, dtype, p, &shape, m, moe::Activation::SwiGlu, true, Stream::DEFAULT)
+    });
+    assert_eq!(status.download().unwrap()[0], 0, "no expert id was out of range");
+
+    let size = dtype.size();
+    let matrix = |r: usize, c: usize| r * (c * bits as usize / 8 + 2 * size * c / shape.group_size as usize);
+    let router_bytes = (e + m as usize) * din * size;
+    let logits_bytes = m as usize * e * 4;
+    let gateup_bytes = (distinct * (2 * matrix(dff, din)) as f64) as usize + m as usize * din * size;
+    let down_bytes = (distinct * matrix(din, dff) as f64) as usize;
+    let part_bytes = m as usize * k * din * 4;
+    let parts = [router_bytes, logits_bytes, gateup_bytes, down_bytes, part_bytes].map(|b| b.div_ceil(16) * 16);
+    let bytes = parts.iter().sum::<usize>() as f64;
+    let what = format!("Qwen3-30B-A3B bits={bits} M={m} ({distinct:.1} distinct experts)");
+    rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
+    rows.push(Row::timed(
+        format!("read_stream yardstick {dtype}"),
+        format!("{what}'s bytes in 5 launches"),
+        read_stream_ms(dev, &parts),
+        bytes,
+    ));
+}
+
 fn main() {
     let csv = std::env::args().any(|a| a == "--csv");
     let dev = Device::default_device().expect("a device");
@@ -508,6 +591,11 @@ fn main() {
         }
         for m in [1, 8] {
             bench_router::<bf16>(&dev, &mut rows, m);
+        }
+        for bits in [4, 8] {
+            for m in [1, 2, 4, 8] {
+                bench_block::<bf16>(&dev, &mut rows, bits, m);
+            }
         }
     }
 
