@@ -631,11 +631,25 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         }
 
         if channel_ok {
-            crate::unroll!(j in 0..COLS, at most 8 => {
-                if valid[j] {
-                    state_out.add(state_at + offset[j]).write(s[j]);
-                }
-            });
+            store_state(state_out, state_at, &s, &offset, &valid);
         }
+    }
+}
+
+/// Stores the lane's final states, those of its columns below N.
+#[inline(always)]
+unsafe fn store_state(
+    state_out: *mut f32,
+    state_at: usize,
+    s: &[f32; COLS],
+    offset: &[usize; COLS],
+    valid: &[bool; COLS],
+) {
+    unsafe {
+        crate::unroll!(j in 0..COLS => {
+            if valid[j] {
+                state_out.add(state_at + offset[j]).write(s[j]);
+            }
+        });
     }
 }
