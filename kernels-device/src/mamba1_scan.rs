@@ -329,11 +329,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let mut a2 = [0.0f32; COLS];
         let mut s = [0.0f32; COLS];
         let state_at = (b * dm + d) * n + col_lo;
-        // Read before any write: in-place state is safe.
-        crate::unroll!(j in 0..COLS, at most 8 => {
-            a2[j] = a.add(d * n + col_lo + offset[j]).read() * LOG2E;
-            s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
-        });
+        load_state(&mut a2, &mut s, a, state_in, d * n + col_lo, state_at, &offset, &valid);
         // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
         // offset is computed once for the wave (a scalar register), so that
         // LLVM does not fold it into per-lane pointers of every step.
@@ -633,6 +629,30 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         if channel_ok {
             store_state(state_out, state_at, &s, &offset, &valid);
         }
+    }
+}
+
+/// Loads the lane's columns' `A log2 e` (from `a_at`, channel d's row of A at
+/// column `col_lo`) and initial states (from `state_at`; a column past N starts
+/// at zero and stays out of every sum). Every state is read before any is
+/// written ([`store_state`]), so the state may be updated in place.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn load_state(
+    a2: &mut [f32; COLS],
+    s: &mut [f32; COLS],
+    a: *const f32,
+    state_in: *const f32,
+    a_at: usize,
+    state_at: usize,
+    offset: &[usize; COLS],
+    valid: &[bool; COLS],
+) {
+    unsafe {
+        crate::unroll!(j in 0..COLS => {
+            a2[j] = a.add(a_at + offset[j]).read() * LOG2E;
+            s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
+        });
     }
 }
 
