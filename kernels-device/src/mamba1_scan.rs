@@ -320,10 +320,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let col_lo = col0.min(n - 1);
     let mut offset = [0usize; COLS];
     let mut valid = [true; COLS];
-    crate::unroll!(j in 0..COLS, at most 8 => {
-        valid[j] = !MASKED || col0 + j < n;
-        offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
-    });
+    columns::<MASKED>(&mut offset, &mut valid, col0, col_lo, n);
 
     unsafe {
         let mut a2 = [0.0f32; COLS];
@@ -630,6 +627,24 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             store_state(state_out, state_at, &s, &offset, &valid);
         }
     }
+}
+
+/// This lane's columns: `col0 + j`; past N a column reads column `col_lo`
+/// instead (the lane's first column, or N - 1), so every load is in bounds.
+/// Writes where each column is, `col_lo + offset[j]`, and whether it is below
+/// N, `valid[j]` (it adds to the sums and is stored).
+#[inline(always)]
+fn columns<const MASKED: bool>(
+    offset: &mut [usize; COLS],
+    valid: &mut [bool; COLS],
+    col0: usize,
+    col_lo: usize,
+    n: usize,
+) {
+    crate::unroll!(j in 0..COLS => {
+        valid[j] = !MASKED || col0 + j < n;
+        offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
+    });
 }
 
 /// Loads the lane's columns' `A log2 e` (from `a_at`, channel d's row of A at
