@@ -396,13 +396,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             }
         };
         if top_half && chunks > 0 {
-            crate::unroll!(m in 0..STAGE => {
-                if m < per_lane {
-                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
-                    staged.add(e).write(0.0);
-                    staged.add(UNROLL * n + e).write(0.0);
-                }
-            });
+            zero_bc_floats(staged, lane, per_lane, n);
         }
 
         // With `stages_dt_x` the wave also stages its channels' dt and x of the
@@ -454,11 +448,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // the chunk otherwise and ptxas's schedule of it was slower
         // (docs/performance.md, "dt and x staged").
         if top_half && chunks > 0 {
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    dtx_staged.add(dtx_at[m]).write(0.0);
-                }
-            });
+            zero_dtx_floats(dtx_staged, &dtx_at, dtx_per_lane);
         }
         let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| {
             // Every lane has read the previous chunk's values.
@@ -645,6 +635,36 @@ fn columns<const MASKED: bool>(
         valid[j] = !MASKED || col0 + j < n;
         offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
     });
+}
+
+/// Zeroes the low halves of this lane's staged floats of B and C, over which
+/// a bf16's bits go (see `stage_at`), once before the loop.
+#[inline(always)]
+unsafe fn zero_bc_floats(staged: *mut f32, lane: u32, per_lane: usize, n: usize) {
+    unsafe {
+        crate::unroll!(m in 0..STAGE => {
+            if m < per_lane {
+                let e = lane as usize + m * wave::WAVE_SIZE as usize;
+                staged.add(e).write(0.0);
+                staged.add(UNROLL * n + e).write(0.0);
+            }
+        });
+    }
+}
+
+/// Zeroes the low halves of this lane's staged floats of dt and x, as
+/// [`zero_bc_floats`] those of B and C (in a loop of their own: in one loop
+/// with theirs, LLVM ordered the chunk otherwise and ptxas's schedule of it
+/// was slower, docs/performance.md, "dt and x staged").
+#[inline(always)]
+unsafe fn zero_dtx_floats(dtx_staged: *mut f32, dtx_at: &[usize; DTX_STAGE], dtx_per_lane: usize) {
+    unsafe {
+        crate::unroll!(m in 0..DTX_STAGE => {
+            if m < dtx_per_lane {
+                dtx_staged.add(dtx_at[m]).write(0.0);
+            }
+        });
+    }
 }
 
 /// Loads the lane's columns' `A log2 e` (from `a_at`, channel d's row of A at
