@@ -573,11 +573,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
                 let kept = (UNROLL / LANES as usize).max(1);
                 if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
-                    crate::unroll!(i in 0..4 => {
-                        if i < kept {
-                            y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
-                        }
-                    });
+                    store_y(y_c, t + first_step, dm, kept, &totals, &xd_kept);
                 }
                 store_stage(next_stage, next_dtx);
                 t += UNROLL;
@@ -635,6 +631,20 @@ fn columns<const MASKED: bool>(
         valid[j] = !MASKED || col0 + j < n;
         offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
     });
+}
+
+/// Stores a chunk's y of the `kept` steps from `first` this lane holds after
+/// the transposed exchange ([`channel_sums_8`]): `totals + x Dskip`, rounded
+/// once to T.
+#[inline(always)]
+unsafe fn store_y<T: Elem>(y_c: *mut T, first: usize, dm: usize, kept: usize, totals: &[f32; 4], xd_kept: &[f32; 4]) {
+    unsafe {
+        crate::unroll!(i in 0..4 => {
+            if i < kept {
+                y_c.add((first + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
+            }
+        });
+    }
 }
 
 /// Zeroes the low halves of this lane's staged floats of B and C, over which
