@@ -411,6 +411,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
         let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
         let (dt_seq, x_seq) = (dt.add(seq_first), x.add(seq_first));
+        // Phase: where this lane's dt and x of a chunk come from and go. Inline:
+        // as a function it changed the PTX's address arithmetic.
         let (mut dtx_src, mut dtx_at) = ([dt_seq; DTX_STAGE], [0usize; DTX_STAGE]);
         crate::unroll!(m in 0..DTX_STAGE => {
             if m < dtx_per_lane {
@@ -489,6 +491,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             v
         };
 
+        // Phase: the L2 prefetch's plan. Inline: as a function returning its
+        // three values, it changed the PTX.
         // What each lane asks L2 for in the first chunk of a pair: one row
         // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
         // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
@@ -549,6 +553,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                     prefetch(t);
                 }
                 wave::schedule_fence();
+                // Phases: widen dt and x, then the chunk's 8 steps. Inline: either
+                // as a function changed the AMD code.
                 if !MAP.stages_dt_x {
                     crate::unroll!(k in 0..UNROLL => {
                         dtv[k] = cur.0[k].to_f32();
@@ -597,7 +603,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 scan_chunk!(next, next, chunk + 1 < chunks);
             }
         }
-        // The last len % UNROLL steps: the same operations, one step at a time.
+        // Phase: the last len % UNROLL steps, the same operations one step at a
+        // time. Inline: a step or the loop as a function changed the AMD code.
         while t < len {
             let dtk = dt.add(seq_first + t * dm + d).read().to_f32();
             let xk = x.add(seq_first + t * dm + d).read().to_f32();
