@@ -320,20 +320,13 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let col_lo = col0.min(n - 1);
     let mut offset = [0usize; COLS];
     let mut valid = [true; COLS];
-    crate::unroll!(j in 0..COLS, at most 8 => {
-        valid[j] = !MASKED || col0 + j < n;
-        offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
-    });
+    columns::<MASKED>(&mut offset, &mut valid, col0, col_lo, n);
 
     unsafe {
         let mut a2 = [0.0f32; COLS];
         let mut s = [0.0f32; COLS];
         let state_at = (b * dm + d) * n + col_lo;
-        // Read before any write: in-place state is safe.
-        crate::unroll!(j in 0..COLS, at most 8 => {
-            a2[j] = a.add(d * n + col_lo + offset[j]).read() * LOG2E;
-            s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
-        });
+        load_state(&mut a2, &mut s, a, state_in, d * n + col_lo, state_at, &offset, &valid);
         // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
         // offset is computed once for the wave (a scalar register), so that
         // LLVM does not fold it into per-lane pointers of every step.
@@ -403,13 +396,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             }
         };
         if top_half && chunks > 0 {
-            crate::unroll!(m in 0..STAGE => {
-                if m < per_lane {
-                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
-                    staged.add(e).write(0.0);
-                    staged.add(UNROLL * n + e).write(0.0);
-                }
-            });
+            zero_bc_floats(staged, lane, per_lane, n);
         }
 
         // With `stages_dt_x` the wave also stages its channels' dt and x of the
@@ -424,6 +411,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
         let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
         let (dt_seq, x_seq) = (dt.add(seq_first), x.add(seq_first));
+        // Phase: where this lane's dt and x of a chunk come from and go. Inline:
+        // as a function it changed the PTX's address arithmetic.
         let (mut dtx_src, mut dtx_at) = ([dt_seq; DTX_STAGE], [0usize; DTX_STAGE]);
         crate::unroll!(m in 0..DTX_STAGE => {
             if m < dtx_per_lane {
@@ -461,11 +450,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // the chunk otherwise and ptxas's schedule of it was slower
         // (docs/performance.md, "dt and x staged").
         if top_half && chunks > 0 {
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    dtx_staged.add(dtx_at[m]).write(0.0);
-                }
-            });
+            zero_dtx_floats(dtx_staged, &dtx_at, dtx_per_lane);
         }
         let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| {
             // Every lane has read the previous chunk's values.
@@ -506,6 +491,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             v
         };
 
+        // Phase: the L2 prefetch's plan. Inline: as a function returning its
+        // three values, it changed the PTX.
         // What each lane asks L2 for in the first chunk of a pair: one row
         // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
         // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
@@ -566,6 +553,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                     prefetch(t);
                 }
                 wave::schedule_fence();
+                // Phases: widen dt and x, then the chunk's 8 steps. Inline: either
+                // as a function changed the AMD code.
                 if !MAP.stages_dt_x {
                     crate::unroll!(k in 0..UNROLL => {
                         dtv[k] = cur.0[k].to_f32();
@@ -590,11 +579,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
                 let kept = (UNROLL / LANES as usize).max(1);
                 if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
-                    crate::unroll!(i in 0..4 => {
-                        if i < kept {
-                            y_c.add((t + first_step + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
-                        }
-                    });
+                    store_y(y_c, t + first_step, dm, kept, &totals, &xd_kept);
                 }
                 store_stage(next_stage, next_dtx);
                 t += UNROLL;
@@ -618,7 +603,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 scan_chunk!(next, next, chunk + 1 < chunks);
             }
         }
-        // The last len % UNROLL steps: the same operations, one step at a time.
+        // Phase: the last len % UNROLL steps, the same operations one step at a
+        // time. Inline: a step or the loop as a function changed the AMD code.
         while t < len {
             let dtk = dt.add(seq_first + t * dm + d).read().to_f32();
             let xk = x.add(seq_first + t * dm + d).read().to_f32();
@@ -631,11 +617,111 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         }
 
         if channel_ok {
-            crate::unroll!(j in 0..COLS, at most 8 => {
-                if valid[j] {
-                    state_out.add(state_at + offset[j]).write(s[j]);
-                }
-            });
+            store_state(state_out, state_at, &s, &offset, &valid);
         }
+    }
+}
+
+/// This lane's columns: `col0 + j`; past N a column reads column `col_lo`
+/// instead (the lane's first column, or N - 1), so every load is in bounds.
+/// Writes where each column is, `col_lo + offset[j]`, and whether it is below
+/// N, `valid[j]` (it adds to the sums and is stored).
+#[inline(always)]
+fn columns<const MASKED: bool>(
+    offset: &mut [usize; COLS],
+    valid: &mut [bool; COLS],
+    col0: usize,
+    col_lo: usize,
+    n: usize,
+) {
+    crate::unroll!(j in 0..COLS => {
+        valid[j] = !MASKED || col0 + j < n;
+        offset[j] = if valid[j] { col0 + j - col_lo } else { 0 };
+    });
+}
+
+/// Stores a chunk's y of the `kept` steps from `first` this lane holds after
+/// the transposed exchange ([`channel_sums_8`]): `totals + x Dskip`, rounded
+/// once to T.
+#[inline(always)]
+unsafe fn store_y<T: Elem>(y_c: *mut T, first: usize, dm: usize, kept: usize, totals: &[f32; 4], xd_kept: &[f32; 4]) {
+    unsafe {
+        crate::unroll!(i in 0..4 => {
+            if i < kept {
+                y_c.add((first + i) * dm).write(T::from_f32(totals[i] + xd_kept[i]));
+            }
+        });
+    }
+}
+
+/// Zeroes the low halves of this lane's staged floats of B and C, over which
+/// a bf16's bits go (see `stage_at`), once before the loop.
+#[inline(always)]
+unsafe fn zero_bc_floats(staged: *mut f32, lane: u32, per_lane: usize, n: usize) {
+    unsafe {
+        crate::unroll!(m in 0..STAGE => {
+            if m < per_lane {
+                let e = lane as usize + m * wave::WAVE_SIZE as usize;
+                staged.add(e).write(0.0);
+                staged.add(UNROLL * n + e).write(0.0);
+            }
+        });
+    }
+}
+
+/// Zeroes the low halves of this lane's staged floats of dt and x, as
+/// [`zero_bc_floats`] those of B and C (in a loop of their own: in one loop
+/// with theirs, LLVM ordered the chunk otherwise and ptxas's schedule of it
+/// was slower, docs/performance.md, "dt and x staged").
+#[inline(always)]
+unsafe fn zero_dtx_floats(dtx_staged: *mut f32, dtx_at: &[usize; DTX_STAGE], dtx_per_lane: usize) {
+    unsafe {
+        crate::unroll!(m in 0..DTX_STAGE => {
+            if m < dtx_per_lane {
+                dtx_staged.add(dtx_at[m]).write(0.0);
+            }
+        });
+    }
+}
+
+/// Loads the lane's columns' `A log2 e` (from `a_at`, channel d's row of A at
+/// column `col_lo`) and initial states (from `state_at`; a column past N starts
+/// at zero and stays out of every sum). Every state is read before any is
+/// written ([`store_state`]), so the state may be updated in place.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn load_state(
+    a2: &mut [f32; COLS],
+    s: &mut [f32; COLS],
+    a: *const f32,
+    state_in: *const f32,
+    a_at: usize,
+    state_at: usize,
+    offset: &[usize; COLS],
+    valid: &[bool; COLS],
+) {
+    unsafe {
+        crate::unroll!(j in 0..COLS => {
+            a2[j] = a.add(a_at + offset[j]).read() * LOG2E;
+            s[j] = if valid[j] { state_in.add(state_at + offset[j]).read() } else { 0.0 };
+        });
+    }
+}
+
+/// Stores the lane's final states, those of its columns below N.
+#[inline(always)]
+unsafe fn store_state(
+    state_out: *mut f32,
+    state_at: usize,
+    s: &[f32; COLS],
+    offset: &[usize; COLS],
+    valid: &[bool; COLS],
+) {
+    unsafe {
+        crate::unroll!(j in 0..COLS => {
+            if valid[j] {
+                state_out.add(state_at + offset[j]).write(s[j]);
+            }
+        });
     }
 }
