@@ -16,8 +16,8 @@
 use kernels_device::args::MAX_PARAMS;
 use kernels_device::entry::{MoeCombineBatch, MoeDownBatch, MoeGateUpBatch};
 pub use kernels_device::entry::{MoeCombineBatchArgs, MoeDownBatchArgs, MoeGateUpBatchArgs};
-use kernels_device::geometry::moe::SIX_BITS;
 pub use kernels_device::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS};
+use kernels_device::geometry::moe::{SIX_BITS, down_batch_workgroup_mem_bytes};
 
 use super::{
     Activation, COMBINE_KERNEL, DOWN_KERNEL, DOWN6_KERNEL, GATEUP_KERNEL, GatedBuffers, GatedPointers, MoeCombineArgs,
@@ -76,9 +76,11 @@ pub fn gateup_batch_dims(shape: &MoeShape, m: u32) -> LaunchDims {
     over_slots(fc1_dims(shape), m)
 }
 
-/// The launch geometry of `moe_down_batch`: `moe_down`'s, grid z = M * K.
+/// The launch geometry of `moe_down_batch`: `moe_down`'s, grid z = M * K,
+/// with workgroup memory for the staged rows of a pass's slots.
 pub fn down_batch_dims(shape: &MoeShape, m: u32) -> LaunchDims {
-    over_slots(down_dims(shape), m)
+    let dims = over_slots(down_dims(shape), m);
+    LaunchDims { workgroup_mem_bytes: down_batch_workgroup_mem_bytes(shape.dff, shape.bits), ..dims }
 }
 
 /// The launch geometry of `moe_combine_batch`: `moe_combine`'s, grid y = M.

@@ -11,9 +11,13 @@
 //! So an expert chosen by several tokens is streamed from memory by one
 //! workgroup per block of rows, and its rows come from DRAM once per launch
 //! (the passes for further slots read the rows the first pass just brought
-//! into the cache). A pass over the rows computes one slot; a workgroup
-//! barrier separates passes, since each stages its own activations in the
-//! same workgroup memory.
+//! into the cache). A pass over the rows computes one slot of gate/up (more
+//! spilled on gfx11), and up to `down_pass_slots(dff, bits)`
+//! ([`DOWN_PASS_SLOTS`], fewer where their staged rows would not fit) of
+//! down on the f32 schedule with 16-byte loads, each weight load serving
+//! all of them ([`DownSlots`]); one slot per pass otherwise (NVIDIA's
+//! tensor-core schedule, unaligned weights). A workgroup barrier separates
+//! passes, since each stages its activations in the same workgroup memory.
 //!
 //! # Bit for bit per token
 //!
@@ -29,13 +33,18 @@
 //! rows and, when `status` is not null, the first of them writes `1 + s` to
 //! `*status` if no earlier slot in flat order is out of range.
 
-use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, row_layout};
+use crate::geometry::moe::{
+    DOWN_PASS_SLOTS, MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP,
+    RowLayout, WAVES, down_pass_slots, row_layout, staged_floats,
+};
 use crate::num::Elem;
 use crate::vector::F32x4;
 use crate::wave;
 
 // `expert_slot!` names these where it expands.
-use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_cores};
+use super::{
+    Batch, GateUp, Quad, RowPtrs, bad_expert, batch_dot, compute_rows, load_batch, moe_combine, stage, tensor_cores,
+};
 
 /// The flat slot count `m k`, or `None` where the batch kernels do not take
 /// it (`m` outside 1..=[`MAX_BATCH_TOKENS`], `m k` above [`MAX_BATCH_SLOTS`]):
@@ -193,6 +202,19 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
     unsafe {
         let Some((first, owned)) = owned_expert(idx, slots, n_experts, part, din, status) else { return };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+        let wide = (w2 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
+        // `bits` as a constant (4 or 8, `row_layout` checked it): a runtime
+        // divisor would bring a division-by-zero panic path (a stack).
+        let per_pass = if bits == 4 { down_pass_slots(dff, 4) } else { down_pass_slots(dff, 8) };
+        if wide && !(TENSOR && bits == 4) && per_pass > 1 {
+            let down = DownSlots { idx, w2, s2, b2, act, scores, part, slots, owned, din, dff, l, lds };
+            if bits == 4 {
+                down.passes::<4>(first)
+            } else {
+                down.passes::<8>(first)
+            }
+            return;
+        }
         let mut slot = first;
         loop {
             // Read again, as in `moe_gateup_batch` (spills on gfx11 otherwise).
@@ -211,6 +233,148 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
                 return;
             }
             wave::barrier();
+        }
+    }
+}
+
+/// Slots of a pass of [`DownSlots::passes`]: flat slot numbers, `slots` (none) past the last.
+type PassSlots = [u32; DOWN_PASS_SLOTS as usize];
+
+/// `moe_down_batch`'s owner on the f32 schedule with 16-byte loads: up to
+/// `down_pass_slots(dff, bits)` slots per pass, each staged in a region of
+/// its own, every batch of weight loads used by all of them. Each slot's
+/// sums are the single-token kernel's, term for term ([`batch_dot`] on its
+/// own accumulator, the same wave sum), so the results are bit for bit.
+struct DownSlots<T> {
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const T,
+    b2: *const T,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    slots: u32,
+    owned: u32,
+    din: u32,
+    dff: u32,
+    l: RowLayout,
+    lds: *mut f32,
+}
+
+impl<T: Elem> DownSlots<T> {
+    /// Every pass from the owner slot `first`, a workgroup barrier between passes.
+    #[inline(always)]
+    unsafe fn passes<const BITS: u32>(&self, first: u32) {
+        let per_pass = down_pass_slots(self.dff, BITS);
+        let stride = staged_floats(self.dff, BITS) as usize;
+        let mut s = first;
+        loop {
+            let mut pass: PassSlots = [self.slots; DOWN_PASS_SLOTS as usize];
+            crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
+                if (p as u32) < per_pass && s < self.slots {
+                    pass[p] = s;
+                    s = unsafe { next_slot(self.idx, s, self.slots, self.owned) };
+                }
+            });
+            unsafe {
+                // Read again (see `moe_gateup_batch`).
+                let e = self.idx.add(pass[0] as usize).read();
+                let expert_rows = e as usize * self.din as usize;
+                let l = self.l;
+                let w = self.w2.add(expert_rows * l.words as usize);
+                let (sc, bi) =
+                    (self.s2.add(expert_rows * l.groups as usize), self.b2.add(expert_rows * l.groups as usize));
+                if T::BYTES == 2 && (sc as usize | bi as usize).is_multiple_of(4) {
+                    self.rows::<BITS, true>(w, sc, bi, pass, stride);
+                } else {
+                    self.rows::<BITS, false>(w, sc, bi, pass, stride);
+                }
+            }
+            if s >= self.slots {
+                return;
+            }
+            wave::barrier();
+        }
+    }
+
+    /// This wave's rows for the slots of `pass`, as `rows_quads` for one slot:
+    /// the loads of the next (row, batch) item issued before the arithmetic of
+    /// the current one, here for every slot of the pass.
+    #[inline(always)]
+    unsafe fn rows<const BITS: u32, const PAIRED: bool>(
+        &self,
+        w: *const u32,
+        sc: *const T,
+        bi: *const T,
+        pass: PassSlots,
+        stride: usize,
+    ) {
+        let (l, lds, slots, din) = (self.l, self.lds, self.slots, self.din);
+        let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP + wave::wave_id();
+        let n_rows = if first_row < din { (din - first_row).div_ceil(WAVES).min(ROWS_PER_WAVE) } else { 0 };
+        let lane = wave::lane_id();
+        let n_quads = l.words / QUAD_WORDS;
+        let batches = n_quads.div_ceil(wave::WAVE_SIZE * QUADS_PER_BATCH as u32);
+        let row_of = |i: u32| first_row + i * WAVES;
+        let (mut i, mut j) = (0u32, 0u32);
+        // Every wave stages (the staging ends in a workgroup barrier), once, in
+        // one place: a closure called twice was left out of line (a stack on gfx1151).
+        let (mut rp, mut cur) = if n_rows > 0 {
+            let rp = unsafe { RowPtrs::new::<PAIRED>(w, sc, bi, row_of(0), l) };
+            (rp, unsafe { load_batch::<T, BITS, PAIRED>(rp, 0, lane, n_quads, l.group_shift) })
+        } else {
+            (RowPtrs { w: w as *const Quad, s: sc, b: bi, first_g: 0 }, Batch::EMPTY)
+        };
+        crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
+            if pass[p] < slots {
+                let a = unsafe { self.act.add(pass[p] as usize * self.dff as usize) };
+                unsafe { stage::<f32, BITS>(a, self.dff, lds.add(p * stride)) };
+            }
+        });
+        if n_rows == 0 {
+            return;
+        }
+        let mut acc = [0.0f32; DOWN_PASS_SLOTS as usize];
+        loop {
+            let (ni, nj) = if j + 1 < batches { (i, j + 1) } else { (i + 1, 0) };
+            let more = ni < n_rows;
+            let next_rp =
+                if nj == 0 && more { unsafe { RowPtrs::new::<PAIRED>(w, sc, bi, row_of(ni), l) } } else { rp };
+            let next = if more {
+                unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.group_shift) }
+            } else {
+                Batch::EMPTY
+            };
+            wave::schedule_fence();
+            crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
+                if pass[p] < slots {
+                    acc[p] = unsafe {
+                        batch_dot::<T, BITS, PAIRED>(&cur, lds.add(p * stride), rp.first_g, j, lane, n_quads, l.group_shift, acc[p])
+                    };
+                }
+            });
+            if nj == 0 {
+                crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
+                    if pass[p] < slots {
+                        let total = wave::wave_sum_f32(acc[p]);
+                        if lane == 0 {
+                            unsafe {
+                                let score = self.scores.add(pass[p] as usize).read();
+                                let out = self.part.add(pass[p] as usize * din as usize);
+                                out.add(row_of(i) as usize).write(score * total);
+                            }
+                        }
+                        acc[p] = 0.0;
+                    }
+                });
+            }
+            if !more {
+                break;
+            }
+            cur = next;
+            rp = next_rp;
+            i = ni;
+            j = nj;
         }
     }
 }
@@ -237,25 +401,21 @@ mod tests {
 
     use super::*;
     use crate::emulator::{LaunchConfig, launch};
-    use crate::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
+    use crate::geometry::moe::{WORKGROUP_SIZE, down_batch_workgroup_mem_bytes, workgroup_mem_bytes, workgroups};
     use crate::moe::moe_down;
     use crate::num::Bf16;
     use crate::vector::U32x4;
 
-    fn emulate(grid: [u32; 3], cols: u32, bits: u32, kernel: &(dyn Fn() + Sync)) {
-        let cfg = LaunchConfig {
-            grid,
-            workgroup_size: WORKGROUP_SIZE,
-            workgroup_mem_bytes: workgroup_mem_bytes(cols, bits) as usize,
-        };
+    fn emulate(grid: [u32; 3], mem: u32, kernel: &(dyn Fn() + Sync)) {
+        let cfg = LaunchConfig { grid, workgroup_size: WORKGROUP_SIZE, workgroup_mem_bytes: mem as usize };
         unsafe { launch(&cfg, kernel) }.unwrap();
     }
 
-    /// `moe_down_batch` with the tensor-core schedule named (NVIDIA's 4-bit
-    /// path, which no test here runs on a device) and with the f32 one (8
-    /// bits): each token's `part` bit for bit `moe_down`'s of that token.
-    fn down_batch_is_the_single_token_down<T: Elem>(bits: u32) {
-        let (n_experts, m, k, din, dff, gs) = (3u32, 3u32, 2u32, 40u32, 352u32, 32u32);
+    /// `moe_down_batch` against `moe_down` with the same `TENSOR`: each
+    /// token's `part` bit for bit `moe_down`'s of that token. Expert 0 is in
+    /// five slots (two passes of the f32 schedule), expert 2 in two.
+    fn down_batch_is_the_single_token_down<T: Elem, const TENSOR: bool>(bits: u32) {
+        let (n_experts, m, k, din, dff, gs) = (3u32, 5u32, 2u32, 40u32, 352u32, 32u32);
         let mut r = 0x2545_F491_u32;
         let mut next = move || {
             r ^= r << 13;
@@ -270,14 +430,13 @@ mod tests {
         let b: Vec<T> = (0..groups).map(|_| T::from_f32(-((next() % 1000) as f32) / 8192.0)).collect();
         let act: Vec<f32> = (0..m * k * dff).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
         let scores: Vec<f32> = (0..m * k).map(|_| (next() % 1000) as f32 / 1000.0).collect();
-        // Expert 2 is chosen by tokens 0 and 2, expert 0 by all three.
-        let idx = [2u32, 0, 0, 1, 0, 2];
+        let idx = [0u32, 1, 2, 0, 0, 1, 0, 2, 0, 1];
         let (wp, sp, bp) = (w.as_ptr() as usize, s.as_ptr() as usize, b.as_ptr() as usize);
         let mut batch = std::vec![f32::NAN; (m * k * din) as usize];
         let (ip, ap, scp, pp) =
             (idx.as_ptr() as usize, act.as_ptr() as usize, scores.as_ptr() as usize, batch.as_mut_ptr() as usize);
-        emulate([workgroups(din), 1, m * k], dff, bits, &|| unsafe {
-            moe_down_batch::<T, true>(
+        emulate([workgroups(din), 1, m * k], down_batch_workgroup_mem_bytes(dff, bits), &|| unsafe {
+            moe_down_batch::<T, TENSOR>(
                 ip as _,
                 wp as _,
                 sp as _,
@@ -304,8 +463,8 @@ mod tests {
                 scores[t * ku..].as_ptr() as usize,
                 single.as_mut_ptr() as usize,
             );
-            emulate([workgroups(din), 1, k], dff, bits, &|| unsafe {
-                moe_down::<T, true>(
+            emulate([workgroups(din), 1, k], workgroup_mem_bytes(dff, bits), &|| unsafe {
+                moe_down::<T, TENSOR>(
                     ip as _,
                     wp as _,
                     sp as _,
@@ -329,15 +488,20 @@ mod tests {
         }
     }
 
+    /// NVIDIA's 4-bit path (the tensor-core schedule, one slot per pass),
+    /// which no test here runs on a device.
     #[test]
     fn down_batch_tensor_schedule_is_bit_for_bit_per_token() {
-        down_batch_is_the_single_token_down::<f32>(4);
-        down_batch_is_the_single_token_down::<Bf16>(4);
+        down_batch_is_the_single_token_down::<f32, true>(4);
+        down_batch_is_the_single_token_down::<Bf16, true>(4);
     }
 
+    /// The f32 schedule, several slots per pass: AMD's path at 4 and 8 bits,
+    /// and NVIDIA's at 8.
     #[test]
     fn down_batch_f32_schedule_is_bit_for_bit_per_token() {
-        down_batch_is_the_single_token_down::<f32>(8);
-        down_batch_is_the_single_token_down::<Bf16>(8);
+        down_batch_is_the_single_token_down::<f32, false>(4);
+        down_batch_is_the_single_token_down::<Bf16, false>(8);
+        down_batch_is_the_single_token_down::<Bf16, true>(8);
     }
 }
