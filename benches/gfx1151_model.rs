@@ -42,14 +42,16 @@ use mlxcel_amdgpu::embedded;
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanShape};
+use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers};
 use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape};
-use mlxcel_amdgpu::kernels::moe::{self, MoeShape};
+use mlxcel_amdgpu::kernels::moe::{self, Activation, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device::geometry::xielu::TABLE_MIN_ELEMS_PER_WORKGROUP;
 use mlxcel_amdgpu::{BackendKind, Device, DeviceBuffer, Element, Stream, with_element};
-use mlxcel_amdgpu_testkit::fixtures::{QuantizedUpload, RoutedUpload, ScanUpload};
+use mlxcel_amdgpu_testkit::fixtures::{RoutedUpload, ScanUpload};
+use mlxcel_amdgpu_testkit::reference::data::NormalRng;
 use mlxcel_amdgpu_testkit::reference::mamba::ScanInputs;
-use mlxcel_amdgpu_testkit::reference::moe::{gated_inputs, moe_inputs};
+use mlxcel_amdgpu_testkit::reference::moe::moe_inputs;
 use mlxcel_amdgpu_testkit::reference::{Dtype, data};
 
 /// Radeon 8060S (gfx1151). CUs and clock: AMD's specification of the Radeon
@@ -155,6 +157,8 @@ struct Row {
     shape: String,
     launch: Launch,
     bytes: f64,
+    /// The block of launches this row is one of, which gets a total line after its last row.
+    block: Option<String>,
 }
 
 fn upload<T: Element>(dev: &Device, v: &[f32]) -> DeviceBuffer<T> {
@@ -190,6 +194,7 @@ fn xielu_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
             shape: format!("n={n}"),
             launch: launches[0].clone(),
             bytes,
+            block: None,
         });
     }
 }
@@ -213,7 +218,13 @@ fn add3_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
         });
         let bytes = ((5 * r * d + 2 * d) * dtype.size()) as f64;
         let shape = format!("rows={r} D={d}");
-        rows.push(Row { kernel: format!("add3_layer_norm {dtype}"), shape, launch: launches[0].clone(), bytes });
+        rows.push(Row {
+            kernel: format!("add3_layer_norm {dtype}"),
+            shape,
+            launch: launches[0].clone(),
+            bytes,
+            block: None,
+        });
     }
 }
 
@@ -239,7 +250,13 @@ fn mamba_rows<T: Element>(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
         });
         let bytes = ((3 * len * dm + 2 * len * n + dm) * dtype.size() + 3 * dm * n * 4) as f64;
         let shape = format!("B=1 Dm={dm} N={n} L={len}");
-        rows.push(Row { kernel: format!("mamba1_scan {dtype}"), shape, launch: launches[0].clone(), bytes });
+        rows.push(Row {
+            kernel: format!("mamba1_scan {dtype}"),
+            shape,
+            launch: launches[0].clone(),
+            bytes,
+            block: None,
+        });
     }
 }
 
@@ -271,62 +288,109 @@ fn moe_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
         assert_eq!(launches.len(), 3, "the routed forward is three launches");
         for (l, b) in launches.into_iter().zip(bytes) {
             let kernel = format!("{} {dtype}", l.kernel.trim_end_matches("_bf16"));
-            rows.push(Row { kernel, shape: format!("Nemotron bits={bits}"), launch: l, bytes: b });
+            rows.push(Row { kernel, shape: format!("Nemotron bits={bits}"), launch: l, bytes: b, block: None });
         }
     }
 }
 
-/// The gated experts at Qwen3-30B-A3B's shape (Din 2048, Dff 768, K 8, group 64), with
-/// the eight selected experts only: `moe_gateup` (SwiGLU) and `moe_down`.
-fn gated_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+/// The distinct values of `ids`.
+fn distinct(ids: &[u32]) -> usize {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len()
+}
+
+/// Qwen3-30B-A3B's whole routed block for `m` tokens (E 128, K 8, Din 2048, Dff 768,
+/// group 64, bf16, renormalized, SwiGLU; `moe::block::block`: `moe_router_logits`,
+/// `moe_topk`, then `moe_gateup`, `moe_down`, `moe_combine` or their batch kernels), each
+/// row with the bytes of the distinct experts the router chose, each read once.
+fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     type T = bf16;
     let dtype = Dtype::Bf16;
-    for bits in [4, 8] {
-        let shape = MoeShape { n_experts: 8, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
-        let (k, din, dff, gs) = (8usize, 2048usize, 768usize, 64usize);
-        let inp = gated_inputs(dtype, din, dff, 8, k, bits, bits, gs, 6);
-        let launches = counts.launches(dev, || {
-            let q = |m| QuantizedUpload::<T>::new(dev, m).unwrap();
-            let (gate, up, down) = (q(&inp.gate), q(&inp.up), q(&inp.down));
-            let x = upload::<T>(dev, &inp.x);
-            let idx = dev.upload(&inp.idx).unwrap();
-            let scores = dev.upload(&inp.scores).unwrap();
-            let mut act = dev.alloc::<f32>(k * dff).unwrap();
-            let mut part = dev.alloc::<f32>(k * din).unwrap();
-            let bufs = moe::GatedBuffers {
-                x: &x,
-                idx: &idx,
-                gate: gate.buffers(),
-                up: up.buffers(),
-                act: &mut act,
-                status: None,
+    // 8 bits at one token and eight only: the interpreter's time grows with the slots.
+    for (bits, tokens) in [(4u32, &[1u32, 2, 4, 8][..]), (8, &[1, 8])] {
+        let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
+        let (e, k, din, dff, gs) = (128usize, 8usize, 2048usize, 768usize, 64usize);
+        // All 128 experts, random words and scales: the kernels do the same work on any
+        // values, and quantizing 128 experts on the host would take longer than the run.
+        let stack = |r: usize, c: usize, seed: u64| {
+            let mut rng = NormalRng::new(seed);
+            let words: Vec<u32> = (0..e * r * c * bits as usize / 32).map(|_| rng.next_u64() as u32).collect();
+            let mut unit = |n: usize, lo: f32, span: f32| -> Vec<f32> {
+                (0..n).map(|_| lo + span * rng.next_uniform() as f32).collect()
             };
-            moe::run_gateup::<T>(dev, bufs, moe::Activation::SwiGlu, &shape, Stream::DEFAULT).unwrap();
-            moe::run_down::<T>(dev, &idx, down.buffers(), &act, &scores, &mut part, &shape, None, Stream::DEFAULT)
-                .unwrap();
-        });
-        let weights = |r: usize, c: usize| (k * r * (c * bits as usize / 8 + 2 * dtype.size() * (c / gs))) as f64;
-        let bytes = [
-            2.0 * weights(dff, din) + (din * dtype.size() + k * dff * 4) as f64,
-            weights(din, dff) + (k * dff * 4 + k * din * 4) as f64,
-        ];
-        assert_eq!(launches.len(), 2, "the gated experts are two launches");
-        for (l, b) in launches.into_iter().zip(bytes) {
-            let kernel = format!("{} {dtype}", l.kernel.trim_end_matches("_bf16"));
-            rows.push(Row { kernel, shape: format!("Qwen3-30B-A3B bits={bits}"), launch: l, bytes: b });
+            let (scales, biases) = (unit(e * r * c / gs, 1e-3, 1e-2), unit(e * r * c / gs, -0.01, 0.02));
+            (dev.upload(&words).unwrap(), upload::<T>(dev, &scales), upload::<T>(dev, &biases))
+        };
+        let (gate, up, down) = (stack(dff, din, 61), stack(dff, din, 62), stack(din, dff, 63));
+        let q = |(w, s, b): &(DeviceBuffer<u32>, DeviceBuffer<T>, DeviceBuffer<T>)| QuantizedPointers {
+            w: w.ptr(),
+            scales: s.ptr(),
+            biases: b.ptr(),
+        };
+        let wr = upload::<T>(dev, &data::normal(dtype, 64, e * din, 0.05));
+        for &m in tokens {
+            let mu = m as usize;
+            let x = upload::<T>(dev, &data::normal(dtype, 70 + m as u64, mu * din, 1.0));
+            // The experts the block will choose: its router launches are these, bit for bit.
+            let rshape = RouterShape { m, n_experts: 128, din: din as u32, k: k as u32 };
+            let mut logits = dev.alloc::<f32>(mu * e).unwrap();
+            let (mut ids, mut scores) = (dev.alloc::<u32>(mu * k).unwrap(), dev.alloc::<f32>(mu * k).unwrap());
+            router::run_router_logits::<T>(dev, &x, &wr, &mut logits, &rshape, Stream::DEFAULT).unwrap();
+            router::run_topk(dev, &logits, &mut ids, &mut scores, &rshape, true, Stream::DEFAULT).unwrap();
+            let chosen = distinct(&ids.download().unwrap());
+
+            let scratch = dev.alloc::<u8>(block::block_scratch_bytes(m, &shape).unwrap()).unwrap();
+            let out = dev.alloc::<T>(mu * din).unwrap();
+            let status = dev.upload(&[0u32]).unwrap();
+            let p = BlockPointers {
+                x: x.ptr(),
+                wr: wr.ptr(),
+                gate: q(&gate),
+                up: q(&up),
+                down: q(&down),
+                out: out.ptr(),
+                scratch: scratch.ptr(),
+                scratch_len: scratch.len(),
+                status: status.ptr(),
+            };
+            let launches = counts.launches(dev, || {
+                // SAFETY: every buffer above holds its shape, the scratch its size.
+                unsafe { block::block(dev, dtype, p, &shape, m, Activation::SwiGlu, true, Stream::DEFAULT) }.unwrap();
+            });
+            assert_eq!(status.download().unwrap()[0], 0, "every chosen expert id is in range");
+
+            let size = dtype.size();
+            let weights = |r: usize, c: usize| (chosen * r * (c * bits as usize / 8 + 2 * size * (c / gs))) as f64;
+            let bytes = [
+                ((e + mu) * din * size + mu * e * 4) as f64,
+                (mu * e * 4 + 2 * mu * k * 4) as f64,
+                2.0 * weights(dff, din) + (mu * din * size + mu * k * dff * 4) as f64,
+                weights(din, dff) + (mu * k * dff * 4 + mu * k * din * 4) as f64,
+                (mu * k * din * 4 + mu * din * size) as f64,
+            ];
+            assert_eq!(launches.len(), 5, "the block is five launches");
+            let label = format!("Qwen3-30B-A3B bits={bits} M={m} ({chosen} experts)");
+            for (l, b) in launches.into_iter().zip(bytes) {
+                // moe_topk has one symbol (f32 logits).
+                let kernel = match l.kernel.strip_suffix("_bf16") {
+                    Some(base) => format!("{base} {dtype}"),
+                    None => l.kernel.clone(),
+                };
+                rows.push(Row { kernel, shape: label.clone(), launch: l, bytes: b, block: Some(label.clone()) });
+            }
         }
     }
 }
 
-/// The router at Qwen3-30B-A3B's shape (E 128, Din 2048, K 8) and
-/// Qwen3-Next-80B-A3B's (E 512, Din 2048, K 10), bf16, for one and eight
-/// tokens: `moe_router_logits`, then `moe_topk`.
+/// The router at Qwen3-Next-80B-A3B's shape (E 512, Din 2048, K 10), bf16, for one
+/// and eight tokens: `moe_router_logits`, then `moe_topk` (Qwen3-30B-A3B's router is
+/// in [`block_rows`]).
 fn router_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     type T = bf16;
     let dtype = Dtype::Bf16;
-    for (model, n_experts, din, k) in
-        [("Qwen3-30B-A3B", 128usize, 2048usize, 8usize), ("Qwen3-Next-80B-A3B", 512, 2048, 10)]
-    {
+    for (model, n_experts, din, k) in [("Qwen3-Next-80B-A3B", 512usize, 2048usize, 10usize)] {
         for m in [1usize, 8] {
             let shape = RouterShape { m: m as u32, n_experts: n_experts as u32, din: din as u32, k: k as u32 };
             let launches = counts.launches(dev, || {
@@ -349,7 +413,7 @@ fn router_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
                     Some(base) => format!("{base} {dtype}"),
                     None => l.kernel.clone(),
                 };
-                rows.push(Row { kernel, shape: format!("{model} M={m}"), launch: l, bytes: b });
+                rows.push(Row { kernel, shape: format!("{model} M={m}"), launch: l, bytes: b, block: None });
             }
         }
     }
@@ -376,7 +440,7 @@ fn main() {
         with_element!(dtype, T => mamba_rows::<T>(&counts, &dev, &mut rows));
     }
     moe_rows(&counts, &dev, &mut rows);
-    gated_rows(&counts, &dev, &mut rows);
+    block_rows(&counts, &dev, &mut rows);
     router_rows(&counts, &dev, &mut rows);
 
     println!(
@@ -402,7 +466,8 @@ fn main() {
          | latencies/wave | bytes in flight/wave | bytes in flight/CU | latency (us) | predicted (us) | bound |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-    for r in &rows {
+    let mut total: Option<Total> = None;
+    for (i, r) in rows.iter().enumerate() {
         let l = &r.launch;
         let k = object.kernel(&l.kernel);
         let vgprs = k.map_or(0, |k| k.vgpr_count);
@@ -437,6 +502,68 @@ fn main() {
             low.predicted(),
             high.predicted(),
             Verdict::both(&low, &high),
+        );
+        let Some(block) = &r.block else { continue };
+        let t = total.get_or_insert_with(Total::default);
+        t.add(l.waves, instr, r.bytes, [&low, &high]);
+        if rows.get(i + 1).and_then(|n| n.block.as_ref()) != Some(block) {
+            total.take().unwrap().print(block);
+        }
+    }
+}
+
+/// The sums over a block's launches, which run one after another.
+#[derive(Default)]
+struct Total {
+    launches: usize,
+    waves: f64,
+    instructions: f64,
+    bytes: f64,
+    issue: f64,
+    memory: f64,
+    /// At the low and the high latency: the latency bounds, the predicted
+    /// times, and the part of those in memory-bound launches.
+    latency: [f64; 2],
+    predicted: [f64; 2],
+    memory_bound: [f64; 2],
+}
+
+impl Total {
+    fn add(&mut self, waves: f64, instructions: f64, bytes: f64, at: [&Verdict; 2]) {
+        self.launches += 1;
+        self.waves += waves;
+        self.instructions += instructions;
+        self.bytes += bytes;
+        self.issue += at[0].issue;
+        self.memory += at[0].memory;
+        for (i, v) in at.iter().enumerate() {
+            self.latency[i] += v.latency;
+            self.predicted[i] += v.predicted();
+            if v.bound() == "memory" {
+                self.memory_bound[i] += v.predicted();
+            }
+        }
+    }
+
+    /// The total line: the sums, and the share of the predicted time that
+    /// memory-bound launches take at each end of the latency range.
+    fn print(&self, block: &str) {
+        let share = |i: usize| 100.0 * self.memory_bound[i] / self.predicted[i];
+        println!(
+            "| **block total** ({} launches) | {block} | | | | | {:.0} | {:.3e} | {:.2} | {:.3e} | {:.2} | | | \
+             | {:.2} / {:.2} | **{:.2} / {:.2}** | memory-bound launches {:.0}% / {:.0}% of it |",
+            self.launches,
+            self.waves,
+            self.instructions,
+            self.issue,
+            self.bytes,
+            self.memory,
+            self.latency[0],
+            self.latency[1],
+            self.predicted[0],
+            self.predicted[1],
+            share(0),
+            share(1),
         );
     }
 }
