@@ -454,10 +454,11 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, m: u32)
     let stack = |r, c, seed| random_stack::<T>(dev, &shape, r, c, seed);
     let ((wg, sg, bg), (wu, su, bu), (wd, sd, bd)) =
         (stack(shape.dff, shape.din, 51), stack(shape.dff, shape.din, 52), stack(shape.din, shape.dff, 53));
-    let wr = upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(54, e * din)));
-    let xs: Vec<DeviceBuffer<T>> = (0..16u64)
-        .map(|s| upload::<T>(dev, &reference::round_all(dtype, &data::lcg_uniform(300 + s, m as usize * din))))
-        .collect();
+    // Logits of a few units, as a trained router's: larger ones underflow every probability but
+    // the top one or two to 0, and the ties at 0 go to the lowest experts for every token.
+    let wr = upload::<T>(dev, &data::normal(dtype, 54, e * din, 0.05));
+    let xs: Vec<DeviceBuffer<T>> =
+        (0..16u64).map(|s| upload::<T>(dev, &data::normal(dtype, 300 + s, m as usize * din, 1.0))).collect();
     // The experts each input chooses, from the router's own launches.
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
     let logits = dev.alloc::<f32>(m as usize * e).unwrap();

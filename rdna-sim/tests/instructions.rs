@@ -302,6 +302,18 @@ fn scalar_carry_chain_and_saveexec() {
 }
 
 #[test]
+fn scalar_shift_and_add() {
+    let mut r = Run::new();
+    r.w.s[0] = 0x4000_0001;
+    r.w.s[1] = 3;
+    r.ok(&[sop2("s_lshl2_add_u32", 2, 0, 1)]);
+    // (0x4000_0001 << 2) + 3 = 0x1_0000_0007: the low word, and the carry in SCC.
+    assert_eq!((r.w.s[2], r.w.scc), (7, true));
+    r.ok(&[sop2("s_lshl1_add_u32", 2, 1, 1), sop2("s_lshl3_add_u32", 3, 1, 1), sop2("s_lshl4_add_u32", 4, 1, 1)]);
+    assert_eq!((r.w.s[2], r.w.s[3], r.w.s[4], r.w.scc), (9, 27, 51, false));
+}
+
+#[test]
 fn s_bfe_and_branches() {
     let mut r = Run::new();
     r.w.s[0] = 0xabcd_1234;

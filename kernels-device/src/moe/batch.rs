@@ -3,21 +3,18 @@
 //! j-th choice; `idx`, `act`, `scores` and `part` are the single-token arrays
 //! of the `m` tokens one after the other).
 //!
-//! # Ownership
+//! # Passes
 //!
-//! Grid z runs over the `m k` slots. The first slot in flat order that holds
-//! an expert id owns that expert: its workgroups compute every slot with that
-//! id, in flat order, and the workgroups of the other slots return at once.
-//! So an expert chosen by several tokens is streamed from memory by one
-//! workgroup per block of rows, and its rows come from DRAM once per launch
-//! (the passes for further slots read the rows the first pass just brought
-//! into the cache). A pass over the rows computes one slot of gate/up (more
-//! spilled on gfx11), and up to `down_pass_slots(dff, bits)`
-//! ([`DOWN_PASS_SLOTS`], fewer where their staged rows would not fit) of
-//! down on the f32 schedule with 16-byte loads, each weight load serving
-//! all of them ([`DownSlots`]); one slot per pass otherwise (NVIDIA's
-//! tensor-core schedule, unaligned weights). A workgroup barrier separates
-//! passes, since each stages its activations in the same workgroup memory.
+//! Grid z runs over the `m k` slots, and every slot's workgroups start at
+//! once: the slots holding one expert read its rows at the same time, so the
+//! rows come from DRAM about once per launch and the later reads hit the
+//! cache. Gate/up computes one slot a workgroup. Down on the f32 schedule with
+//! 16-byte loads cuts the slots holding an expert, in flat order, into passes
+//! of up to `down_pass_slots(dff, bits)` ([`DOWN_PASS_SLOTS`], fewer where
+//! their staged rows would not fit): the first slot of a pass computes all of
+//! them, each weight load serving every one ([`DownSlots`]), and the others'
+//! workgroups return at once. NVIDIA's 4-bit tensor-core schedule and
+//! unaligned weights take one slot a workgroup.
 //!
 //! # Bit for bit per token
 //!
@@ -29,7 +26,7 @@
 //! # Out-of-range expert ids
 //!
 //! As in the single-token kernels, over flat slots: a slot whose id is not
-//! below `n_experts` is owned by no one; its own workgroups write NaN to its
+//! below `n_experts` is computed by no one; its own workgroups write NaN to its
 //! rows and, when `status` is not null, the first of them writes `1 + s` to
 //! `*status` if no earlier slot in flat order is out of range.
 
@@ -59,11 +56,10 @@ fn batch_slots(m: u32, k: u32) -> Option<u32> {
     Some(m * k)
 }
 
-/// This workgroup's slot and its expert when the slot owns it (the first slot
-/// in flat order with that id); `None` otherwise, after the out-of-range path
-/// ([`bad_expert`] on `out [slots, rows]`) for a bad id.
+/// This workgroup's slot and its expert; `None` past the last slot, and for
+/// a bad id after the out-of-range path ([`bad_expert`] on `out [slots, rows]`).
 #[inline(always)]
-unsafe fn owned_expert(
+unsafe fn slot_expert(
     idx: *const u32,
     slots: u32,
     n_experts: u32,
@@ -75,27 +71,35 @@ unsafe fn owned_expert(
     if slot >= slots {
         return None;
     }
-    unsafe {
-        let e = idx.add(slot as usize).read();
-        if e >= n_experts {
-            bad_expert(idx, n_experts, slot, out, rows, status);
-            return None;
-        }
-        let mut j = 0;
-        while j < slot {
-            if idx.add(j as usize).read() == e {
-                return None;
-            }
-            j += 1;
-        }
-        Some((slot, e))
+    let e = unsafe { idx.add(slot as usize).read() };
+    if e >= n_experts {
+        unsafe { bad_expert(idx, n_experts, slot, out, rows, status) };
+        return None;
     }
+    Some((slot, e))
 }
 
-/// The first slot after `s` holding `e`, or `slots`: the owner computes its
-/// slots in flat order, one pass each, with a workgroup barrier between passes
-/// (each stages its activations over the previous one's). The passes are a
-/// loop in each kernel, not a closure, which LLVM left out of line on nvptx.
+/// Whether `slot` (holding expert `e`) leads a pass: the slots holding `e`, in
+/// flat order, are cut into passes of `per_pass`, and the first of each leads
+/// it. Counts the earlier slots holding `e` modulo `per_pass`, with no division
+/// (a 32-bit division is a long sequence of scalar float instructions on gfx11).
+#[inline(always)]
+unsafe fn leads_pass(idx: *const u32, slot: u32, e: u32, per_pass: u32) -> bool {
+    let mut before = 0;
+    let mut j = 0;
+    while j < slot {
+        if unsafe { idx.add(j as usize).read() } == e {
+            before += 1;
+            if before == per_pass {
+                before = 0;
+            }
+        }
+        j += 1;
+    }
+    before == 0
+}
+
+/// The first slot after `s` holding `e`, or `slots`.
 #[inline(always)]
 unsafe fn next_slot(idx: *const u32, s: u32, slots: u32, e: u32) -> u32 {
     let mut s = s + 1;
@@ -150,22 +154,10 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
     let Some(l) = row_layout(din, bits, group_size) else { return };
     let Some(slots) = batch_slots(m, k) else { return };
     unsafe {
-        let Some((first, owned)) = owned_expert(idx, slots, n_experts, act, dff, status) else { return };
+        let Some((slot, e)) = slot_expert(idx, slots, n_experts, act, dff, status) else { return };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
-        let mut s = first;
-        loop {
-            let x = x.add(token_of(s, k, m) as usize * din as usize);
-            // `e` again, read from `idx` (which the pass's stores to `act` may
-            // alias): so LLVM cannot hoist the expert's per-lane addresses out
-            // of the passes, where they stayed live and spilled on gfx1151.
-            let e = idx.add(s as usize).read();
-            gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, s, l, lds, din, dff, bits);
-            s = next_slot(idx, s, slots, owned);
-            if s >= slots {
-                return;
-            }
-            wave::barrier();
-        }
+        let x = x.add(token_of(slot, k, m) as usize * din as usize);
+        gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
     }
 }
 
@@ -200,44 +192,37 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
     let Some(l) = row_layout(dff, bits, group_size) else { return };
     let Some(slots) = batch_slots(m, k) else { return };
     unsafe {
-        let Some((first, owned)) = owned_expert(idx, slots, n_experts, part, din, status) else { return };
+        let Some((slot, e)) = slot_expert(idx, slots, n_experts, part, din, status) else { return };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let wide = (w2 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
         // `bits` as a constant (4 or 8, `row_layout` checked it): a runtime
         // divisor would bring a division-by-zero panic path (a stack).
         let per_pass = if bits == 4 { down_pass_slots(dff, 4) } else { down_pass_slots(dff, 8) };
         if wide && !(TENSOR && bits == 4) && per_pass > 1 {
-            let down = DownSlots { idx, w2, s2, b2, act, scores, part, slots, owned, din, dff, l, lds };
+            if !leads_pass(idx, slot, e, per_pass) {
+                return;
+            }
+            let down = DownSlots { idx, w2, s2, b2, act, scores, part, slots, din, dff, l, lds };
             if bits == 4 {
-                down.passes::<4>(first)
+                down.pass::<4>(slot, e)
             } else {
-                down.passes::<8>(first)
+                down.pass::<8>(slot, e)
             }
             return;
         }
-        let mut slot = first;
-        loop {
-            // Read again, as in `moe_gateup_batch` (spills on gfx11 otherwise).
-            let e = idx.add(slot as usize).read();
-            expert_slot! {
-                T, TENSOR, e, l, lds; cols dff, rows din, bits;
-                w w2, s s2, b b2;
-                stage a: f32, finish finish;
-                let a = act.add(slot as usize * dff as usize);
-                let score = scores.add(slot as usize).read();
-                let out = part.add(slot as usize * din as usize);
-                let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
-            }
-            slot = next_slot(idx, slot, slots, owned);
-            if slot >= slots {
-                return;
-            }
-            wave::barrier();
+        expert_slot! {
+            T, TENSOR, e, l, lds; cols dff, rows din, bits;
+            w w2, s s2, b b2;
+            stage a: f32, finish finish;
+            let a = act.add(slot as usize * dff as usize);
+            let score = scores.add(slot as usize).read();
+            let out = part.add(slot as usize * din as usize);
+            let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
         }
     }
 }
 
-/// Slots of a pass of [`DownSlots::passes`]: flat slot numbers, `slots` (none) past the last.
+/// Slots of a pass of [`DownSlots::pass`]: flat slot numbers, `slots` (none) past the last.
 type PassSlots = [u32; DOWN_PASS_SLOTS as usize];
 
 /// `moe_down_batch`'s owner on the f32 schedule with 16-byte loads: up to
@@ -254,7 +239,6 @@ struct DownSlots<T> {
     scores: *const f32,
     part: *mut f32,
     slots: u32,
-    owned: u32,
     din: u32,
     dff: u32,
     l: RowLayout,
@@ -262,38 +246,29 @@ struct DownSlots<T> {
 }
 
 impl<T: Elem> DownSlots<T> {
-    /// Every pass from the owner slot `first`, a workgroup barrier between passes.
+    /// The pass led by slot `first` (holding expert `e`): it and the next slots
+    /// holding `e`, up to `down_pass_slots(dff, BITS)` of them.
     #[inline(always)]
-    unsafe fn passes<const BITS: u32>(&self, first: u32) {
+    unsafe fn pass<const BITS: u32>(&self, first: u32, e: u32) {
         let per_pass = down_pass_slots(self.dff, BITS);
         let stride = staged_floats(self.dff, BITS) as usize;
-        let mut s = first;
-        loop {
-            let mut pass: PassSlots = [self.slots; DOWN_PASS_SLOTS as usize];
-            crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
-                if (p as u32) < per_pass && s < self.slots {
-                    pass[p] = s;
-                    s = unsafe { next_slot(self.idx, s, self.slots, self.owned) };
-                }
-            });
-            unsafe {
-                // Read again (see `moe_gateup_batch`).
-                let e = self.idx.add(pass[0] as usize).read();
-                let expert_rows = e as usize * self.din as usize;
-                let l = self.l;
-                let w = self.w2.add(expert_rows * l.words as usize);
-                let (sc, bi) =
-                    (self.s2.add(expert_rows * l.groups as usize), self.b2.add(expert_rows * l.groups as usize));
-                if T::BYTES == 2 && (sc as usize | bi as usize).is_multiple_of(4) {
-                    self.rows::<BITS, true>(w, sc, bi, pass, stride);
-                } else {
-                    self.rows::<BITS, false>(w, sc, bi, pass, stride);
-                }
+        let mut pass: PassSlots = [self.slots; DOWN_PASS_SLOTS as usize];
+        pass[0] = first;
+        crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize - 1, at most 3 => {
+            if (p as u32 + 1) < per_pass && pass[p] < self.slots {
+                pass[p + 1] = unsafe { next_slot(self.idx, pass[p], self.slots, e) };
             }
-            if s >= self.slots {
-                return;
+        });
+        unsafe {
+            let expert_rows = e as usize * self.din as usize;
+            let l = self.l;
+            let w = self.w2.add(expert_rows * l.words as usize);
+            let (sc, bi) = (self.s2.add(expert_rows * l.groups as usize), self.b2.add(expert_rows * l.groups as usize));
+            if T::BYTES == 2 && (sc as usize | bi as usize).is_multiple_of(4) {
+                self.rows::<BITS, true>(w, sc, bi, pass, stride);
+            } else {
+                self.rows::<BITS, false>(w, sc, bi, pass, stride);
             }
-            wave::barrier();
         }
     }
 

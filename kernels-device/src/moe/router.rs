@@ -27,7 +27,8 @@
 //! `+inf` logit (or only `-inf` ones) makes every `p` NaN: then every id is
 //! `u32::MAX` (out of range, which the expert kernels report) and every score
 //! NaN. With `renorm` the scores are divided
-//! by their sum (in the order chosen), MLX's `norm_topk_prob`.
+//! by their sum (in the order chosen), MLX's `norm_topk_prob`. Lane `r` keeps
+//! round `r`'s expert and score, and the first `k` lanes store them at the end.
 //!
 //! Each lane keeps its own experts' logits, then their `p`, in workgroup memory
 //! and reads only those, so the lanes never read what another wrote. The row is
@@ -40,7 +41,7 @@
 use crate::num::math::mul_add;
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe_router::{CHUNK, MAX_BATCH, MAX_TOKENS, TOPK_BATCH, WAVES_PER_ROW, batch};
+use crate::geometry::moe_router::{CHUNK, MAX_BATCH, MAX_TOKENS, MAX_TOPK, TOPK_BATCH, WAVES_PER_ROW, batch};
 use crate::num::{Elem, exp};
 use crate::vector::Vector;
 use crate::wave;
@@ -275,9 +276,12 @@ pub unsafe fn moe_topk(
         j += WAVE_SIZE as usize;
     }
 
-    // This lane's chosen experts: bit i for expert lane + 32 i.
+    // This lane's chosen experts: bit i for expert lane + 32 i. Lane r keeps
+    // round r's expert and probability, and the lanes store them together at
+    // the end: no store waits on another, and renormalizing reads nothing back.
     let mut chosen = 0u32;
     let mut chosen_sum = 0.0f32;
+    let (mut round_expert, mut round_score) = (u32::MAX, f32::NAN);
     let mut r = 0u32;
     while r < k {
         let mut best = (0.0f32, u32::MAX);
@@ -296,20 +300,20 @@ pub unsafe fn moe_topk(
         if expert != u32::MAX && expert % WAVE_SIZE == lane {
             chosen |= 1 << (expert / WAVE_SIZE);
         }
-        if lane == 0 {
-            unsafe {
-                *ids.add(r as usize) = expert;
-                *scores.add(r as usize) = score;
-            }
+        if lane == r {
+            (round_expert, round_score) = (expert, score);
         }
         chosen_sum = chosen_sum + score;
         r += 1;
     }
-    if renorm != 0 && lane == 0 {
-        let mut r = 0;
-        while r < k as usize {
-            unsafe { *scores.add(r) = *scores.add(r) / chosen_sum };
-            r += 1;
+    if lane < k {
+        let score = if renorm != 0 { round_score / chosen_sum } else { round_score };
+        unsafe {
+            *ids.add(lane as usize) = round_expert;
+            *scores.add(lane as usize) = score;
         }
     }
 }
+
+// Lane r keeps round r of `moe_topk`.
+const _: () = assert!(MAX_TOPK <= WAVE_SIZE);

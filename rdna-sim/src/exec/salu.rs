@@ -152,6 +152,13 @@ impl Wave {
                         self.scc = t >> 32 != 0;
                         t as u32
                     }
+                    "s_lshl1_add_u32" | "s_lshl2_add_u32" | "s_lshl3_add_u32" | "s_lshl4_add_u32" => {
+                        // The digit in the name is the shift; SCC is the carry out of the 64-bit sum.
+                        let shift = name.as_bytes()[6] - b'0';
+                        let t = ((s0 as u64) << shift) + s1 as u64;
+                        self.scc = t >> 32 != 0;
+                        t as u32
+                    }
                     "s_sub_u32" => {
                         self.scc = s1 > s0;
                         s0.wrapping_sub(s1)
