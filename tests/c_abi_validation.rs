@@ -949,12 +949,12 @@ fn moe_batch_refuses_more_slots_than_the_limit() {
 }
 
 #[test]
-fn moe_down_batch_refuses_6_bits_above_one_token() {
+fn moe_down_batch_refuses_nine_tokens_at_6_bits() {
     let _cpu = cpu();
     let (u, f) = (P as *const u32, P as *mut f32);
     let shape = MoeShape { bits: 6, ..NEMOTRON };
-    let st = unsafe { mlxcel_amdgpu_moe_down_batch(0, shape, 2, u, u, P, P, f, f, f, null_mut(), null_mut()) };
-    refused(st, "bits");
+    let st = unsafe { mlxcel_amdgpu_moe_down_batch(0, shape, 9, u, u, P, P, f, f, f, null_mut(), null_mut()) };
+    refused(st, "m");
 }
 
 #[test]

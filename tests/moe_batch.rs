@@ -327,15 +327,23 @@ fn more_than_512_slots_are_refused() {
     assert!(moe::check_batch(2, 256).is_ok());
 }
 
-/// 6-bit down projections are served for one token only: `m = 2` is refused,
-/// naming `bits`.
-fn six_bit_down_above_one_token_is_refused() {
+/// A 6-bit down projection for three tokens (`moe_down6` over the flat slots),
+/// experts shared across tokens: each token bit for bit its single-token launches.
+fn six_bit_down_is_bit_for_bit_per_token(dev: &Device) {
+    type T = mlxcel_amdgpu::half::bf16;
+    let tok = tokens(Dtype::Bf16, 3, 6, 3, 4, 6, 64, 6);
+    let w = weights::<T>(dev, &tok.layer);
+    let (single, _) = run(dev, &w, &tok, Activation::SwiGlu, false);
+    let (batch, _) = run(dev, &w, &tok, Activation::SwiGlu, true);
+    assert_eq!(single, batch, "{}: m = 3 with 6-bit down", label::<T>(dev));
+    assert!(batch[1].iter().any(|&v| v != 0), "{}: m = 3 with 6-bit down: part all zero", label::<T>(dev));
+}
+
+/// A 6-bit down projection keeps the batch limits: nine tokens are refused, naming `m`.
+fn six_bit_down_keeps_the_token_limit() {
     let tok = tokens(Dtype::Bf16, 2, 6, 3, 4, 6, 64, 6);
-    let [g, d, c] = launch_all(&tok, 2, |s| s);
-    refused(d, "bits");
-    // The gate/up stacks are 4-bit: those launches run.
-    g.unwrap();
-    c.unwrap();
+    let [_, d, _] = launch_all(&tok, 9, |s| s);
+    refused(d, "m");
 }
 
 fn availability_matches_the_backends<T: Element>(dev: &Device) {
@@ -357,7 +365,8 @@ fn main() {
         .single("zero_tokens_are_refused", zero_tokens_are_refused)
         .single("nine_tokens_are_refused", nine_tokens_are_refused)
         .single("more_than_512_slots_are_refused", more_than_512_slots_are_refused)
-        .single("six_bit_down_above_one_token_is_refused", six_bit_down_above_one_token_is_refused)
+        .per_backend("six_bit_down_is_bit_for_bit_per_token", six_bit_down_is_bit_for_bit_per_token)
+        .single("six_bit_down_keeps_the_token_limit", six_bit_down_keeps_the_token_limit)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
         .run()
 }

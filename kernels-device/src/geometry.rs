@@ -464,8 +464,8 @@ pub mod moe {
     /// The most tokens of one launch of the batch kernels (`moe_gateup_batch`,
     /// `moe_down_batch`, `moe_combine_batch`).
     pub const MAX_BATCH_TOKENS: u32 = 8;
-    /// The most slots `m * k` of one batch launch (grid z): each workgroup
-    /// scans the ids of the slots before its own to find the expert's owner.
+    /// The most slots `m * k` of one batch launch (grid z): eight tokens of up
+    /// to 64 experts, the range the batch launches are tested over.
     pub const MAX_BATCH_SLOTS: u32 = 512;
     const _: () = assert!(MAX_BATCH_SLOTS <= MAX_K);
 
@@ -540,38 +540,6 @@ pub mod moe {
         let (four, eight) = (workgroup_mem_bytes(MAX_COLS, BITS[0]), workgroup_mem_bytes(MAX_COLS, BITS[1]));
         if four > eight { four } else { eight }
     };
-
-    /// The most slots `moe_down_batch` computes in one pass over an expert's
-    /// rows (each batch of weight loads serves all of them), where their
-    /// staged rows fit in [`MOST_WORKGROUP_MEM_BYTES`].
-    pub const DOWN_PASS_SLOTS: u32 = 4;
-
-    /// Slots per pass of `moe_down_batch` for rows of `cols` values at
-    /// `bits`: [`DOWN_PASS_SLOTS`], fewer where that many staged rows (and
-    /// the tensor-core schedule's extra) would not fit, and at least 1.
-    /// Compares, not a division: the kernel calls it, and gfx11 turns a
-    /// 32-bit division into scalar float instructions.
-    pub const fn down_pass_slots(cols: u32, bits: u32) -> u32 {
-        let row = staged_floats(cols, bits) * 4;
-        let budget = MOST_WORKGROUP_MEM_BYTES - MMA_EXTRA_FLOATS * 4;
-        let mut slots = DOWN_PASS_SLOTS;
-        while slots > 1 && slots * row > budget {
-            slots -= 1;
-        }
-        slots
-    }
-
-    /// Dynamic workgroup memory of `moe_down_batch`: [`down_pass_slots`]
-    /// staged rows, then the tensor-core schedule's extra (as
-    /// [`workgroup_mem_bytes`] for one).
-    pub const fn down_batch_workgroup_mem_bytes(cols: u32, bits: u32) -> u32 {
-        (down_pass_slots(cols, bits) * staged_floats(cols, bits) + MMA_EXTRA_FLOATS) * 4
-    }
-    const _: () = assert!(
-        down_batch_workgroup_mem_bytes(MAX_COLS, BITS[1]) <= MOST_WORKGROUP_MEM_BYTES
-            && down_batch_workgroup_mem_bytes(MAX_COLS, BITS[0]) <= MOST_WORKGROUP_MEM_BYTES
-            && down_pass_slots(768, BITS[0]) == DOWN_PASS_SLOTS
-    );
 
     /// Workgroups along x for `rows` output rows.
     pub const fn workgroups(rows: u32) -> u32 {

@@ -8,16 +8,17 @@
 //! Every token's `act`, `part` and `out` are bit for bit those of the
 //! single-token kernels launched for that token. `m = 1` launches the
 //! single-token kernels. Limits: `m` in 1..=[`MAX_BATCH_TOKENS`], `m * k` at
-//! most [`MAX_BATCH_SLOTS`]; `moe_down_batch` takes 4 and 8 bits, and 6 only
-//! at `m = 1` (`moe_down6`). Out-of-range ids as for one token, over the flat
+//! most [`MAX_BATCH_SLOTS`]. The down projection at 6 bits launches `moe_down6`
+//! over the `m * K` flat slots (each slot is computed on its own, so a token's
+//! slots are the single-token launch's). Out-of-range ids as for one token, over the flat
 //! slots `t * K + j`: NaN rows, and `1 + t * K + j` of the first bad slot in
 //! the status word.
 
 use kernels_device::args::MAX_PARAMS;
 use kernels_device::entry::{MoeCombineBatch, MoeDownBatch, MoeGateUpBatch};
 pub use kernels_device::entry::{MoeCombineBatchArgs, MoeDownBatchArgs, MoeGateUpBatchArgs};
+use kernels_device::geometry::moe::SIX_BITS;
 pub use kernels_device::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS};
-use kernels_device::geometry::moe::{SIX_BITS, down_batch_workgroup_mem_bytes};
 
 use super::{
     Activation, COMBINE_KERNEL, DOWN_KERNEL, DOWN6_KERNEL, GATEUP_KERNEL, GatedBuffers, GatedPointers, MoeCombineArgs,
@@ -60,7 +61,7 @@ pub fn check_batch(m: u32, k: u32) -> Result<()> {
     if m as u64 * k as u64 > MAX_BATCH_SLOTS as u64 {
         return Err(Error::invalid(
             "k",
-            format!("m * k = {m} * {k} is above {MAX_BATCH_SLOTS} slots (the batch kernels' ownership scan)"),
+            format!("m * k = {m} * {k} is above the batch launches' {MAX_BATCH_SLOTS} slots"),
         ));
     }
     Ok(())
@@ -76,11 +77,9 @@ pub fn gateup_batch_dims(shape: &MoeShape, m: u32) -> LaunchDims {
     over_slots(fc1_dims(shape), m)
 }
 
-/// The launch geometry of `moe_down_batch`: `moe_down`'s, grid z = M * K,
-/// with workgroup memory for the staged rows of a pass's slots.
+/// The launch geometry of `moe_down_batch`: `moe_down`'s, grid z = M * K.
 pub fn down_batch_dims(shape: &MoeShape, m: u32) -> LaunchDims {
-    let dims = over_slots(down_dims(shape), m);
-    LaunchDims { workgroup_mem_bytes: down_batch_workgroup_mem_bytes(shape.dff, shape.bits), ..dims }
+    over_slots(down_dims(shape), m)
 }
 
 /// The launch geometry of `moe_combine_batch`: `moe_combine`'s, grid y = M.
@@ -185,21 +184,32 @@ impl CheckedArgs for MoeDownBatchArgs {
             group_size,
             status,
         } = self;
-        if m == 1 {
-            let single =
-                MoeDownArgs { idx, w2, s2, b2, act, scores, part, n_experts, k, din, dff, bits, group_size, status };
+        if m == 1 || (bits == SIX_BITS && check_batch(m, k).is_ok()) {
+            // One token, or 6-bit codes: the single-token kernel over the m * k flat
+            // slots (`moe_down6` computes each slot on its own).
+            let slots = m * k;
+            let single = MoeDownArgs {
+                idx,
+                w2,
+                s2,
+                b2,
+                act,
+                scores,
+                part,
+                n_experts,
+                k: slots,
+                din,
+                dff,
+                bits,
+                group_size,
+                status,
+            };
             let (held, n) = without_m(capacity, m_index("moe_down_batch_f32"));
             return single.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, DOWN_BATCH_KERNEL, dtype)?;
         let shape = MoeShape { n_experts, k, din, dff, bits, group_size };
         check_batch(m, k)?;
-        if bits == SIX_BITS {
-            return Err(Error::invalid(
-                "bits",
-                format!("6-bit codes are served for one token (m = 1, `{DOWN6_KERNEL}`), not m = {m}; use 4 or 8"),
-            ));
-        }
         shape.validate()?;
         unsafe {
             enqueue(device, &kernel, down_batch_dims(&shape, m), &self.values(), &self.extents(), capacity, stream)

@@ -3,18 +3,14 @@
 //! j-th choice; `idx`, `act`, `scores` and `part` are the single-token arrays
 //! of the `m` tokens one after the other).
 //!
-//! # Passes
+//! # One slot a workgroup
 //!
 //! Grid z runs over the `m k` slots, and every slot's workgroups start at
-//! once: the slots holding one expert read its rows at the same time, so the
-//! rows come from DRAM about once per launch and the later reads hit the
-//! cache. Gate/up computes one slot a workgroup. Down on the f32 schedule with
-//! 16-byte loads cuts the slots holding an expert, in flat order, into passes
-//! of up to `down_pass_slots(dff, bits)` ([`DOWN_PASS_SLOTS`], fewer where
-//! their staged rows would not fit): the first slot of a pass computes all of
-//! them, each weight load serving every one ([`DownSlots`]), and the others'
-//! workgroups return at once. NVIDIA's 4-bit tensor-core schedule and
-//! unaligned weights take one slot a workgroup.
+//! once: the slots holding one expert read its rows together, so the rows come
+//! from DRAM about once per launch and the other reads hit the cache. (Serving
+//! an expert's slots from one workgroup, each weight load used by all of them,
+//! moves fewer bytes from the cache but keeps fewer loads in flight: it
+//! measured up to twice as slow on an H100 from two tokens up.)
 //!
 //! # Bit for bit per token
 //!
@@ -30,18 +26,13 @@
 //! rows and, when `status` is not null, the first of them writes `1 + s` to
 //! `*status` if no earlier slot in flat order is out of range.
 
-use crate::geometry::moe::{
-    DOWN_PASS_SLOTS, MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP,
-    RowLayout, WAVES, down_pass_slots, row_layout, staged_floats,
-};
+use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, row_layout};
 use crate::num::Elem;
 use crate::vector::F32x4;
 use crate::wave;
 
 // `expert_slot!` names these where it expands.
-use super::{
-    Batch, GateUp, Quad, RowPtrs, bad_expert, batch_dot, compute_rows, load_batch, moe_combine, stage, tensor_cores,
-};
+use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_cores};
 
 /// The flat slot count `m k`, or `None` where the batch kernels do not take
 /// it (`m` outside 1..=[`MAX_BATCH_TOKENS`], `m k` above [`MAX_BATCH_SLOTS`]):
@@ -77,36 +68,6 @@ unsafe fn slot_expert(
         return None;
     }
     Some((slot, e))
-}
-
-/// Whether `slot` (holding expert `e`) leads a pass: the slots holding `e`, in
-/// flat order, are cut into passes of `per_pass`, and the first of each leads
-/// it. Counts the earlier slots holding `e` modulo `per_pass`, with no division
-/// (a 32-bit division is a long sequence of scalar float instructions on gfx11).
-#[inline(always)]
-unsafe fn leads_pass(idx: *const u32, slot: u32, e: u32, per_pass: u32) -> bool {
-    let mut before = 0;
-    let mut j = 0;
-    while j < slot {
-        if unsafe { idx.add(j as usize).read() } == e {
-            before += 1;
-            if before == per_pass {
-                before = 0;
-            }
-        }
-        j += 1;
-    }
-    before == 0
-}
-
-/// The first slot after `s` holding `e`, or `slots`.
-#[inline(always)]
-unsafe fn next_slot(idx: *const u32, s: u32, slots: u32, e: u32) -> u32 {
-    let mut s = s + 1;
-    while s < slots && unsafe { idx.add(s as usize).read() } != e {
-        s += 1;
-    }
-    s
 }
 
 /// The token of flat slot `s` (`s / k`, `s < m k`) by at most
@@ -194,22 +155,6 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
     unsafe {
         let Some((slot, e)) = slot_expert(idx, slots, n_experts, part, din, status) else { return };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
-        let wide = (w2 as usize).is_multiple_of(core::mem::align_of::<Quad>()) && l.words.is_multiple_of(QUAD_WORDS);
-        // `bits` as a constant (4 or 8, `row_layout` checked it): a runtime
-        // divisor would bring a division-by-zero panic path (a stack).
-        let per_pass = if bits == 4 { down_pass_slots(dff, 4) } else { down_pass_slots(dff, 8) };
-        if wide && !(TENSOR && bits == 4) && per_pass > 1 {
-            if !leads_pass(idx, slot, e, per_pass) {
-                return;
-            }
-            let down = DownSlots { idx, w2, s2, b2, act, scores, part, slots, din, dff, l, lds };
-            if bits == 4 {
-                down.pass::<4>(slot, e)
-            } else {
-                down.pass::<8>(slot, e)
-            }
-            return;
-        }
         expert_slot! {
             T, TENSOR, e, l, lds; cols dff, rows din, bits;
             w w2, s s2, b b2;
@@ -218,138 +163,6 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
             let score = scores.add(slot as usize).read();
             let out = part.add(slot as usize * din as usize);
             let finish = |row: u32, total: f32| out.add(row as usize).write(score * total);
-        }
-    }
-}
-
-/// Slots of a pass of [`DownSlots::pass`]: flat slot numbers, `slots` (none) past the last.
-type PassSlots = [u32; DOWN_PASS_SLOTS as usize];
-
-/// `moe_down_batch`'s owner on the f32 schedule with 16-byte loads: up to
-/// `down_pass_slots(dff, bits)` slots per pass, each staged in a region of
-/// its own, every batch of weight loads used by all of them. Each slot's
-/// sums are the single-token kernel's, term for term ([`batch_dot`] on its
-/// own accumulator, the same wave sum), so the results are bit for bit.
-struct DownSlots<T> {
-    idx: *const u32,
-    w2: *const u32,
-    s2: *const T,
-    b2: *const T,
-    act: *const f32,
-    scores: *const f32,
-    part: *mut f32,
-    slots: u32,
-    din: u32,
-    dff: u32,
-    l: RowLayout,
-    lds: *mut f32,
-}
-
-impl<T: Elem> DownSlots<T> {
-    /// The pass led by slot `first` (holding expert `e`): it and the next slots
-    /// holding `e`, up to `down_pass_slots(dff, BITS)` of them.
-    #[inline(always)]
-    unsafe fn pass<const BITS: u32>(&self, first: u32, e: u32) {
-        let per_pass = down_pass_slots(self.dff, BITS);
-        let stride = staged_floats(self.dff, BITS) as usize;
-        let mut pass: PassSlots = [self.slots; DOWN_PASS_SLOTS as usize];
-        pass[0] = first;
-        crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize - 1, at most 3 => {
-            if (p as u32 + 1) < per_pass && pass[p] < self.slots {
-                pass[p + 1] = unsafe { next_slot(self.idx, pass[p], self.slots, e) };
-            }
-        });
-        unsafe {
-            let expert_rows = e as usize * self.din as usize;
-            let l = self.l;
-            let w = self.w2.add(expert_rows * l.words as usize);
-            let (sc, bi) = (self.s2.add(expert_rows * l.groups as usize), self.b2.add(expert_rows * l.groups as usize));
-            if T::BYTES == 2 && (sc as usize | bi as usize).is_multiple_of(4) {
-                self.rows::<BITS, true>(w, sc, bi, pass, stride);
-            } else {
-                self.rows::<BITS, false>(w, sc, bi, pass, stride);
-            }
-        }
-    }
-
-    /// This wave's rows for the slots of `pass`, as `rows_quads` for one slot:
-    /// the loads of the next (row, batch) item issued before the arithmetic of
-    /// the current one, here for every slot of the pass.
-    #[inline(always)]
-    unsafe fn rows<const BITS: u32, const PAIRED: bool>(
-        &self,
-        w: *const u32,
-        sc: *const T,
-        bi: *const T,
-        pass: PassSlots,
-        stride: usize,
-    ) {
-        let (l, lds, slots, din) = (self.l, self.lds, self.slots, self.din);
-        let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP + wave::wave_id();
-        let n_rows = if first_row < din { (din - first_row).div_ceil(WAVES).min(ROWS_PER_WAVE) } else { 0 };
-        let lane = wave::lane_id();
-        let n_quads = l.words / QUAD_WORDS;
-        let batches = n_quads.div_ceil(wave::WAVE_SIZE * QUADS_PER_BATCH as u32);
-        let row_of = |i: u32| first_row + i * WAVES;
-        let (mut i, mut j) = (0u32, 0u32);
-        // Every wave stages (the staging ends in a workgroup barrier), once, in
-        // one place: a closure called twice was left out of line (a stack on gfx1151).
-        let (mut rp, mut cur) = if n_rows > 0 {
-            let rp = unsafe { RowPtrs::new::<PAIRED>(w, sc, bi, row_of(0), l) };
-            (rp, unsafe { load_batch::<T, BITS, PAIRED>(rp, 0, lane, n_quads, l.group_shift) })
-        } else {
-            (RowPtrs { w: w as *const Quad, s: sc, b: bi, first_g: 0 }, Batch::EMPTY)
-        };
-        crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
-            if pass[p] < slots {
-                let a = unsafe { self.act.add(pass[p] as usize * self.dff as usize) };
-                unsafe { stage::<f32, BITS>(a, self.dff, lds.add(p * stride)) };
-            }
-        });
-        if n_rows == 0 {
-            return;
-        }
-        let mut acc = [0.0f32; DOWN_PASS_SLOTS as usize];
-        loop {
-            let (ni, nj) = if j + 1 < batches { (i, j + 1) } else { (i + 1, 0) };
-            let more = ni < n_rows;
-            let next_rp =
-                if nj == 0 && more { unsafe { RowPtrs::new::<PAIRED>(w, sc, bi, row_of(ni), l) } } else { rp };
-            let next = if more {
-                unsafe { load_batch::<T, BITS, PAIRED>(next_rp, nj, lane, n_quads, l.group_shift) }
-            } else {
-                Batch::EMPTY
-            };
-            wave::schedule_fence();
-            crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
-                if pass[p] < slots {
-                    acc[p] = unsafe {
-                        batch_dot::<T, BITS, PAIRED>(&cur, lds.add(p * stride), rp.first_g, j, lane, n_quads, l.group_shift, acc[p])
-                    };
-                }
-            });
-            if nj == 0 {
-                crate::unroll!(p in 0..DOWN_PASS_SLOTS as usize, at most 4 => {
-                    if pass[p] < slots {
-                        let total = wave::wave_sum_f32(acc[p]);
-                        if lane == 0 {
-                            unsafe {
-                                let score = self.scores.add(pass[p] as usize).read();
-                                let out = self.part.add(pass[p] as usize * din as usize);
-                                out.add(row_of(i) as usize).write(score * total);
-                            }
-                        }
-                        acc[p] = 0.0;
-                    }
-                });
-            }
-            if !more {
-                break;
-            }
-            cur = next;
-            rp = next_rp;
-            i = ni;
-            j = nj;
         }
     }
 }
@@ -376,7 +189,7 @@ mod tests {
 
     use super::*;
     use crate::emulator::{LaunchConfig, launch};
-    use crate::geometry::moe::{WORKGROUP_SIZE, down_batch_workgroup_mem_bytes, workgroup_mem_bytes, workgroups};
+    use crate::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
     use crate::moe::moe_down;
     use crate::num::Bf16;
     use crate::vector::U32x4;
@@ -388,7 +201,7 @@ mod tests {
 
     /// `moe_down_batch` against `moe_down` with the same `TENSOR`: each
     /// token's `part` bit for bit `moe_down`'s of that token. Expert 0 is in
-    /// five slots (two passes of the f32 schedule), expert 2 in two.
+    /// five slots, expert 2 in two.
     fn down_batch_is_the_single_token_down<T: Elem, const TENSOR: bool>(bits: u32) {
         let (n_experts, m, k, din, dff, gs) = (3u32, 5u32, 2u32, 40u32, 352u32, 32u32);
         let mut r = 0x2545_F491_u32;
@@ -410,7 +223,7 @@ mod tests {
         let mut batch = std::vec![f32::NAN; (m * k * din) as usize];
         let (ip, ap, scp, pp) =
             (idx.as_ptr() as usize, act.as_ptr() as usize, scores.as_ptr() as usize, batch.as_mut_ptr() as usize);
-        emulate([workgroups(din), 1, m * k], down_batch_workgroup_mem_bytes(dff, bits), &|| unsafe {
+        emulate([workgroups(din), 1, m * k], workgroup_mem_bytes(dff, bits), &|| unsafe {
             moe_down_batch::<T, TENSOR>(
                 ip as _,
                 wp as _,
@@ -471,8 +284,7 @@ mod tests {
         down_batch_is_the_single_token_down::<Bf16, true>(4);
     }
 
-    /// The f32 schedule, several slots per pass: AMD's path at 4 and 8 bits,
-    /// and NVIDIA's at 8.
+    /// The f32 schedule: AMD's path at 4 and 8 bits, and NVIDIA's at 8.
     #[test]
     fn down_batch_f32_schedule_is_bit_for_bit_per_token() {
         down_batch_is_the_single_token_down::<f32, false>(4);
