@@ -699,8 +699,8 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_gateup_batch(
 
 /// [`mlxcel_amdgpu_moe_down`] for `m` tokens in one launch: `idx` and
 /// `scores [m, k]`, `act [m, k, dff]`, `part [m, k, din]` (f32); limits as
-/// for [`mlxcel_amdgpu_moe_gateup_batch`]. `shape.bits` 4 or 8; 6 only at
-/// `m = 1` (refused above it, naming `bits`).
+/// for [`mlxcel_amdgpu_moe_gateup_batch`]. `shape.bits` 4, 6 or 8 (6 runs
+/// `moe_down6` over the `m * k` flat slots).
 ///
 /// # Safety
 /// As for [`mlxcel_amdgpu_moe_down`], with the shapes above.
