@@ -16,10 +16,12 @@
 //!   caught panic, nor a backend error), and a failure has a message naming
 //!   the argument (`invalid argument `name`: ...`);
 //! - a valid call returns `OK`, with the result checked where a reference is
-//!   cheap (xielu bit for bit, moe_combine's sum, the MoE status word);
+//!   cheap (xielu bit for bit, the combines' sums, the MoE status word, the
+//!   block bit for bit the router and the batch launches it is made of);
 //! - a call with one defect is refused, naming the argument the defect is in;
 //! - the shape predicates (`*_supports`) agree with the launches, and
-//!   `mlxcel_amdgpu_moe_scratch_bytes` is exact or an error, never wrapped.
+//!   `mlxcel_amdgpu_moe_scratch_bytes` and `mlxcel_amdgpu_moe_block_scratch_bytes`
+//!   are exact or an error, never wrapped.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -288,9 +290,12 @@ pub fn run(data: &[u8]) {
     CPU.call_once(select_cpu);
     // Twelve cases by the first byte modulo 12, except its last four values
     // (252 = 21 * 12 keeps the twelve equally likely), which were added later
-    // and so leave most of the committed corpus selecting what it always did.
+    // and so leave most of the committed corpus selecting what it always did:
+    // 253 to 255 the router, and 252, which no committed input began with
+    // when the batch launches and the block came, those.
     match input.u8() {
-        252..=255 => moe_router(&mut input),
+        252 => moe_batch(&mut input),
+        253..=255 => moe_router(&mut input),
         b => match b % 12 {
             0 => xielu(&mut input),
             1 => add3(&mut input),
@@ -717,6 +722,352 @@ fn check_router(t: Dtype, bufs: &Buffers, x: &[u8], wr: &[u8], [m, e, k, din]: [
     }
 }
 
+/// The batch launches, the whole block and its scratch size, by the next byte.
+fn moe_batch(input: &mut Input) {
+    match input.u8() % 5 {
+        0 => moe_gateup_batch(input),
+        1 => moe_down_batch(input),
+        2 => moe_combine_batch(input),
+        3 => moe_block(input),
+        _ => block_scratch_bytes(input),
+    }
+}
+
+/// A token count: mostly 0 to 3, else 1, the limit, one past it or 2^32 - 1.
+fn tokens(input: &mut Input) -> u32 {
+    let most = MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS;
+    input.dim(3, &[0, 1, most, most + 1, u32::MAX])
+}
+
+/// Whether the batch launches take `m` tokens of `k` slots: `m = 1` is the
+/// single-token launch, which takes any `k` the shape does.
+fn batch_ok(m: u32, k: u32) -> bool {
+    (1..=MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS).contains(&m)
+        && (m == 1 || m as u64 * k as u64 <= MLXCEL_AMDGPU_MOE_MAX_BATCH_SLOTS as u64)
+}
+
+/// An activation code (or `norm_topk_prob`): mostly 0 or 1, sometimes not.
+fn code(input: &mut Input) -> u32 {
+    [0, 1, 0, 1, 0, 1, 2, u32::MAX][input.u8() as usize % 8]
+}
+
+/// Whether `m` tokens of `s` take the emulator too long: the gate, up and down
+/// products of every slot (about 2^21 took a second).
+fn experts_heavy(s: &MoeShape, m: u32) -> bool {
+    m as u128 * s.k as u128 * s.din as u128 * s.dff as u128 > 1 << 20
+}
+
+fn moe_gateup_batch(input: &mut Input) {
+    let dtype = input.dtype();
+    let size = dtype_of(dtype).map_or(4, Dtype::size);
+    let (s, valid) = moe_shape(input);
+    let m = tokens(input);
+    let activation = code(input);
+    let valid = valid && batch_ok(m, s.k);
+    let slots = m as u128 * s.k as u128;
+    let mut params = vec![p("x", size, m as u128 * s.din as u128), p("idx", 4, slots)];
+    params.extend(stack(&s, ["wg", "sg", "bg"], size, s.dff, s.din));
+    params.extend(stack(&s, ["wu", "su", "bu"], size, s.dff, s.din));
+    params.push(w("act", 4, slots * s.dff as u128, &[]));
+    params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
+    let mut bufs = Buffers::new(&params, input, valid, &[], experts_heavy(&s, m));
+    let want_status = fill_ids(&mut bufs, 1, slots.min(64) as u32, s.n_experts, input);
+    let ids_checked = slots <= 64 && bufs.storage_of(1) == Some(1);
+    let st = params.len() - 1;
+    bufs.storage[st][0] = 0;
+    let (stream, bad_stream) = stream_of(input);
+    // The activation is checked before the dtype.
+    let exp =
+        if activation > 1 { Err(vec!["activation"]) } else { expected(dtype, valid, true, &bufs, bad_stream, valid) };
+    let q = |i: usize| bufs.ptr(i);
+    let status = unsafe {
+        mlxcel_amdgpu_moe_gateup_batch(
+            dtype,
+            s,
+            m,
+            activation,
+            q(0),
+            q(1) as _,
+            q(2) as _,
+            q(3),
+            q(4),
+            q(5) as _,
+            q(6),
+            q(7),
+            q(8) as _,
+            q(9) as _,
+            stream,
+        )
+    };
+    check("moe_gateup_batch", status, &exp);
+    if status == MLXCEL_AMDGPU_OK && ids_checked && bufs.storage_of(st) == Some(st) {
+        assert_eq!(bufs.storage[st][0] as u32, want_status, "moe_gateup_batch status word for m {m}, {s:?}");
+    }
+}
+
+fn moe_down_batch(input: &mut Input) {
+    let dtype = input.dtype();
+    let size = dtype_of(dtype).map_or(4, Dtype::size);
+    let (s, valid) = moe_shape(input);
+    let m = tokens(input);
+    let valid = valid && batch_ok(m, s.k);
+    let slots = m as u128 * s.k as u128;
+    let mut params = vec![p("idx", 4, slots)];
+    params.extend(stack(&s, ["w2", "s2", "b2"], size, s.din, s.dff));
+    params.extend([p("act", 4, slots * s.dff as u128), p("scores", 4, slots)]);
+    params.push(w("part", 4, slots * s.din as u128, &[]));
+    params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
+    let mut bufs = Buffers::new(&params, input, valid, &[], experts_heavy(&s, m));
+    let want_status = fill_ids(&mut bufs, 0, slots.min(64) as u32, s.n_experts, input);
+    let ids_checked = slots <= 64 && bufs.storage_of(0) == Some(0);
+    let st = params.len() - 1;
+    bufs.storage[st][0] = 0;
+    let (stream, bad_stream) = stream_of(input);
+    let exp = expected(dtype, valid, true, &bufs, bad_stream, valid);
+    let q = |i: usize| bufs.ptr(i);
+    let status = unsafe {
+        mlxcel_amdgpu_moe_down_batch(
+            dtype,
+            s,
+            m,
+            q(0) as _,
+            q(1) as _,
+            q(2),
+            q(3),
+            q(4) as _,
+            q(5) as _,
+            q(6) as _,
+            q(7) as _,
+            stream,
+        )
+    };
+    check("moe_down_batch", status, &exp);
+    if status == MLXCEL_AMDGPU_OK && ids_checked && bufs.storage_of(st) == Some(st) {
+        assert_eq!(bufs.storage[st][0] as u32, want_status, "moe_down_batch status word for m {m}, {s:?}");
+    }
+}
+
+fn moe_combine_batch(input: &mut Input) {
+    let dtype = input.dtype();
+    let size = dtype_of(dtype).map_or(4, Dtype::size);
+    let k = input.dim(6, &[0, 1, MLXCEL_AMDGPU_MOE_MAX_K, MLXCEL_AMDGPU_MOE_MAX_K + 1, u32::MAX]);
+    let din = input.dim(600, &[0, 1, 1 << 31, u32::MAX]);
+    let m = tokens(input);
+    let (mm, kk, d) = (m as u128, k as u128, din as u128);
+    let params = [p("part", 4, mm * kk * d), w("out", size, mm * d, &[])];
+    let valid = batch_ok(m, k) && (1..=MLXCEL_AMDGPU_MOE_MAX_K).contains(&k) && din >= 1;
+    let bufs = Buffers::new(&params, input, valid, &[], false);
+    let (stream, bad_stream) = stream_of(input);
+    let exp = expected(dtype, valid, true, &bufs, bad_stream, valid);
+    let status = unsafe { mlxcel_amdgpu_moe_combine_batch(dtype, bufs.ptr(0) as _, bufs.ptr(1), m, k, din, stream) };
+    check("moe_combine_batch", status, &exp);
+    if status == MLXCEL_AMDGPU_OK && valid && (bufs.storage_of(0), bufs.storage_of(1)) == (Some(0), Some(1)) {
+        let t = dtype_of(dtype).unwrap();
+        let (m, k, din) = (m as usize, k as usize, din as usize);
+        let part = reference::from_le_bytes(Dtype::F32, &bufs.bytes_of(0, m * k * din * 4));
+        let got = reference::store_all(t, &reference::from_le_bytes(t, &bufs.bytes_of(1, m * din * size)));
+        for (at, &g) in got.iter().enumerate() {
+            let (tok, h) = (at / din, at % din);
+            let sum = (0..k).fold(0.0f32, |acc, j| acc + part[(tok * k + j) * din + h]);
+            let want = reference::store_all(t, &[sum])[0];
+            assert_eq!(g, want, "moe_combine_batch {t:?} m {m} k {k} din {din} token {tok} element {h}");
+        }
+    }
+}
+
+/// Whether the block takes `m` tokens of `s`, a shape `moe_shape` found
+/// valid: the router's limits and the batch launches'.
+fn block_ok(s: &MoeShape, m: u32) -> bool {
+    (1..=MLXCEL_AMDGPU_MOE_ROUTER_MAX_TOKENS).contains(&m)
+        && (1..=MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS).contains(&s.n_experts)
+        && (1..=MLXCEL_AMDGPU_MOE_ROUTER_MAX_K).contains(&s.k)
+        && s.k <= s.n_experts
+        && batch_ok(m, s.k)
+}
+
+/// The block's scratch as its contract lays it out: `logits [m, E]`, `ids`
+/// and `scores [m, K]`, `act [m, K, Dff]`, `part [m, K, Din]`, 4-byte
+/// elements, each on 256 bytes.
+fn block_scratch(s: &MoeShape, m: u32) -> u128 {
+    let (m, e, k) = (m as u128, s.n_experts as u128, s.k as u128);
+    let sizes = [m * e, m * k, m * k, m * k * s.dff as u128, m * k * s.din as u128];
+    sizes.iter().fold(0u128, |at, &n| at.next_multiple_of(256) + 4 * n)
+}
+
+fn moe_block(input: &mut Input) {
+    let dtype = input.dtype();
+    let size = dtype_of(dtype).map_or(4, Dtype::size);
+    let (s, valid) = moe_shape(input);
+    let m = tokens(input);
+    let (activation, norm) = (code(input), code(input));
+    let valid = valid && block_ok(&s, m);
+    let need = block_scratch(&s, m);
+    let (mm, din) = (m as u128, s.din as u128);
+    let mut params = vec![p("x", size, mm * din), p("wr", size, s.n_experts as u128 * din)];
+    params.extend(stack(&s, ["wg", "sg", "bg"], size, s.dff, s.din));
+    params.extend(stack(&s, ["wu", "su", "bu"], size, s.dff, s.din));
+    params.extend(stack(&s, ["w2", "s2", "b2"], size, s.din, s.dff));
+    params.push(w("out", size, mm * din, &[]));
+    params.push(w("scratch", 4, need.div_ceil(4), &[]));
+    params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
+    let mut bufs = Buffers::new(&params, input, valid, &[], experts_heavy(&s, m));
+    let (out, scratch, st) = (11, 12, 13);
+    bufs.storage[st][0] = 0;
+    // The length of the scratch: what it needs, or one byte less (refused).
+    let short = input.u8().is_multiple_of(8);
+    let scratch_len = if short { need.saturating_sub(1) } else { need }.min(usize::MAX as u128) as usize;
+    let (stream, bad_stream) = stream_of(input);
+    // The dtype, the activation and `norm_topk_prob` are checked first, in that order.
+    let exp = if dtype_of(dtype).is_none() {
+        Err(vec!["dtype"])
+    } else if activation > 1 {
+        Err(vec!["activation"])
+    } else if norm > 1 {
+        Err(vec!["norm_topk_prob"])
+    } else {
+        let mut exp = expected(dtype, valid, true, &bufs, bad_stream, valid);
+        if let (Err(names), Some(_)) = (&mut exp, bufs.refused) {
+            // The router's outputs, act and part live in the scratch: a defect
+            // there, or an overlap with it, may be named by any of them.
+            names.extend(["scratch", "logits", "ids", "scores", "idx", "act", "part"]);
+        } else if short && valid {
+            // The length is checked before every pointer but the scratch's own.
+            exp = Err(vec!["scratch"]);
+        }
+        exp
+    };
+    let q = |i: usize| bufs.ptr(i);
+    let status = unsafe {
+        mlxcel_amdgpu_moe_block(
+            dtype,
+            s,
+            m,
+            activation,
+            norm,
+            q(0),
+            q(1),
+            q(2) as _,
+            q(3),
+            q(4),
+            q(5) as _,
+            q(6),
+            q(7),
+            q(8) as _,
+            q(9),
+            q(10),
+            q(out),
+            q(scratch),
+            scratch_len,
+            q(st) as _,
+            stream,
+        )
+    };
+    check("moe_block", status, &exp);
+    let supported = mlxcel_amdgpu_moe_block_supports(dtype, s, m);
+    assert_eq!(supported, dtype_of(dtype).is_some() && valid, "moe_block supports({dtype}, {s:?}, {m})");
+    if status == MLXCEL_AMDGPU_OK && bufs.storage_of(out) == Some(out) {
+        let got = bufs.bytes_of(out, (mm * din) as usize * size);
+        let launches = block_launches(&bufs, dtype, s, m, [activation, norm]);
+        assert!(got == launches, "moe_block {dtype} m {m} {s:?}: not bit for bit its launches");
+        if bufs.storage_of(st) == Some(st) {
+            // Finite inputs give finite logits: every id the router picks is in range.
+            assert_eq!(bufs.storage[st][0] as u32, 0, "moe_block status word for m {m}, {s:?}");
+        }
+    }
+}
+
+/// The output of the router and the batch launches (the single-token ones at
+/// `m = 1`) on the block's inputs in `bufs`, through the C ABI: what a valid
+/// block must give bit for bit.
+fn block_launches(bufs: &Buffers, dtype: u32, s: MoeShape, m: u32, [activation, norm]: [u32; 2]) -> Vec<u8> {
+    let size = dtype_of(dtype).unwrap().size();
+    let (mm, e, k, din, dff) = (m as usize, s.n_experts as usize, s.k as usize, s.din as usize, s.dff as usize);
+    let (mut logits, mut scores) = (vec![0f32; mm * e], vec![0f32; mm * k]);
+    let mut ids = vec![0u32; mm * k];
+    let (mut act, mut part) = (vec![0f32; mm * k * dff], vec![0f32; mm * k * din]);
+    let bytes = mm * din * size;
+    let mut out = vec![0u32; bytes.div_ceil(4)];
+    let mut status = 0u32;
+    let q = |i: usize| bufs.ptr(i);
+    let null = std::ptr::null_mut();
+    unsafe {
+        let st = mlxcel_amdgpu_moe_router(
+            dtype,
+            q(0),
+            q(1),
+            logits.as_mut_ptr(),
+            ids.as_mut_ptr(),
+            scores.as_mut_ptr(),
+            m,
+            s.n_experts,
+            s.k,
+            s.din,
+            norm,
+            null,
+        );
+        check("block's moe_router", st, &Ok(()));
+        let st = mlxcel_amdgpu_moe_gateup_batch(
+            dtype,
+            s,
+            m,
+            activation,
+            q(0),
+            ids.as_ptr(),
+            q(2) as _,
+            q(3),
+            q(4),
+            q(5) as _,
+            q(6),
+            q(7),
+            act.as_mut_ptr(),
+            &mut status,
+            null,
+        );
+        check("block's moe_gateup_batch", st, &Ok(()));
+        let st = mlxcel_amdgpu_moe_down_batch(
+            dtype,
+            s,
+            m,
+            ids.as_ptr(),
+            q(8) as _,
+            q(9),
+            q(10),
+            act.as_ptr(),
+            scores.as_ptr(),
+            part.as_mut_ptr(),
+            &mut status,
+            null,
+        );
+        check("block's moe_down_batch", st, &Ok(()));
+        let st = mlxcel_amdgpu_moe_combine_batch(dtype, part.as_ptr(), out.as_mut_ptr() as _, m, s.k, s.din, null);
+        check("block's moe_combine_batch", st, &Ok(()));
+    }
+    assert_eq!(status, 0, "the block's launches: status word for m {m}, {s:?}");
+    out.iter().flat_map(|w| w.to_le_bytes()).take(bytes).collect()
+}
+
+fn block_scratch_bytes(input: &mut Input) {
+    let dtype = input.dtype();
+    let (s, valid) = moe_shape(input);
+    let m = tokens(input);
+    let valid = valid && block_ok(&s, m);
+    let supported = mlxcel_amdgpu_moe_block_supports(dtype, s, m);
+    assert_eq!(supported, dtype_of(dtype).is_some() && valid, "moe_block supports({dtype}, {s:?}, {m})");
+    let mut out = usize::MAX - 5;
+    let null = input.u8().is_multiple_of(8);
+    let ptr = if null { std::ptr::null_mut() } else { &mut out as *mut usize };
+    let status = unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(s, m, ptr) };
+    if null {
+        check("moe_block_scratch_bytes(NULL)", status, &Err(vec!["bytes"]));
+    } else if valid {
+        check("moe_block_scratch_bytes", status, &Ok(()));
+        assert_eq!(out as u128, block_scratch(&s, m), "moe_block_scratch_bytes({s:?}, {m})");
+    } else {
+        check("moe_block_scratch_bytes", status, &Err(vec![]));
+        assert_eq!(out, usize::MAX - 5, "a refused moe_block_scratch_bytes wrote");
+    }
+}
+
 fn scratch_bytes(input: &mut Input) {
     let edges = [0, 1, 6, 1 << 31, u32::MAX];
     let (k, din, dff) = (input.dim(8, &edges), input.dim(300, &edges), input.dim(300, &edges));
@@ -767,6 +1118,7 @@ fn predicates(input: &mut Input) {
         ("moe", mlxcel_amdgpu_moe_available),
         ("moe_gated", mlxcel_amdgpu_moe_gated_available),
         ("moe_router", mlxcel_amdgpu_moe_router_available),
+        ("moe_block", mlxcel_amdgpu_moe_block_available),
     ] {
         assert_eq!(f(dtype), ok, "{name}_available({dtype}) on the CPU backend");
     }

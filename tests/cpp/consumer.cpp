@@ -3,6 +3,7 @@
 // pointers are host pointers there). Exit status 0 means every check passed.
 #include "mlxcel_amdgpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -249,6 +250,145 @@ int main() {
                                               scratch.size(), &status, nullptr);
         CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "bits = 5: status %d", (int)st);
         std::printf("bits = 5 refused: %s\n", mlxcel_amdgpu_last_error());
+    }
+
+    // The gated experts for two tokens, f32, 8-bit, group size 32: E 4, K 2, Din 64, Dff 32, SwiGLU.
+    // The router and the batch launches against a plain loop, then the whole block, which must be
+    // those launches bit for bit, and the refusals the batch launches and the block add.
+    {
+        const uint32_t E = 4, K = 2, M = 2, Din = 64, Dff = 32, gs = 32;
+        MlxcelAmdgpuMoeShape shape = {E, K, Din, Dff, 8, gs};
+        // As above: value j of row r is code (r * 7 + j) % 256 (the gate's), (r * 5 + j) % 256 (the up's).
+        auto pack = [](uint32_t rows, uint32_t cols, uint32_t step) {
+            std::vector<uint32_t> w(rows * cols / 4);
+            for (uint32_t r = 0; r < rows; ++r)
+                for (uint32_t c = 0; c < cols; ++c) w[(r * cols + c) / 4] |= ((r * step + c) % 256u) << (8 * (c % 4));
+            return w;
+        };
+        std::vector<uint32_t> wg = pack(E * Dff, Din, 7), wu = pack(E * Dff, Din, 5), w2 = pack(E * Din, Dff, 7);
+        std::vector<float> sg(E * Dff * Din / gs), bg(sg.size()), su(sg.size()), bu(sg.size());
+        std::vector<float> s2(E * Din * Dff / gs), b2(s2.size());
+        for (size_t i = 0; i < sg.size(); ++i) {
+            sg[i] = 0.001f * (1 + i % 3);
+            bg[i] = -0.1f + 0.01f * (i % 5);
+            su[i] = 0.0015f * (1 + i % 2);
+            bu[i] = -0.15f + 0.02f * (i % 3);
+        }
+        for (size_t i = 0; i < s2.size(); ++i) { s2[i] = 0.002f * (1 + i % 2); b2[i] = -0.05f + 0.01f * (i % 7); }
+        std::vector<float> bx(M * Din), wr(E * Din);
+        for (uint32_t i = 0; i < M * Din; ++i) bx[i] = std::sin(0.1f * i + 0.5f * (i / Din));
+        for (uint32_t i = 0; i < E * Din; ++i) wr[i] = 0.05f * std::cos(0.37f * i);
+        auto weight = [&](const std::vector<uint32_t>& wq, const std::vector<float>& sc, const std::vector<float>& bi,
+                          uint32_t row, uint32_t col, uint32_t cols) {
+            uint32_t code = (wq[(row * cols + col) / 4] >> (8 * (col % 4))) & 0xFF;
+            return double(code) * sc[(row * cols + col) / gs] + bi[(row * cols + col) / gs];
+        };
+        // The reference: logits, the top K by probability (renormalized), SwiGLU, down, the scored sum.
+        std::vector<uint32_t> want_ids(M * K);
+        std::vector<double> want_scores(M * K), want_out(M * Din, 0.0);
+        for (uint32_t t = 0; t < M; ++t) {
+            std::vector<double> logit(E);
+            for (uint32_t e = 0; e < E; ++e) {
+                logit[e] = 0;
+                for (uint32_t i = 0; i < Din; ++i) logit[e] += double(bx[t * Din + i]) * wr[e * Din + i];
+            }
+            std::vector<bool> taken(E, false);
+            double sum = 0;
+            for (uint32_t j = 0; j < K; ++j) {
+                uint32_t best = E;
+                for (uint32_t e = 0; e < E; ++e)
+                    if (!taken[e] && (best == E || logit[e] > logit[best])) best = e;
+                taken[best] = true;
+                want_ids[t * K + j] = best;
+                want_scores[t * K + j] = std::exp(logit[best] - logit[want_ids[t * K]]);
+                sum += want_scores[t * K + j];
+            }
+            for (uint32_t j = 0; j < K; ++j) want_scores[t * K + j] /= sum;
+            for (uint32_t j = 0; j < K; ++j) {
+                uint32_t e = want_ids[t * K + j];
+                std::vector<double> act(Dff);
+                for (uint32_t f = 0; f < Dff; ++f) {
+                    double g = 0, u = 0;
+                    for (uint32_t i = 0; i < Din; ++i) {
+                        g += bx[t * Din + i] * weight(wg, sg, bg, e * Dff + f, i, Din);
+                        u += bx[t * Din + i] * weight(wu, su, bu, e * Dff + f, i, Din);
+                    }
+                    act[f] = g / (1 + std::exp(-g)) * u;
+                }
+                for (uint32_t h = 0; h < Din; ++h) {
+                    double part = 0;
+                    for (uint32_t f = 0; f < Dff; ++f) part += act[f] * weight(w2, s2, b2, e * Din + h, f, Dff);
+                    want_out[t * Din + h] += want_scores[t * K + j] * part;
+                }
+            }
+        }
+        CHECK(mlxcel_amdgpu_moe_block_available(MLXCEL_AMDGPU_F32), "moe block unavailable");
+        CHECK(mlxcel_amdgpu_moe_block_supports(MLXCEL_AMDGPU_F32, shape, M), "moe block of 2 tokens");
+        // The router, then the three batch launches.
+        std::vector<float> logits(M * E), scores(M * K), act(M * K * Dff), part(M * K * Din), out_b(M * Din);
+        std::vector<uint32_t> ids(M * K);
+        uint32_t status = 0;
+        st = mlxcel_amdgpu_moe_router(MLXCEL_AMDGPU_F32, bx.data(), wr.data(), logits.data(), ids.data(), scores.data(), M, E,
+                                      K, Din, 1, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK, "moe router: %s", mlxcel_amdgpu_last_error());
+        for (uint32_t s = 0; s < M * K; ++s) {
+            CHECK(ids[s] == want_ids[s], "router slot %u: expert %u, want %u", s, ids[s], want_ids[s]);
+            CHECK(std::fabs(scores[s] - want_scores[s]) < 1e-5, "router slot %u: score %g, want %g", s, scores[s],
+                  want_scores[s]);
+        }
+        st = mlxcel_amdgpu_moe_gateup_batch(MLXCEL_AMDGPU_F32, shape, M, 0, bx.data(), ids.data(), wg.data(), sg.data(),
+                                            bg.data(), wu.data(), su.data(), bu.data(), act.data(), &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe gateup batch: %s (status %u)", mlxcel_amdgpu_last_error(), status);
+        st = mlxcel_amdgpu_moe_down_batch(MLXCEL_AMDGPU_F32, shape, M, ids.data(), w2.data(), s2.data(), b2.data(), act.data(),
+                                          scores.data(), part.data(), &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe down batch: %s (status %u)", mlxcel_amdgpu_last_error(), status);
+        st = mlxcel_amdgpu_moe_combine_batch(MLXCEL_AMDGPU_F32, part.data(), out_b.data(), M, K, Din, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK, "moe combine batch: %s", mlxcel_amdgpu_last_error());
+        for (uint32_t i = 0; i < M * Din; ++i)
+            CHECK(std::fabs(want_out[i] - out_b[i]) < 1e-4 * (1 + std::fabs(want_out[i])), "moe batch out[%u]: got %g want %g",
+                  i, out_b[i], want_out[i]);
+        // The whole block: the same five launches, bit for bit.
+        size_t block_bytes = 0;
+        st = mlxcel_amdgpu_moe_block_scratch_bytes(shape, M, &block_bytes);
+        CHECK(st == MLXCEL_AMDGPU_OK && block_bytes > 0, "moe block scratch bytes: %s", mlxcel_amdgpu_last_error());
+        std::vector<float> block_scratch((block_bytes + 3) / 4), out_k(M * Din, -1.0f);
+        st = mlxcel_amdgpu_moe_block(MLXCEL_AMDGPU_F32, shape, M, 0, 1, bx.data(), wr.data(), wg.data(), sg.data(), bg.data(),
+                                     wu.data(), su.data(), bu.data(), w2.data(), s2.data(), b2.data(), out_k.data(),
+                                     block_scratch.data(), block_bytes, &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe block: %s (status %u)", mlxcel_amdgpu_last_error(), status);
+        CHECK(std::memcmp(out_k.data(), out_b.data(), out_b.size() * 4) == 0, "moe block: not bit for bit its launches");
+        // Refusals: a status and a message naming the argument, nothing written.
+        size_t untouched = 7;
+        st = mlxcel_amdgpu_moe_block_scratch_bytes(shape, MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS + 1, &untouched);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT && untouched == 7, "moe block scratch bytes of 9 tokens: status %d, %zu",
+              (int)st, untouched);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`m`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+        std::fill(out_k.begin(), out_k.end(), -1.0f);
+        st = mlxcel_amdgpu_moe_block(MLXCEL_AMDGPU_F32, shape, M, 0, 1, bx.data(), wr.data(), wg.data(), sg.data(), bg.data(),
+                                     wu.data(), su.data(), bu.data(), w2.data(), s2.data(), b2.data(), out_k.data(),
+                                     block_scratch.data(), block_bytes - 1, &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT && out_k[0] == -1.0f, "moe block, short scratch: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`scratch`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+        st = mlxcel_amdgpu_moe_gateup_batch(MLXCEL_AMDGPU_F32, shape, MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS + 1, 0, bx.data(),
+                                            ids.data(), wg.data(), sg.data(), bg.data(), wu.data(), su.data(), bu.data(),
+                                            act.data(), &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "moe gateup batch of 9 tokens: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`m`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+        MlxcelAmdgpuMoeShape six = shape;
+        six.bits = 6;
+        st = mlxcel_amdgpu_moe_down_batch(MLXCEL_AMDGPU_F32, six, MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS + 1, ids.data(),
+                                          w2.data(), s2.data(), b2.data(), act.data(), scores.data(), part.data(), &status,
+                                          nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "moe down batch, 6 bits of 9 tokens: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`m`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+        st = mlxcel_amdgpu_moe_combine_batch(MLXCEL_AMDGPU_F32, part.data(), out_b.data(), 0, K, Din, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "moe combine batch of 0 tokens: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`m`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+        MlxcelAmdgpuMoeShape wide = shape;
+        wide.k = MLXCEL_AMDGPU_MOE_ROUTER_MAX_K + 1;
+        wide.n_experts = 64;
+        CHECK(!mlxcel_amdgpu_moe_block_supports(MLXCEL_AMDGPU_F32, wide, M), "moe block: top-17 is past the router");
+        std::printf("moe block of %u tokens: bit for bit its launches\n", M);
     }
 
     // Error paths: nothing launched, a status and a message naming the argument.

@@ -14,8 +14,10 @@
 //! slots `t * K + j`: NaN rows, and `1 + t * K + j` of the first bad slot in
 //! the status word.
 
-use kernels_device::args::MAX_PARAMS;
-use kernels_device::entry::{MoeCombineBatch, MoeDownBatch, MoeGateUpBatch};
+use kernels_device::args::{KernelSpec, MAX_PARAMS};
+use kernels_device::entry::{
+    MoeCombineBatch, MoeDownBatch, MoeGateUpBatch, moe_combine_batch_f32, moe_down_batch_f32, moe_gateup_batch_f32,
+};
 pub use kernels_device::entry::{MoeCombineBatchArgs, MoeDownBatchArgs, MoeGateUpBatchArgs};
 use kernels_device::geometry::moe::SIX_BITS;
 pub use kernels_device::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS};
@@ -103,12 +105,24 @@ fn without_m(capacity: Capacity, m_at: usize) -> ([Option<usize>; MAX_PARAMS], u
     (out, n)
 }
 
-/// Where `m` is among a batch kernel's parameters.
-fn m_index(kernel: &str) -> usize {
-    kernels_device::entry::spec(kernel)
-        .and_then(|s| s.params.iter().position(|p| p.name == "m"))
-        .expect("every batch kernel takes m")
+/// Where `m` is among the parameters of `spec`, a batch kernel's declaration:
+/// evaluated at compile time (a batch family without `m` does not build).
+const fn m_index(spec: &KernelSpec) -> usize {
+    let mut i = 0;
+    while i < spec.params.len() {
+        let name = spec.params[i].name.as_bytes();
+        if name.len() == 1 && name[0] == b'm' {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("every batch kernel takes m")
 }
+
+// The instances of a family share its parameters: the f32 one stands for all three.
+const GATEUP_BATCH_M: usize = m_index(&moe_gateup_batch_f32::SPEC);
+const DOWN_BATCH_M: usize = m_index(&moe_down_batch_f32::SPEC);
+const COMBINE_BATCH_M: usize = m_index(&moe_combine_batch_f32::SPEC);
 
 impl CheckedArgs for MoeGateUpBatchArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
@@ -152,7 +166,7 @@ impl CheckedArgs for MoeGateUpBatchArgs {
                 group_size,
                 status,
             };
-            let (held, n) = without_m(capacity, m_index("moe_gateup_batch_f32"));
+            let (held, n) = without_m(capacity, GATEUP_BATCH_M);
             return single.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, GATEUP_BATCH_KERNEL, dtype)?;
@@ -204,7 +218,7 @@ impl CheckedArgs for MoeDownBatchArgs {
                 group_size,
                 status,
             };
-            let (held, n) = without_m(capacity, m_index("moe_down_batch_f32"));
+            let (held, n) = without_m(capacity, DOWN_BATCH_M);
             return single.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, DOWN_BATCH_KERNEL, dtype)?;
@@ -221,7 +235,7 @@ impl CheckedArgs for MoeCombineBatchArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         let MoeCombineBatchArgs { part, out, m, k, din } = self;
         if m == 1 {
-            let (held, n) = without_m(capacity, m_index("moe_combine_batch_f32"));
+            let (held, n) = without_m(capacity, COMBINE_BATCH_M);
             return MoeCombineArgs { part, out, k, din }.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, COMBINE_BATCH_KERNEL, dtype)?;
