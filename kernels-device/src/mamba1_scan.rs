@@ -333,30 +333,10 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let seq_first = b * len * dm;
         let (y_c, dsk) = (y.add(seq_first + d), dskip.add(d).read().to_f32());
         let (dt_c, x_c) = (dt.add(d), x.add(d));
-        // Without staging, each lane loads its channel's dt and x. The values
-        // stay as loaded (T) until after the schedule fence: a widening there
-        // would wait for the load at once.
-        let load_dt_x = |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
-            let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
-            crate::unroll!(k in 0..UNROLL => {
-                let at = wave::uniform_usize(seq_first + (t + k) * dm);
-                dtv[k] = dt_c.add(at).read();
-                xv[k] = x_c.add(at).read();
-            });
-            (dtv, xv)
-        };
+        let load_dt_x = dt_x_loader(&dt_c, &x_c, &seq_first, &dm);
         // B and C are [B, L, N]: this batch's row t starts at t * n.
         let bc_first = b * len * n;
-        // One step's B or C at this lane's columns, straight from memory (the
-        // one-step loop).
-        let row = |c: *const T, t: usize| -> [f32; COLS] {
-            let start = c.add(wave::uniform_usize(bc_first + t * n) + col_lo);
-            let mut v = [0.0f32; COLS];
-            crate::unroll!(j in 0..COLS, at most 8 => {
-                v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
-            });
-            v
-        };
+        let row = row_reader::<T, MASKED>(&bc_first, &n, &col_lo, &offset);
 
         // The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N
         // consecutive values each, which the wave loads together (each lane
@@ -372,29 +352,10 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
             .add(wave::wave_id() as usize * MAP.staged_floats_per_wave() as usize);
         let (bm_lane, cm_lane) = (bm.add(lane as usize), cm.add(lane as usize));
-        let load_stage = |t: usize| -> ([T; STAGE], [T; STAGE]) {
-            let first = wave::uniform_usize(bc_first + t * n);
-            let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
-            crate::unroll!(m in 0..STAGE => {
-                if m < per_lane {
-                    bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
-                    cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
-                }
-            });
-            (bv, cv)
-        };
-        // One value at a staged float. With `stages_dt_x`, a bf16's bits go over
-        // the float's low half, which this lane zeroed before the loop and which
-        // nothing else writes: the float is the value widened, with no
-        // instruction (only bf16's bits are the top half of its f32).
+        let load_stage = stage_loader(&bc_first, &n, &bm, &cm, &per_lane, &bm_lane, &cm_lane);
+        // `stager`'s: a bf16's bits go over a zeroed float's low half.
         let top_half = MAP.stages_dt_x && T::WIDENS_AS_TOP_HALF;
-        let stage_at = |at: *mut f32, v: T| {
-            if top_half {
-                (at as *mut u16).add(1).write(v.to_bits_u32() as u16);
-            } else {
-                at.write(v.to_f32());
-            }
-        };
+        let stage_at = stager::<T>(&top_half);
         if top_half && chunks > 0 {
             zero_bc_floats(staged, lane, per_lane, n);
         }
@@ -423,28 +384,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 dtx_at[m] = (array * chans + c) * UNROLL + k;
             }
         });
-        let load_dtx = |t: usize| -> [T; DTX_STAGE] {
-            let mut v = [T::from_bits_u32(0); DTX_STAGE];
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    v[m] = dtx_src[m].add(wave::uniform_usize(t * dm)).read();
-                }
-            });
-            v
-        };
-        let read_dtx = || -> ([f32; UNROLL], [f32; UNROLL]) {
-            let c = (lane / LANES) as usize;
-            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-            crate::unroll!(h in 0..2 => {
-                let d4 = (dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
-                let x4 = (dtx_staged.add((chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
-                crate::unroll!(j in 0..4 => {
-                    dtv[4 * h + j] = d4[j];
-                    xv[4 * h + j] = x4[j];
-                });
-            });
-            (dtv, xv)
-        };
+        let load_dtx = dtx_loader(&dtx_per_lane, &dtx_src, &dm);
+        let read_dtx = dtx_reader::<LANES>(&lane, &dtx_staged, &chans);
 
         // Zeroed apart from B and C's floats: in one loop with theirs, LLVM ordered
         // the chunk otherwise and ptxas's schedule of it was slower
@@ -452,44 +393,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         if top_half && chunks > 0 {
             zero_dtx_floats(dtx_staged, &dtx_at, dtx_per_lane);
         }
-        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| {
-            // Every lane has read the previous chunk's values.
-            wave::sync_lanes();
-            crate::unroll!(m in 0..STAGE => {
-                if m < per_lane {
-                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
-                    stage_at(staged.add(e), bv[m]);
-                    stage_at(staged.add(UNROLL * n + e), cv[m]);
-                }
-            });
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
-                }
-            });
-            wave::sync_lanes();
-        };
-        // Step k's columns of B (or C, at `UNROLL * n`): aligned to 4 * COLS
-        // bytes (16 at most), as col0 and n are multiples of COLS.
-        let staged_row = |base: usize, k: usize| -> [f32; COLS] {
-            let at = staged.add(base + k * n + col0);
-            let mut v = [0.0f32; COLS];
-            if COLS >= 4 {
-                let p = at as *const F32x4;
-                crate::unroll!(h in 0..COLS / 4, at most 2 => {
-                    let four = p.add(h).read().0;
-                    crate::unroll!(j in 0..4 => {
-                        v[4 * h + j] = four[j];
-                    });
-                });
-            } else {
-                let two = (at as *const F32x2).read().0;
-                crate::unroll!(j in 0..2 => {
-                    v[j] = two[j];
-                });
-            }
-            v
-        };
+        let store_stage = stage_storer(&per_lane, &lane, &stage_at, &staged, &n, &dtx_per_lane, &dtx_staged, &dtx_at);
+        let staged_row = staged_row_reader(&staged, &n, &col0);
 
         // Phase: the L2 prefetch's plan. Inline: as a function returning its
         // three values, it changed the PTX.
@@ -513,12 +418,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let pf_on = starts_line(pf_array(dt, x));
         // The first row of the last full pair: every row asked for is below L.
         let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
-        let prefetch = |t: usize| {
-            let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(last_start));
-            if pf_on {
-                wave::prefetch_l2((pf_first + at * dm * size_of::<T>()) as *const u8);
-            }
-        };
+        let prefetch = prefetcher::<T>(&last_start, &pf_on, &pf_first, &dm);
         let mut t = 0usize;
         let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
         if chunks > 0 {
@@ -618,6 +518,227 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
 
         if channel_ok {
             store_state(state_out, state_at, &s, &offset, &valid);
+        }
+    }
+}
+
+// The closures of `scan`'s time loop. Each is built by a function of its own
+// from references to the kernel's locals, so that it is the same closure as one
+// written in the body (capturing those locals by reference): as methods of a
+// struct holding the same values, or references to them, they changed the
+// generated code.
+
+/// Without staging, each lane loads its channel's dt and x of the chunk at
+/// step `t`. The values stay as loaded (T) until after the schedule fence: a
+/// widening there would wait for the load at once.
+#[inline(always)]
+fn dt_x_loader<'a, T: Elem>(
+    dt_c: &'a *const T,
+    x_c: &'a *const T,
+    seq_first: &'a usize,
+    dm: &'a usize,
+) -> impl Fn(usize) -> ([T; UNROLL], [T; UNROLL]) + 'a {
+    move |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
+        unsafe {
+            let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
+            crate::unroll!(k in 0..UNROLL => {
+                let at = wave::uniform_usize(*seq_first + (t + k) * *dm);
+                dtv[k] = dt_c.add(at).read();
+                xv[k] = x_c.add(at).read();
+            });
+            (dtv, xv)
+        }
+    }
+}
+
+/// One step's B or C at this lane's columns, straight from memory (the
+/// one-step loop).
+#[inline(always)]
+fn row_reader<'a, T: Elem, const MASKED: bool>(
+    bc_first: &'a usize,
+    n: &'a usize,
+    col_lo: &'a usize,
+    offset: &'a [usize; COLS],
+) -> impl Fn(*const T, usize) -> [f32; COLS] + 'a {
+    move |c: *const T, t: usize| -> [f32; COLS] {
+        unsafe {
+            let start = c.add(wave::uniform_usize(*bc_first + t * *n) + *col_lo);
+            let mut v = [0.0f32; COLS];
+            crate::unroll!(j in 0..COLS, at most 8 => {
+                v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
+            });
+            v
+        }
+    }
+}
+
+/// This lane's values of B and C of the chunk at step `t`, as loaded (lane
+/// `l` loads values `l + 32 m` of each).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn stage_loader<'a, T: Elem>(
+    bc_first: &'a usize,
+    n: &'a usize,
+    bm: &'a *const T,
+    cm: &'a *const T,
+    per_lane: &'a usize,
+    bm_lane: &'a *const T,
+    cm_lane: &'a *const T,
+) -> impl Fn(usize) -> ([T; STAGE], [T; STAGE]) + 'a {
+    move |t: usize| -> ([T; STAGE], [T; STAGE]) {
+        unsafe {
+            let first = wave::uniform_usize(*bc_first + t * *n);
+            let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
+            crate::unroll!(m in 0..STAGE => {
+                if m < *per_lane {
+                    bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
+                    cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
+                }
+            });
+            (bv, cv)
+        }
+    }
+}
+
+/// One value at a staged float. With `stages_dt_x`, a bf16's bits go over
+/// the float's low half, which this lane zeroed before the loop and which
+/// nothing else writes (`top_half`): the float is the value widened, with no
+/// instruction (only bf16's bits are the top half of its f32).
+#[inline(always)]
+fn stager<T: Elem>(top_half: &bool) -> impl Fn(*mut f32, T) + '_ {
+    move |at: *mut f32, v: T| unsafe {
+        if *top_half {
+            (at as *mut u16).add(1).write(v.to_bits_u32() as u16);
+        } else {
+            at.write(v.to_f32());
+        }
+    }
+}
+
+/// With `stages_dt_x`, this lane's values of dt and x of the chunk at step
+/// `t`, as loaded (from `dtx_src`).
+#[inline(always)]
+fn dtx_loader<'a, T: Elem>(
+    dtx_per_lane: &'a usize,
+    dtx_src: &'a [*const T; DTX_STAGE],
+    dm: &'a usize,
+) -> impl Fn(usize) -> [T; DTX_STAGE] + 'a {
+    move |t: usize| -> [T; DTX_STAGE] {
+        unsafe {
+            let mut v = [T::from_bits_u32(0); DTX_STAGE];
+            crate::unroll!(m in 0..DTX_STAGE => {
+                if m < *dtx_per_lane {
+                    v[m] = dtx_src[m].add(wave::uniform_usize(t * *dm)).read();
+                }
+            });
+            v
+        }
+    }
+}
+
+/// With `stages_dt_x`, the lane's channel's staged dt and x of the chunk's 8
+/// steps, in four 16-byte loads.
+#[inline(always)]
+fn dtx_reader<'a, const LANES: u32>(
+    lane: &'a u32,
+    dtx_staged: &'a *mut f32,
+    chans: &'a usize,
+) -> impl Fn() -> ([f32; UNROLL], [f32; UNROLL]) + 'a {
+    move || -> ([f32; UNROLL], [f32; UNROLL]) {
+        unsafe {
+            let c = (*lane / LANES) as usize;
+            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+            crate::unroll!(h in 0..2 => {
+                let d4 = (dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
+                let x4 = (dtx_staged.add((*chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
+                crate::unroll!(j in 0..4 => {
+                    dtv[4 * h + j] = d4[j];
+                    xv[4 * h + j] = x4[j];
+                });
+            });
+            (dtv, xv)
+        }
+    }
+}
+
+/// Stages this lane's loaded values of the next chunk (B and C at `staged`,
+/// dt and x at `dtx_staged`), once every lane has read the previous chunk's.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn stage_storer<'a, T: Elem>(
+    per_lane: &'a usize,
+    lane: &'a u32,
+    stage_at: &'a impl Fn(*mut f32, T),
+    staged: &'a *mut f32,
+    n: &'a usize,
+    dtx_per_lane: &'a usize,
+    dtx_staged: &'a *mut f32,
+    dtx_at: &'a [usize; DTX_STAGE],
+) -> impl Fn(([T; STAGE], [T; STAGE]), [T; DTX_STAGE]) + 'a {
+    move |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| unsafe {
+        // Every lane has read the previous chunk's values.
+        wave::sync_lanes();
+        crate::unroll!(m in 0..STAGE => {
+            if m < *per_lane {
+                let e = *lane as usize + m * wave::WAVE_SIZE as usize;
+                stage_at(staged.add(e), bv[m]);
+                stage_at(staged.add(UNROLL * *n + e), cv[m]);
+            }
+        });
+        crate::unroll!(m in 0..DTX_STAGE => {
+            if m < *dtx_per_lane {
+                stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
+            }
+        });
+        wave::sync_lanes();
+    }
+}
+
+/// Step k's columns of B (or C, at `UNROLL * n`) from the staging area:
+/// aligned to 4 * COLS bytes (16 at most), as col0 and n are multiples of COLS.
+#[inline(always)]
+fn staged_row_reader<'a>(
+    staged: &'a *mut f32,
+    n: &'a usize,
+    col0: &'a usize,
+) -> impl Fn(usize, usize) -> [f32; COLS] + 'a {
+    move |base: usize, k: usize| -> [f32; COLS] {
+        unsafe {
+            let at = staged.add(base + k * *n + *col0);
+            let mut v = [0.0f32; COLS];
+            if COLS >= 4 {
+                let p = at as *const F32x4;
+                crate::unroll!(h in 0..COLS / 4, at most 2 => {
+                    let four = p.add(h).read().0;
+                    crate::unroll!(j in 0..4 => {
+                        v[4 * h + j] = four[j];
+                    });
+                });
+            } else {
+                let two = (at as *const F32x2).read().0;
+                crate::unroll!(j in 0..2 => {
+                    v[j] = two[j];
+                });
+            }
+            v
+        }
+    }
+}
+
+/// Asks L2 for the wave's dt or x (this lane's row, from `pf_first`)
+/// `PREFETCH_CHUNKS` chunks past step `t`, clamped to the last full pair's
+/// first row; only where `pf_on`.
+#[inline(always)]
+fn prefetcher<'a, T>(
+    last_start: &'a usize,
+    pf_on: &'a bool,
+    pf_first: &'a usize,
+    dm: &'a usize,
+) -> impl Fn(usize) + 'a {
+    move |t: usize| {
+        let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(*last_start));
+        if *pf_on {
+            wave::prefetch_l2((*pf_first + at * *dm * size_of::<T>()) as *const u8);
         }
     }
 }
