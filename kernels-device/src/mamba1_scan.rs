@@ -406,15 +406,11 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // for the whole sequence: a miss costs only time).
         let pf_rows = 2 * UNROLL;
         let pf_row = lane as usize % pf_rows;
-        let pf_array =
-            |dt_side: *const T, x_side: *const T| if lane as usize / pf_rows == 0 { dt_side } else { x_side };
+        let pf_array = pf_chooser::<T>(&lane, &pf_rows);
         // `wrapping_add`: for L below 16 (no pair, so no prefetch) the row may
         // lie past the tensor; the rows asked for are clamped below L.
         let pf_first = pf_array(dt_c, x_c).wrapping_add(seq_first + pf_row * dm) as usize;
-        let starts_line = |p: *const T| {
-            let at = p.add(seq_first + wave_first as usize) as usize;
-            wave_first == 0 || at / 128 != (at - per_wave as usize * size_of::<T>()) / 128
-        };
+        let starts_line = line_starter::<T>(&seq_first, &wave_first, &per_wave);
         let pf_on = starts_line(pf_array(dt, x));
         // The first row of the last full pair: every row asked for is below L.
         let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
@@ -740,6 +736,23 @@ fn prefetcher<'a, T>(
         if *pf_on {
             wave::prefetch_l2((*pf_first + at * *dm * size_of::<T>()) as *const u8);
         }
+    }
+}
+
+/// Of two pointers, the one into dt (`dt_side`) for lanes 0-15 and the one
+/// into x (`x_side`) for lanes 16-31: the array this lane asks L2 for.
+#[inline(always)]
+fn pf_chooser<'a, T>(lane: &'a u32, pf_rows: &'a usize) -> impl Fn(*const T, *const T) -> *const T + 'a {
+    move |dt_side: *const T, x_side: *const T| if *lane as usize / *pf_rows == 0 { dt_side } else { x_side }
+}
+
+/// Whether the wave's channels of row 0 of the array at `p` start a 128-byte
+/// line, apart from the previous wave's (or are the first wave's).
+#[inline(always)]
+fn line_starter<'a, T>(seq_first: &'a usize, wave_first: &'a u64, per_wave: &'a u32) -> impl Fn(*const T) -> bool + 'a {
+    move |p: *const T| unsafe {
+        let at = p.add(*seq_first + *wave_first as usize) as usize;
+        *wave_first == 0 || at / 128 != (at - *per_wave as usize * size_of::<T>()) / 128
     }
 }
 
