@@ -283,6 +283,68 @@ struct Scan<T> {
     n: u32,
 }
 
+/// The chunk at step `t` of [`scan`], a macro over the kernel's locals (named
+/// in its arguments): as an `#[inline(always)]` function taking the loop's
+/// closures by reference and its carried values through `&mut`, it changed the
+/// generated code. With `stages_dt_x` its dt and x come from the staging area;
+/// otherwise from `$cur`, and the next chunk's go into `$next`. It loads the
+/// next chunk's inputs (if `$more`; otherwise this chunk's again, loaded and
+/// not used, so that no branch joins after the loads), asks L2 for dt and x
+/// ahead (if `$prefetch`; after the loads, where it cost the least on an H200),
+/// scans, stores y, and stages the next chunk.
+macro_rules! scan_chunk {
+    (
+        $cur:expr, $next:ident, $more:expr, $prefetch:expr;
+        $t:ident, $s:ident, $a2:ident, $valid:ident, $n:ident, $dsk:ident, $sub:ident, $channel_ok:ident, $y_c:ident, $dm:ident;
+        $read_dtx:ident, $load_dt_x:ident, $load_dtx:ident, $load_stage:ident, $prefetch_l2:ident, $staged_row:ident, $store_stage:ident
+    ) => {{
+        let cur = $cur;
+        let ahead = if $more { $t + UNROLL } else { $t };
+        let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+        if MAP.stages_dt_x {
+            (dtv, xv) = $read_dtx();
+        } else {
+            $next = $load_dt_x(ahead);
+        }
+        let next_dtx = $load_dtx(ahead);
+        let next_stage = $load_stage(ahead);
+        if $prefetch {
+            $prefetch_l2($t);
+        }
+        wave::schedule_fence();
+        // Phases: widen dt and x, then the chunk's 8 steps. Inline: either
+        // as a function changed the AMD code.
+        if !MAP.stages_dt_x {
+            crate::unroll!(k in 0..UNROLL => {
+                dtv[k] = cur.0[k].to_f32();
+                xv[k] = cur.1[k].to_f32();
+            });
+        }
+        let mut q = [0.0f32; UNROLL];
+        crate::unroll!(k in 0..UNROLL => {
+            // Two steps' B and C at a time: the scheduler would otherwise
+            // read all 8 steps' first (128 registers with eight columns).
+            if k.is_multiple_of(2) && k > 0 {
+                wave::schedule_fence();
+            }
+            q[k] = step(&mut $s, &$a2, &$valid, dtv[k], xv[k], &$staged_row(0, k), &$staged_row(UNROLL * $n, k));
+        });
+        // The 8 totals, transposed: this lane stores `kept` of the steps (with
+        // 16 lanes, two lanes hold each total: the even one stores it).
+        let mut xd = [0.0f32; UNROLL];
+        crate::unroll!(k in 0..UNROLL => {
+            xd[k] = xv[k] * $dsk;
+        });
+        let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, $sub);
+        let kept = (UNROLL / LANES as usize).max(1);
+        if $channel_ok && (LANES <= 8 || $sub & (LANES / 16) == 0) {
+            store_y($y_c, $t + first_step, $dm, kept, &totals, &xd_kept);
+        }
+        $store_stage(next_stage, next_dtx);
+        $t += UNROLL;
+    }};
+}
+
 /// [`mamba1_scan`] with `LANES` lanes per channel; `MASKED`: some of the
 /// lanes' columns are past N.
 #[inline(always)]
@@ -423,80 +485,29 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             }
             store_stage(load_stage(0), load_dtx(0));
         }
-        // The chunk at step `t`. With `stages_dt_x` its dt and x come from the
-        // staging area; otherwise from `$cur`, and the next chunk's go into
-        // `$next`. It loads the next chunk's inputs (if `$more`; otherwise this
-        // chunk's again, loaded and not used, so that no branch joins after the
-        // loads), asks L2 for dt and x ahead (if `$prefetch`; after the loads,
-        // where it cost the least on an H200), scans, stores y, and stages the
-        // next chunk.
-        macro_rules! scan_chunk {
-            ($cur:expr, $next:ident, $more:expr) => {
-                scan_chunk!($cur, $next, $more, false)
+        // One chunk ([`scan_chunk!`]) with this kernel's locals.
+        macro_rules! chunk {
+            ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {
+                scan_chunk!($cur, $next, $more, $prefetch; t, s, a2, valid, n, dsk, sub, channel_ok, y_c, dm;
+                    read_dtx, load_dt_x, load_dtx, load_stage, prefetch, staged_row, store_stage)
             };
-            ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {{
-                let cur = $cur;
-                let ahead = if $more { t + UNROLL } else { t };
-                let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-                if MAP.stages_dt_x {
-                    (dtv, xv) = read_dtx();
-                } else {
-                    $next = load_dt_x(ahead);
-                }
-                let next_dtx = load_dtx(ahead);
-                let next_stage = load_stage(ahead);
-                if $prefetch {
-                    prefetch(t);
-                }
-                wave::schedule_fence();
-                // Phases: widen dt and x, then the chunk's 8 steps. Inline: either
-                // as a function changed the AMD code.
-                if !MAP.stages_dt_x {
-                    crate::unroll!(k in 0..UNROLL => {
-                        dtv[k] = cur.0[k].to_f32();
-                        xv[k] = cur.1[k].to_f32();
-                    });
-                }
-                let mut q = [0.0f32; UNROLL];
-                crate::unroll!(k in 0..UNROLL => {
-                    // Two steps' B and C at a time: the scheduler would otherwise
-                    // read all 8 steps' first (128 registers with eight columns).
-                    if k.is_multiple_of(2) && k > 0 {
-                        wave::schedule_fence();
-                    }
-                    q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
-                });
-                // The 8 totals, transposed: this lane stores `kept` of the steps (with
-                // 16 lanes, two lanes hold each total: the even one stores it).
-                let mut xd = [0.0f32; UNROLL];
-                crate::unroll!(k in 0..UNROLL => {
-                    xd[k] = xv[k] * dsk;
-                });
-                let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
-                let kept = (UNROLL / LANES as usize).max(1);
-                if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
-                    store_y(y_c, t + first_step, dm, kept, &totals, &xd_kept);
-                }
-                store_stage(next_stage, next_dtx);
-                t += UNROLL;
-            }};
         }
         // Two chunks an iteration where the mapping says so (the prefetch runs
         // once a pair).
         if MAP.chunks_per_iteration == 2 {
             let mut other = next;
             for pair in 0..chunks / 2 {
-                scan_chunk!(next, other, true, true);
-                scan_chunk!(other, next, 2 * pair + 2 < chunks);
+                chunk!(next, other, true, true);
+                chunk!(other, next, 2 * pair + 2 < chunks, false);
             }
             // The last chunk of an odd count: a loop rather than an `if`, as the
             // inputs it loads are never read, which the lint flags after an `if`.
             for _ in 0..chunks % 2 {
-                scan_chunk!(next, next, false);
+                chunk!(next, next, false, false);
             }
         } else {
             for chunk in 0..chunks {
-                scan_chunk!(next, next, chunk + 1 < chunks);
+                chunk!(next, next, chunk + 1 < chunks, false);
             }
         }
         // Phase: the last len % UNROLL steps, the same operations one step at a
