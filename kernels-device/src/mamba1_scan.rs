@@ -354,7 +354,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let per_wave = wave::WAVE_SIZE / LANES;
     let wave_first =
         wave::workgroup_id_x() as u64 * MAP.channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
-    // Uniform over the wave: the whole wave leaves.
+    // Phase: the early exit, uniform over the wave: the whole wave leaves.
+    // Inline: as a function returning the condition, it changed the code.
     if b >= batch
         || wave_first >= dm as u64
         || len == 0
@@ -376,8 +377,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let n = if MASKED { n } else { COLS as u32 * LANES };
     let (b, len, dm, n) = (b as usize, len as usize, dm as usize, n as usize);
 
-    // This lane's columns: `col0 + j`; past N a column reads column `col_lo`
-    // instead (the lane's first column, or N - 1), so every load is in bounds.
+    // Phase: this lane's columns, `col0 + j`; past N a column reads column
+    // `col_lo` instead (the lane's first column, or N - 1), so every load is in bounds.
     let col0 = sub as usize * COLS;
     let col_lo = col0.min(n - 1);
     let mut offset = [0usize; COLS];
@@ -385,10 +386,13 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     columns::<MASKED>(&mut offset, &mut valid, col0, col_lo, n);
 
     unsafe {
+        // Phase: the columns' `A log2 e` and initial states.
         let mut a2 = [0.0f32; COLS];
         let mut s = [0.0f32; COLS];
         let state_at = (b * dm + d) * n + col_lo;
         load_state(&mut a2, &mut s, a, state_in, d * n + col_lo, state_at, &offset, &valid);
+        // Phase: the time loop's closures, each built by a function below from
+        // references to these locals (see `dt_x_loader`).
         // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
         // offset is computed once for the wave (a scalar register), so that
         // LLVM does not fold it into per-lane pointers of every step.
@@ -400,15 +404,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let bc_first = b * len * n;
         let row = row_reader::<T, MASKED>(&bc_first, &n, &col_lo, &offset);
 
-        // The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N
-        // consecutive values each, which the wave loads together (each lane
-        // N / 4 values of each, coalesced), one chunk ahead with dt and x, and
-        // stages as f32 in its own workgroup memory, `[2][UNROLL][N]`; each
-        // step then reads its columns of B and of C from there in 16-byte
-        // loads (8-byte with two columns). Those waits (lgkmcnt) do not wait for the next
-        // chunk's loads from memory (vmcnt), so all of those stay in flight
-        // during the chunk's arithmetic. The masked instances take the one-step
-        // loop only.
+        // The staging area of B and C (`stage_loader`); the masked instances
+        // take the one-step loop only.
         let chunks = if MASKED { 0 } else { len / UNROLL };
         let per_lane = UNROLL * n / wave::WAVE_SIZE as usize;
         let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
@@ -422,14 +419,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             zero_bc_floats(staged, lane, per_lane, n);
         }
 
-        // With `stages_dt_x` the wave also stages its channels' dt and x of the
-        // chunk, `[2][channels][UNROLL]` after B and C: each value is loaded
-        // and widened once for the wave (not once per lane of its channel), and
-        // each lane reads its channel's 8 steps of each in two 16-byte loads.
-        // Value `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt,
-        // then x), channel `v % channels` (past Dm: channel Dm - 1, as its
-        // lanes), step `(v / channels) % 8`: a row's channels are adjacent in
-        // memory, so the loads are coalesced.
+        // With `stages_dt_x`, the staging of dt and x (`dtx_loader`).
         let chans = per_wave as usize;
         let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
         let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
@@ -458,14 +448,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         let store_stage = stage_storer(&per_lane, &lane, &stage_at, &staged, &n, &dtx_per_lane, &dtx_staged, &dtx_at);
         let staged_row = staged_row_reader(&staged, &n, &col0);
 
-        // Phase: the L2 prefetch's plan. Inline: as a function returning its
-        // three values, it changed the PTX.
-        // What each lane asks L2 for in the first chunk of a pair: one row
-        // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
-        // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
-        // 32-byte sector of a row. The lines are 128 bytes, so a wave asks only
-        // if the previous wave's channels lie in another line (judged in row 0,
-        // for the whole sequence: a miss costs only time).
+        // Phase: the L2 prefetch's plan (`prefetcher`). Inline: as a function
+        // returning its three values, it changed the PTX.
         let pf_rows = 2 * UNROLL;
         let pf_row = lane as usize % pf_rows;
         let pf_array = pf_chooser::<T>(&lane, &pf_rows);
@@ -477,6 +461,9 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         // The first row of the last full pair: every row asked for is below L.
         let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
         let prefetch = prefetcher::<T>(&last_start, &pf_on, &pf_first, &dm);
+        // Phase: the first chunk's inputs, loaded and staged before the loop.
+        // Inline, as `scan_chunk!` is: that one, as a function calling the
+        // closures, changed the code.
         let mut t = 0usize;
         let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
         if chunks > 0 {
@@ -492,8 +479,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                     read_dtx, load_dt_x, load_dtx, load_stage, prefetch, staged_row, store_stage)
             };
         }
-        // Two chunks an iteration where the mapping says so (the prefetch runs
-        // once a pair).
+        // Phase: the chunks, two an iteration where the mapping says so (the
+        // prefetch runs once a pair).
         if MAP.chunks_per_iteration == 2 {
             let mut other = next;
             for pair in 0..chunks / 2 {
@@ -523,6 +510,7 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
             t += 1;
         }
 
+        // Phase: the final states.
         if channel_ok {
             store_state(state_out, state_at, &s, &offset, &valid);
         }
@@ -579,7 +567,15 @@ fn row_reader<'a, T: Elem, const MASKED: bool>(
     }
 }
 
-/// This lane's values of B and C of the chunk at step `t`, as loaded (lane
+/// The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N consecutive
+/// values each, which the wave loads together (each lane N / 4 values of each,
+/// coalesced), one chunk ahead with dt and x, and stages as f32 in its own
+/// workgroup memory, `[2][UNROLL][N]`; each step then reads its columns of B
+/// and of C from there in 16-byte loads (8-byte with two columns). Those waits
+/// (lgkmcnt) do not wait for the next chunk's loads from memory (vmcnt), so all
+/// of those stay in flight during the chunk's arithmetic.
+///
+/// This closure: this lane's values of B and C of the chunk at step `t`, as loaded (lane
 /// `l` loads values `l + 32 m` of each).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -622,8 +618,17 @@ fn stager<T: Elem>(top_half: &bool) -> impl Fn(*mut f32, T) + '_ {
     }
 }
 
-/// With `stages_dt_x`, this lane's values of dt and x of the chunk at step
-/// `t`, as loaded (from `dtx_src`).
+/// With `stages_dt_x` the wave also stages its channels' dt and x of the
+/// chunk, `[2][channels][UNROLL]` after B and C: each value is loaded and
+/// widened once for the wave (not once per lane of its channel), and each lane
+/// reads its channel's 8 steps of each in two 16-byte loads. Value
+/// `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt, then x),
+/// channel `v % channels` (past Dm: channel Dm - 1, as its lanes), step
+/// `(v / channels) % 8`: a row's channels are adjacent in memory, so the loads
+/// are coalesced.
+///
+/// This closure: this lane's values of dt and x of the chunk at step `t`, as
+/// loaded (from `dtx_src`).
 #[inline(always)]
 fn dtx_loader<'a, T: Elem>(
     dtx_per_lane: &'a usize,
@@ -732,7 +737,14 @@ fn staged_row_reader<'a>(
     }
 }
 
-/// Asks L2 for the wave's dt or x (this lane's row, from `pf_first`)
+/// What each lane asks L2 for in the first chunk of a pair: one row of the
+/// wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16 rows
+/// PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one 32-byte sector
+/// of a row. The lines are 128 bytes, so a wave asks only if the previous
+/// wave's channels lie in another line (judged in row 0, for the whole
+/// sequence: a miss costs only time).
+///
+/// This closure asks L2 for the wave's dt or x (this lane's row, from `pf_first`)
 /// `PREFETCH_CHUNKS` chunks past step `t`, clamped to the last full pair's
 /// first row; only where `pf_on`.
 #[inline(always)]
