@@ -283,6 +283,68 @@ struct Scan<T> {
     n: u32,
 }
 
+/// The chunk at step `t` of [`scan`], a macro over the kernel's locals (named
+/// in its arguments): as an `#[inline(always)]` function taking the loop's
+/// closures by reference and its carried values through `&mut`, it changed the
+/// generated code. With `stages_dt_x` its dt and x come from the staging area;
+/// otherwise from `$cur`, and the next chunk's go into `$next`. It loads the
+/// next chunk's inputs (if `$more`; otherwise this chunk's again, loaded and
+/// not used, so that no branch joins after the loads), asks L2 for dt and x
+/// ahead (if `$prefetch`; after the loads, where it cost the least on an H200),
+/// scans, stores y, and stages the next chunk.
+macro_rules! scan_chunk {
+    (
+        $cur:expr, $next:ident, $more:expr, $prefetch:expr;
+        $t:ident, $s:ident, $a2:ident, $valid:ident, $n:ident, $dsk:ident, $sub:ident, $channel_ok:ident, $y_c:ident, $dm:ident;
+        $read_dtx:ident, $load_dt_x:ident, $load_dtx:ident, $load_stage:ident, $prefetch_l2:ident, $staged_row:ident, $store_stage:ident
+    ) => {{
+        let cur = $cur;
+        let ahead = if $more { $t + UNROLL } else { $t };
+        let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+        if MAP.stages_dt_x {
+            (dtv, xv) = $read_dtx();
+        } else {
+            $next = $load_dt_x(ahead);
+        }
+        let next_dtx = $load_dtx(ahead);
+        let next_stage = $load_stage(ahead);
+        if $prefetch {
+            $prefetch_l2($t);
+        }
+        wave::schedule_fence();
+        // Phases: widen dt and x, then the chunk's 8 steps. Inline: either
+        // as a function changed the AMD code.
+        if !MAP.stages_dt_x {
+            crate::unroll!(k in 0..UNROLL => {
+                dtv[k] = cur.0[k].to_f32();
+                xv[k] = cur.1[k].to_f32();
+            });
+        }
+        let mut q = [0.0f32; UNROLL];
+        crate::unroll!(k in 0..UNROLL => {
+            // Two steps' B and C at a time: the scheduler would otherwise
+            // read all 8 steps' first (128 registers with eight columns).
+            if k.is_multiple_of(2) && k > 0 {
+                wave::schedule_fence();
+            }
+            q[k] = step(&mut $s, &$a2, &$valid, dtv[k], xv[k], &$staged_row(0, k), &$staged_row(UNROLL * $n, k));
+        });
+        // The 8 totals, transposed: this lane stores `kept` of the steps (with
+        // 16 lanes, two lanes hold each total: the even one stores it).
+        let mut xd = [0.0f32; UNROLL];
+        crate::unroll!(k in 0..UNROLL => {
+            xd[k] = xv[k] * $dsk;
+        });
+        let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, $sub);
+        let kept = (UNROLL / LANES as usize).max(1);
+        if $channel_ok && (LANES <= 8 || $sub & (LANES / 16) == 0) {
+            store_y($y_c, $t + first_step, $dm, kept, &totals, &xd_kept);
+        }
+        $store_stage(next_stage, next_dtx);
+        $t += UNROLL;
+    }};
+}
+
 /// [`mamba1_scan`] with `LANES` lanes per channel; `MASKED`: some of the
 /// lanes' columns are past N.
 #[inline(always)]
@@ -292,7 +354,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let per_wave = wave::WAVE_SIZE / LANES;
     let wave_first =
         wave::workgroup_id_x() as u64 * MAP.channels_per_workgroup(n) as u64 + wave::wave_id() as u64 * per_wave as u64;
-    // Uniform over the wave: the whole wave leaves.
+    // Phase: the early exit, uniform over the wave: the whole wave leaves.
+    // Inline: as a function returning the condition, it changed the code.
     if b >= batch
         || wave_first >= dm as u64
         || len == 0
@@ -314,8 +377,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     let n = if MASKED { n } else { COLS as u32 * LANES };
     let (b, len, dm, n) = (b as usize, len as usize, dm as usize, n as usize);
 
-    // This lane's columns: `col0 + j`; past N a column reads column `col_lo`
-    // instead (the lane's first column, or N - 1), so every load is in bounds.
+    // Phase: this lane's columns, `col0 + j`; past N a column reads column
+    // `col_lo` instead (the lane's first column, or N - 1), so every load is in bounds.
     let col0 = sub as usize * COLS;
     let col_lo = col0.min(n - 1);
     let mut offset = [0usize; COLS];
@@ -323,90 +386,40 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
     columns::<MASKED>(&mut offset, &mut valid, col0, col_lo, n);
 
     unsafe {
+        // Phase: the columns' `A log2 e` and initial states.
         let mut a2 = [0.0f32; COLS];
         let mut s = [0.0f32; COLS];
         let state_at = (b * dm + d) * n + col_lo;
         load_state(&mut a2, &mut s, a, state_in, d * n + col_lo, state_at, &offset, &valid);
+        // Phase: the time loop's closures, each built by a function below from
+        // references to these locals (see `dt_x_loader`).
         // x, dt, y are [B, L, Dm]: this batch's row t starts at t * dm. The row's
         // offset is computed once for the wave (a scalar register), so that
         // LLVM does not fold it into per-lane pointers of every step.
         let seq_first = b * len * dm;
         let (y_c, dsk) = (y.add(seq_first + d), dskip.add(d).read().to_f32());
         let (dt_c, x_c) = (dt.add(d), x.add(d));
-        // Without staging, each lane loads its channel's dt and x. The values
-        // stay as loaded (T) until after the schedule fence: a widening there
-        // would wait for the load at once.
-        let load_dt_x = |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
-            let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
-            crate::unroll!(k in 0..UNROLL => {
-                let at = wave::uniform_usize(seq_first + (t + k) * dm);
-                dtv[k] = dt_c.add(at).read();
-                xv[k] = x_c.add(at).read();
-            });
-            (dtv, xv)
-        };
+        let load_dt_x = dt_x_loader(&dt_c, &x_c, &seq_first, &dm);
         // B and C are [B, L, N]: this batch's row t starts at t * n.
         let bc_first = b * len * n;
-        // One step's B or C at this lane's columns, straight from memory (the
-        // one-step loop).
-        let row = |c: *const T, t: usize| -> [f32; COLS] {
-            let start = c.add(wave::uniform_usize(bc_first + t * n) + col_lo);
-            let mut v = [0.0f32; COLS];
-            crate::unroll!(j in 0..COLS, at most 8 => {
-                v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
-            });
-            v
-        };
+        let row = row_reader::<T, MASKED>(&bc_first, &n, &col_lo, &offset);
 
-        // The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N
-        // consecutive values each, which the wave loads together (each lane
-        // N / 4 values of each, coalesced), one chunk ahead with dt and x, and
-        // stages as f32 in its own workgroup memory, `[2][UNROLL][N]`; each
-        // step then reads its columns of B and of C from there in 16-byte
-        // loads (8-byte with two columns). Those waits (lgkmcnt) do not wait for the next
-        // chunk's loads from memory (vmcnt), so all of those stay in flight
-        // during the chunk's arithmetic. The masked instances take the one-step
-        // loop only.
+        // The staging area of B and C (`stage_loader`); the masked instances
+        // take the one-step loop only.
         let chunks = if MASKED { 0 } else { len / UNROLL };
         let per_lane = UNROLL * n / wave::WAVE_SIZE as usize;
         let staged = (wave::workgroup_mem::<F32x4>() as *mut f32)
             .add(wave::wave_id() as usize * MAP.staged_floats_per_wave() as usize);
         let (bm_lane, cm_lane) = (bm.add(lane as usize), cm.add(lane as usize));
-        let load_stage = |t: usize| -> ([T; STAGE], [T; STAGE]) {
-            let first = wave::uniform_usize(bc_first + t * n);
-            let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
-            crate::unroll!(m in 0..STAGE => {
-                if m < per_lane {
-                    bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
-                    cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
-                }
-            });
-            (bv, cv)
-        };
-        // One value at a staged float. With `stages_dt_x`, a bf16's bits go over
-        // the float's low half, which this lane zeroed before the loop and which
-        // nothing else writes: the float is the value widened, with no
-        // instruction (only bf16's bits are the top half of its f32).
+        let load_stage = stage_loader(&bc_first, &n, &bm, &cm, &per_lane, &bm_lane, &cm_lane);
+        // `stager`'s: a bf16's bits go over a zeroed float's low half.
         let top_half = MAP.stages_dt_x && T::WIDENS_AS_TOP_HALF;
-        let stage_at = |at: *mut f32, v: T| {
-            if top_half {
-                (at as *mut u16).add(1).write(v.to_bits_u32() as u16);
-            } else {
-                at.write(v.to_f32());
-            }
-        };
+        let stage_at = stager::<T>(&top_half);
         if top_half && chunks > 0 {
             zero_bc_floats(staged, lane, per_lane, n);
         }
 
-        // With `stages_dt_x` the wave also stages its channels' dt and x of the
-        // chunk, `[2][channels][UNROLL]` after B and C: each value is loaded
-        // and widened once for the wave (not once per lane of its channel), and
-        // each lane reads its channel's 8 steps of each in two 16-byte loads.
-        // Value `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt,
-        // then x), channel `v % channels` (past Dm: channel Dm - 1, as its
-        // lanes), step `(v / channels) % 8`: a row's channels are adjacent in
-        // memory, so the loads are coalesced.
+        // With `stages_dt_x`, the staging of dt and x (`dtx_loader`).
         let chans = per_wave as usize;
         let dtx_per_lane = if MAP.stages_dt_x { 2 * UNROLL * chans / wave::WAVE_SIZE as usize } else { 0 };
         let dtx_staged = staged.add(2 * UNROLL * MAX_N as usize);
@@ -423,28 +436,8 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 dtx_at[m] = (array * chans + c) * UNROLL + k;
             }
         });
-        let load_dtx = |t: usize| -> [T; DTX_STAGE] {
-            let mut v = [T::from_bits_u32(0); DTX_STAGE];
-            crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    v[m] = dtx_src[m].add(wave::uniform_usize(t * dm)).read();
-                }
-            });
-            v
-        };
-        let read_dtx = || -> ([f32; UNROLL], [f32; UNROLL]) {
-            let c = (lane / LANES) as usize;
-            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-            crate::unroll!(h in 0..2 => {
-                let d4 = (dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
-                let x4 = (dtx_staged.add((chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
-                crate::unroll!(j in 0..4 => {
-                    dtv[4 * h + j] = d4[j];
-                    xv[4 * h + j] = x4[j];
-                });
-            });
-            (dtv, xv)
-        };
+        let load_dtx = dtx_loader(&dtx_per_lane, &dtx_src, &dm);
+        let read_dtx = dtx_reader::<LANES>(&lane, &dtx_staged, &chans);
 
         // Zeroed apart from B and C's floats: in one loop with theirs, LLVM ordered
         // the chunk otherwise and ptxas's schedule of it was slower
@@ -452,27 +445,278 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
         if top_half && chunks > 0 {
             zero_dtx_floats(dtx_staged, &dtx_at, dtx_per_lane);
         }
-        let store_stage = |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| {
-            // Every lane has read the previous chunk's values.
-            wave::sync_lanes();
+        let store_stage = stage_storer(&per_lane, &lane, &stage_at, &staged, &n, &dtx_per_lane, &dtx_staged, &dtx_at);
+        let staged_row = staged_row_reader(&staged, &n, &col0);
+
+        // Phase: the L2 prefetch's plan (`prefetcher`). Inline: as a function
+        // returning its three values, it changed the PTX.
+        let pf_rows = 2 * UNROLL;
+        let pf_row = lane as usize % pf_rows;
+        let pf_array = pf_chooser::<T>(&lane, &pf_rows);
+        // `wrapping_add`: for L below 16 (no pair, so no prefetch) the row may
+        // lie past the tensor; the rows asked for are clamped below L.
+        let pf_first = pf_array(dt_c, x_c).wrapping_add(seq_first + pf_row * dm) as usize;
+        let starts_line = line_starter::<T>(&seq_first, &wave_first, &per_wave);
+        let pf_on = starts_line(pf_array(dt, x));
+        // The first row of the last full pair: every row asked for is below L.
+        let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
+        let prefetch = prefetcher::<T>(&last_start, &pf_on, &pf_first, &dm);
+        // Phase: the first chunk's inputs, loaded and staged before the loop.
+        // Inline, as `scan_chunk!` is: that one, as a function calling the
+        // closures, changed the code.
+        let mut t = 0usize;
+        let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
+        if chunks > 0 {
+            if !MAP.stages_dt_x {
+                next = load_dt_x(0);
+            }
+            store_stage(load_stage(0), load_dtx(0));
+        }
+        // One chunk ([`scan_chunk!`]) with this kernel's locals.
+        macro_rules! chunk {
+            ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {
+                scan_chunk!($cur, $next, $more, $prefetch; t, s, a2, valid, n, dsk, sub, channel_ok, y_c, dm;
+                    read_dtx, load_dt_x, load_dtx, load_stage, prefetch, staged_row, store_stage)
+            };
+        }
+        // Phase: the chunks, two an iteration where the mapping says so (the
+        // prefetch runs once a pair).
+        if MAP.chunks_per_iteration == 2 {
+            let mut other = next;
+            for pair in 0..chunks / 2 {
+                chunk!(next, other, true, true);
+                chunk!(other, next, 2 * pair + 2 < chunks, false);
+            }
+            // The last chunk of an odd count: a loop rather than an `if`, as the
+            // inputs it loads are never read, which the lint flags after an `if`.
+            for _ in 0..chunks % 2 {
+                chunk!(next, next, false, false);
+            }
+        } else {
+            for chunk in 0..chunks {
+                chunk!(next, next, chunk + 1 < chunks, false);
+            }
+        }
+        // Phase: the last len % UNROLL steps, the same operations one step at a
+        // time. Inline: a step or the loop as a function changed the AMD code.
+        while t < len {
+            let dtk = dt.add(seq_first + t * dm + d).read().to_f32();
+            let xk = x.add(seq_first + t * dm + d).read().to_f32();
+            let q = step(&mut s, &a2, &valid, dtk, xk, &row(bm, t), &row(cm, t));
+            let yk = channel_sum::<LANES>(q) + xk * dsk;
+            if channel_ok && sub == 0 {
+                y_c.add(t * dm).write(T::from_f32(yk));
+            }
+            t += 1;
+        }
+
+        // Phase: the final states.
+        if channel_ok {
+            store_state(state_out, state_at, &s, &offset, &valid);
+        }
+    }
+}
+
+// The closures of `scan`'s time loop. Each is built by a function of its own
+// from references to the kernel's locals, so that it is the same closure as one
+// written in the body (capturing those locals by reference): as methods of a
+// struct holding the same values, or references to them, they changed the
+// generated code.
+
+/// Without staging, each lane loads its channel's dt and x of the chunk at
+/// step `t`. The values stay as loaded (T) until after the schedule fence: a
+/// widening there would wait for the load at once.
+#[inline(always)]
+fn dt_x_loader<'a, T: Elem>(
+    dt_c: &'a *const T,
+    x_c: &'a *const T,
+    seq_first: &'a usize,
+    dm: &'a usize,
+) -> impl Fn(usize) -> ([T; UNROLL], [T; UNROLL]) + 'a {
+    move |t: usize| -> ([T; UNROLL], [T; UNROLL]) {
+        unsafe {
+            let (mut dtv, mut xv) = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
+            crate::unroll!(k in 0..UNROLL => {
+                let at = wave::uniform_usize(*seq_first + (t + k) * *dm);
+                dtv[k] = dt_c.add(at).read();
+                xv[k] = x_c.add(at).read();
+            });
+            (dtv, xv)
+        }
+    }
+}
+
+/// One step's B or C at this lane's columns, straight from memory (the
+/// one-step loop).
+#[inline(always)]
+fn row_reader<'a, T: Elem, const MASKED: bool>(
+    bc_first: &'a usize,
+    n: &'a usize,
+    col_lo: &'a usize,
+    offset: &'a [usize; COLS],
+) -> impl Fn(*const T, usize) -> [f32; COLS] + 'a {
+    move |c: *const T, t: usize| -> [f32; COLS] {
+        unsafe {
+            let start = c.add(wave::uniform_usize(*bc_first + t * *n) + *col_lo);
+            let mut v = [0.0f32; COLS];
+            crate::unroll!(j in 0..COLS, at most 8 => {
+                v[j] = start.add(if MASKED { offset[j] } else { j }).read().to_f32();
+            });
+            v
+        }
+    }
+}
+
+/// The unrolled loop (N = 16 or 32): B and C of 8 steps are 8 N consecutive
+/// values each, which the wave loads together (each lane N / 4 values of each,
+/// coalesced), one chunk ahead with dt and x, and stages as f32 in its own
+/// workgroup memory, `[2][UNROLL][N]`; each step then reads its columns of B
+/// and of C from there in 16-byte loads (8-byte with two columns). Those waits
+/// (lgkmcnt) do not wait for the next chunk's loads from memory (vmcnt), so all
+/// of those stay in flight during the chunk's arithmetic.
+///
+/// This closure: this lane's values of B and C of the chunk at step `t`, as loaded (lane
+/// `l` loads values `l + 32 m` of each).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn stage_loader<'a, T: Elem>(
+    bc_first: &'a usize,
+    n: &'a usize,
+    bm: &'a *const T,
+    cm: &'a *const T,
+    per_lane: &'a usize,
+    bm_lane: &'a *const T,
+    cm_lane: &'a *const T,
+) -> impl Fn(usize) -> ([T; STAGE], [T; STAGE]) + 'a {
+    move |t: usize| -> ([T; STAGE], [T; STAGE]) {
+        unsafe {
+            let first = wave::uniform_usize(*bc_first + t * *n);
+            let (mut bv, mut cv) = ([bm.read(); STAGE], [cm.read(); STAGE]);
             crate::unroll!(m in 0..STAGE => {
-                if m < per_lane {
-                    let e = lane as usize + m * wave::WAVE_SIZE as usize;
-                    stage_at(staged.add(e), bv[m]);
-                    stage_at(staged.add(UNROLL * n + e), cv[m]);
+                if m < *per_lane {
+                    bv[m] = bm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
+                    cv[m] = cm_lane.add(first + m * wave::WAVE_SIZE as usize).read();
                 }
             });
+            (bv, cv)
+        }
+    }
+}
+
+/// One value at a staged float. With `stages_dt_x`, a bf16's bits go over
+/// the float's low half, which this lane zeroed before the loop and which
+/// nothing else writes (`top_half`): the float is the value widened, with no
+/// instruction (only bf16's bits are the top half of its f32).
+#[inline(always)]
+fn stager<T: Elem>(top_half: &bool) -> impl Fn(*mut f32, T) + '_ {
+    move |at: *mut f32, v: T| unsafe {
+        if *top_half {
+            (at as *mut u16).add(1).write(v.to_bits_u32() as u16);
+        } else {
+            at.write(v.to_f32());
+        }
+    }
+}
+
+/// With `stages_dt_x` the wave also stages its channels' dt and x of the
+/// chunk, `[2][channels][UNROLL]` after B and C: each value is loaded and
+/// widened once for the wave (not once per lane of its channel), and each lane
+/// reads its channel's 8 steps of each in two 16-byte loads. Value
+/// `v = lane + 32 m` of the chunk is array `v / (8 channels)` (dt, then x),
+/// channel `v % channels` (past Dm: channel Dm - 1, as its lanes), step
+/// `(v / channels) % 8`: a row's channels are adjacent in memory, so the loads
+/// are coalesced.
+///
+/// This closure: this lane's values of dt and x of the chunk at step `t`, as
+/// loaded (from `dtx_src`).
+#[inline(always)]
+fn dtx_loader<'a, T: Elem>(
+    dtx_per_lane: &'a usize,
+    dtx_src: &'a [*const T; DTX_STAGE],
+    dm: &'a usize,
+) -> impl Fn(usize) -> [T; DTX_STAGE] + 'a {
+    move |t: usize| -> [T; DTX_STAGE] {
+        unsafe {
+            let mut v = [T::from_bits_u32(0); DTX_STAGE];
             crate::unroll!(m in 0..DTX_STAGE => {
-                if m < dtx_per_lane {
-                    stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
+                if m < *dtx_per_lane {
+                    v[m] = dtx_src[m].add(wave::uniform_usize(t * *dm)).read();
                 }
             });
-            wave::sync_lanes();
-        };
-        // Step k's columns of B (or C, at `UNROLL * n`): aligned to 4 * COLS
-        // bytes (16 at most), as col0 and n are multiples of COLS.
-        let staged_row = |base: usize, k: usize| -> [f32; COLS] {
-            let at = staged.add(base + k * n + col0);
+            v
+        }
+    }
+}
+
+/// With `stages_dt_x`, the lane's channel's staged dt and x of the chunk's 8
+/// steps, in four 16-byte loads.
+#[inline(always)]
+fn dtx_reader<'a, const LANES: u32>(
+    lane: &'a u32,
+    dtx_staged: &'a *mut f32,
+    chans: &'a usize,
+) -> impl Fn() -> ([f32; UNROLL], [f32; UNROLL]) + 'a {
+    move || -> ([f32; UNROLL], [f32; UNROLL]) {
+        unsafe {
+            let c = (*lane / LANES) as usize;
+            let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
+            crate::unroll!(h in 0..2 => {
+                let d4 = (dtx_staged.add(c * UNROLL + 4 * h) as *const F32x4).read().0;
+                let x4 = (dtx_staged.add((*chans + c) * UNROLL + 4 * h) as *const F32x4).read().0;
+                crate::unroll!(j in 0..4 => {
+                    dtv[4 * h + j] = d4[j];
+                    xv[4 * h + j] = x4[j];
+                });
+            });
+            (dtv, xv)
+        }
+    }
+}
+
+/// Stages this lane's loaded values of the next chunk (B and C at `staged`,
+/// dt and x at `dtx_staged`), once every lane has read the previous chunk's.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn stage_storer<'a, T: Elem>(
+    per_lane: &'a usize,
+    lane: &'a u32,
+    stage_at: &'a impl Fn(*mut f32, T),
+    staged: &'a *mut f32,
+    n: &'a usize,
+    dtx_per_lane: &'a usize,
+    dtx_staged: &'a *mut f32,
+    dtx_at: &'a [usize; DTX_STAGE],
+) -> impl Fn(([T; STAGE], [T; STAGE]), [T; DTX_STAGE]) + 'a {
+    move |(bv, cv): ([T; STAGE], [T; STAGE]), dtx: [T; DTX_STAGE]| unsafe {
+        // Every lane has read the previous chunk's values.
+        wave::sync_lanes();
+        crate::unroll!(m in 0..STAGE => {
+            if m < *per_lane {
+                let e = *lane as usize + m * wave::WAVE_SIZE as usize;
+                stage_at(staged.add(e), bv[m]);
+                stage_at(staged.add(UNROLL * *n + e), cv[m]);
+            }
+        });
+        crate::unroll!(m in 0..DTX_STAGE => {
+            if m < *dtx_per_lane {
+                stage_at(dtx_staged.add(dtx_at[m]), dtx[m]);
+            }
+        });
+        wave::sync_lanes();
+    }
+}
+
+/// Step k's columns of B (or C, at `UNROLL * n`) from the staging area:
+/// aligned to 4 * COLS bytes (16 at most), as col0 and n are multiples of COLS.
+#[inline(always)]
+fn staged_row_reader<'a>(
+    staged: &'a *mut f32,
+    n: &'a usize,
+    col0: &'a usize,
+) -> impl Fn(usize, usize) -> [f32; COLS] + 'a {
+    move |base: usize, k: usize| -> [f32; COLS] {
+        unsafe {
+            let at = staged.add(base + k * *n + *col0);
             let mut v = [0.0f32; COLS];
             if COLS >= 4 {
                 let p = at as *const F32x4;
@@ -489,136 +733,49 @@ unsafe fn scan<T: Elem, const LANES: u32, const MASKED: bool>(p: Scan<T>) {
                 });
             }
             v
-        };
+        }
+    }
+}
 
-        // Phase: the L2 prefetch's plan. Inline: as a function returning its
-        // three values, it changed the PTX.
-        // What each lane asks L2 for in the first chunk of a pair: one row
-        // of the wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16
-        // rows PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one
-        // 32-byte sector of a row. The lines are 128 bytes, so a wave asks only
-        // if the previous wave's channels lie in another line (judged in row 0,
-        // for the whole sequence: a miss costs only time).
-        let pf_rows = 2 * UNROLL;
-        let pf_row = lane as usize % pf_rows;
-        let pf_array =
-            |dt_side: *const T, x_side: *const T| if lane as usize / pf_rows == 0 { dt_side } else { x_side };
-        // `wrapping_add`: for L below 16 (no pair, so no prefetch) the row may
-        // lie past the tensor; the rows asked for are clamped below L.
-        let pf_first = pf_array(dt_c, x_c).wrapping_add(seq_first + pf_row * dm) as usize;
-        let starts_line = |p: *const T| {
-            let at = p.add(seq_first + wave_first as usize) as usize;
-            wave_first == 0 || at / 128 != (at - per_wave as usize * size_of::<T>()) / 128
-        };
-        let pf_on = starts_line(pf_array(dt, x));
-        // The first row of the last full pair: every row asked for is below L.
-        let last_start = (chunks * UNROLL).max(pf_rows) - pf_rows;
-        let prefetch = |t: usize| {
-            let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(last_start));
-            if pf_on {
-                wave::prefetch_l2((pf_first + at * dm * size_of::<T>()) as *const u8);
-            }
-        };
-        let mut t = 0usize;
-        let mut next = ([dt_c.read(); UNROLL], [x_c.read(); UNROLL]);
-        if chunks > 0 {
-            if !MAP.stages_dt_x {
-                next = load_dt_x(0);
-            }
-            store_stage(load_stage(0), load_dtx(0));
+/// What each lane asks L2 for in the first chunk of a pair: one row of the
+/// wave's dt (lanes 0-15) or x (lanes 16-31), among the pair's 16 rows
+/// PREFETCH_CHUNKS chunks ahead; the wave's channels lie in one 32-byte sector
+/// of a row. The lines are 128 bytes, so a wave asks only if the previous
+/// wave's channels lie in another line (judged in row 0, for the whole
+/// sequence: a miss costs only time).
+///
+/// This closure asks L2 for the wave's dt or x (this lane's row, from `pf_first`)
+/// `PREFETCH_CHUNKS` chunks past step `t`, clamped to the last full pair's
+/// first row; only where `pf_on`.
+#[inline(always)]
+fn prefetcher<'a, T>(
+    last_start: &'a usize,
+    pf_on: &'a bool,
+    pf_first: &'a usize,
+    dm: &'a usize,
+) -> impl Fn(usize) + 'a {
+    move |t: usize| {
+        let at = wave::uniform_usize((t + PREFETCH_CHUNKS * UNROLL).min(*last_start));
+        if *pf_on {
+            wave::prefetch_l2((*pf_first + at * *dm * size_of::<T>()) as *const u8);
         }
-        // The chunk at step `t`. With `stages_dt_x` its dt and x come from the
-        // staging area; otherwise from `$cur`, and the next chunk's go into
-        // `$next`. It loads the next chunk's inputs (if `$more`; otherwise this
-        // chunk's again, loaded and not used, so that no branch joins after the
-        // loads), asks L2 for dt and x ahead (if `$prefetch`; after the loads,
-        // where it cost the least on an H200), scans, stores y, and stages the
-        // next chunk.
-        macro_rules! scan_chunk {
-            ($cur:expr, $next:ident, $more:expr) => {
-                scan_chunk!($cur, $next, $more, false)
-            };
-            ($cur:expr, $next:ident, $more:expr, $prefetch:expr) => {{
-                let cur = $cur;
-                let ahead = if $more { t + UNROLL } else { t };
-                let (mut dtv, mut xv) = ([0.0f32; UNROLL], [0.0f32; UNROLL]);
-                if MAP.stages_dt_x {
-                    (dtv, xv) = read_dtx();
-                } else {
-                    $next = load_dt_x(ahead);
-                }
-                let next_dtx = load_dtx(ahead);
-                let next_stage = load_stage(ahead);
-                if $prefetch {
-                    prefetch(t);
-                }
-                wave::schedule_fence();
-                // Phases: widen dt and x, then the chunk's 8 steps. Inline: either
-                // as a function changed the AMD code.
-                if !MAP.stages_dt_x {
-                    crate::unroll!(k in 0..UNROLL => {
-                        dtv[k] = cur.0[k].to_f32();
-                        xv[k] = cur.1[k].to_f32();
-                    });
-                }
-                let mut q = [0.0f32; UNROLL];
-                crate::unroll!(k in 0..UNROLL => {
-                    // Two steps' B and C at a time: the scheduler would otherwise
-                    // read all 8 steps' first (128 registers with eight columns).
-                    if k.is_multiple_of(2) && k > 0 {
-                        wave::schedule_fence();
-                    }
-                    q[k] = step(&mut s, &a2, &valid, dtv[k], xv[k], &staged_row(0, k), &staged_row(UNROLL * n, k));
-                });
-                // The 8 totals, transposed: this lane stores `kept` of the steps (with
-                // 16 lanes, two lanes hold each total: the even one stores it).
-                let mut xd = [0.0f32; UNROLL];
-                crate::unroll!(k in 0..UNROLL => {
-                    xd[k] = xv[k] * dsk;
-                });
-                let (totals, xd_kept, first_step) = channel_sums_8::<LANES>(q, xd, sub);
-                let kept = (UNROLL / LANES as usize).max(1);
-                if channel_ok && (LANES <= 8 || sub & (LANES / 16) == 0) {
-                    store_y(y_c, t + first_step, dm, kept, &totals, &xd_kept);
-                }
-                store_stage(next_stage, next_dtx);
-                t += UNROLL;
-            }};
-        }
-        // Two chunks an iteration where the mapping says so (the prefetch runs
-        // once a pair).
-        if MAP.chunks_per_iteration == 2 {
-            let mut other = next;
-            for pair in 0..chunks / 2 {
-                scan_chunk!(next, other, true, true);
-                scan_chunk!(other, next, 2 * pair + 2 < chunks);
-            }
-            // The last chunk of an odd count: a loop rather than an `if`, as the
-            // inputs it loads are never read, which the lint flags after an `if`.
-            for _ in 0..chunks % 2 {
-                scan_chunk!(next, next, false);
-            }
-        } else {
-            for chunk in 0..chunks {
-                scan_chunk!(next, next, chunk + 1 < chunks);
-            }
-        }
-        // Phase: the last len % UNROLL steps, the same operations one step at a
-        // time. Inline: a step or the loop as a function changed the AMD code.
-        while t < len {
-            let dtk = dt.add(seq_first + t * dm + d).read().to_f32();
-            let xk = x.add(seq_first + t * dm + d).read().to_f32();
-            let q = step(&mut s, &a2, &valid, dtk, xk, &row(bm, t), &row(cm, t));
-            let yk = channel_sum::<LANES>(q) + xk * dsk;
-            if channel_ok && sub == 0 {
-                y_c.add(t * dm).write(T::from_f32(yk));
-            }
-            t += 1;
-        }
+    }
+}
 
-        if channel_ok {
-            store_state(state_out, state_at, &s, &offset, &valid);
-        }
+/// Of two pointers, the one into dt (`dt_side`) for lanes 0-15 and the one
+/// into x (`x_side`) for lanes 16-31: the array this lane asks L2 for.
+#[inline(always)]
+fn pf_chooser<'a, T>(lane: &'a u32, pf_rows: &'a usize) -> impl Fn(*const T, *const T) -> *const T + 'a {
+    move |dt_side: *const T, x_side: *const T| if *lane as usize / *pf_rows == 0 { dt_side } else { x_side }
+}
+
+/// Whether the wave's channels of row 0 of the array at `p` start a 128-byte
+/// line, apart from the previous wave's (or are the first wave's).
+#[inline(always)]
+fn line_starter<'a, T>(seq_first: &'a usize, wave_first: &'a u64, per_wave: &'a u32) -> impl Fn(*const T) -> bool + 'a {
+    move |p: *const T| unsafe {
+        let at = p.add(*seq_first + *wave_first as usize) as usize;
+        *wave_first == 0 || at / 128 != (at - *per_wave as usize * size_of::<T>()) / 128
     }
 }
 
