@@ -21,9 +21,9 @@ use kernels_device::geometry::moe::SIX_BITS;
 pub use kernels_device::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS};
 
 use super::{
-    Activation, COMBINE_KERNEL, DOWN_KERNEL, DOWN6_KERNEL, GATEUP_KERNEL, GatedBuffers, GatedPointers, MoeCombineArgs,
-    MoeDownArgs, MoeGateUpArgs, MoeShape, QuantizedBuffers, QuantizedPointers, check_combine_shape, combine_dims,
-    down_dims, fc1_dims,
+    Activation, COMBINE_KERNEL, DOWN_KERNEL, GATEUP_KERNEL, GatedBuffers, GatedPointers, MoeCombineArgs, MoeDownArgs,
+    MoeGateUpArgs, MoeShape, QuantizedBuffers, QuantizedPointers, check_combine_shape, combine_dims, down_dims,
+    fc1_dims,
 };
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
