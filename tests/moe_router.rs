@@ -1,5 +1,7 @@
-//! The router of the routed experts (`moe_router_logits` and `moe_topk`) on every
-//! backend present, against `reference::moe::{router_logits, topk}`.
+//! The router of the routed experts (`moe_router_logits`, its quantized form
+//! `moe_router_logits_q`, and `moe_topk`) on every backend present, against
+//! `reference::moe::{router_logits, topk}` (over the dequantized router for
+//! `moe_router_logits_q`).
 //!
 //! - Logits: `max|got - want| / max|want| < 1e-5` against sums in f64 (f32 fmas
 //!   over at most a few thousand products).
@@ -12,7 +14,10 @@ mod common;
 
 use common::{Suite, download_values, label};
 use mlxcel_amdgpu::half::{bf16, f16};
-use mlxcel_amdgpu::kernels::moe::router::{self, RouterPointers, RouterShape, run_router_logits, run_topk};
+use mlxcel_amdgpu::kernels::moe::router::{
+    self, QuantRouterBuffers, RouterPointers, RouterQuant, RouterShape, run_router_logits, run_router_logits_q,
+    run_topk,
+};
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
 use mlxcel_amdgpu_testkit::reference::data::normal;
 use mlxcel_amdgpu_testkit::reference::{metrics, moe};
@@ -135,6 +140,108 @@ fn logits_misaligned_x_takes_the_value_path(dev: &Device) {
     let want = moe::router_logits(&x, &wr, m, e, din);
     let err = error_over_largest(&got, &want);
     assert!(err < 1e-5, "{}: misaligned x: error {err:e}", dev.backend());
+}
+
+// ---------------------------------------------------------------------------
+// moe_router_logits_q
+// ---------------------------------------------------------------------------
+
+/// The router quantized as MLX quantizes it, on the device.
+struct QuantRouter<T: Element> {
+    q: moe::Quantized,
+    wq: DeviceBuffer<u32>,
+    sq: DeviceBuffer<T>,
+    bq: DeviceBuffer<T>,
+}
+
+impl<T: Element> QuantRouter<T> {
+    fn new(dev: &Device, n_experts: usize, din: usize, quant: RouterQuant, seed: u64) -> Self {
+        let w = normal(Dtype::F32, seed, n_experts * din, 0.05);
+        let q = moe::quantize(T::DTYPE, &w, n_experts, din, quant.bits, quant.group_size as usize);
+        let (wq, sq, bq) =
+            (dev.upload(&q.words).unwrap(), upload_as::<T>(dev, &q.scales), upload_as::<T>(dev, &q.biases));
+        QuantRouter { q, wq, sq, bq }
+    }
+
+    fn buffers(&self) -> QuantRouterBuffers<'_, T> {
+        QuantRouterBuffers { wq: &self.wq, sq: &self.sq, bq: &self.bq }
+    }
+}
+
+/// `moe_router_logits_q` of `m` tokens against f64 sums over the dequantized
+/// router (the same tolerance as the dense router); returns the logits.
+fn check_logits_q<T: Element>(
+    dev: &Device,
+    m: usize,
+    n_experts: usize,
+    din: usize,
+    quant: RouterQuant,
+    seed: u64,
+) -> Vec<f32> {
+    let x = normal(T::DTYPE, seed, m * din, 1.0);
+    let router = QuantRouter::<T>::new(dev, n_experts, din, quant, seed + 1);
+    let shape = RouterShape { m: m as u32, n_experts: n_experts as u32, din: din as u32, k: 1 };
+    let mut logits = poisoned::<f32>(dev, m * n_experts);
+    run_router_logits_q::<T>(dev, &upload_as(dev, &x), router.buffers(), quant, &mut logits, &shape, Stream::DEFAULT)
+        .unwrap();
+    let got = download_values(&logits);
+    let want = moe::router_logits(&x, &moe::dequantize(&router.q), m, n_experts, din);
+    let e = error_over_largest(&got, &want);
+    let what = format!(
+        "{} quantized logits {}-bit g{} m {m} E {n_experts} din {din}",
+        label::<T>(dev),
+        quant.bits,
+        quant.group_size
+    );
+    assert!(e < 1e-5, "{what}: error {e:e}");
+    got
+}
+
+/// 4 and 8 bits, groups of 32, 64 and 128, every token count (the kernel is
+/// built for each), E 33 (one past a wave), rows of one or two quads a lane.
+fn quantized_logits_every_format_and_token_count<T: Element>(dev: &Device) {
+    for (i, (bits, group_size)) in [(4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (8, 128)].into_iter().enumerate() {
+        for m in 1..=8 {
+            check_logits_q::<T>(
+                dev,
+                m,
+                33,
+                2 * 1024 + 384,
+                RouterQuant { bits, group_size },
+                100 + 10 * i as u64 + m as u64,
+            );
+        }
+    }
+}
+
+/// Qwen3-30B-A3B's router as mlx-lm quantizes it (8 bits, group 64), then the
+/// selection from those logits.
+fn qwen3_30b_a3b_quantized_router(dev: &Device) {
+    for m in [1, 8] {
+        let quant = RouterQuant { bits: 8, group_size: 64 };
+        let logits = check_logits_q::<bf16>(dev, m, 128, 2048, quant, 60 + m as u64);
+        check_topk(dev, &logits, m, 128, 8, true);
+    }
+}
+
+/// A token matrix one element into its buffer (not 16-byte aligned) takes
+/// single-value loads: same tolerance.
+fn quantized_logits_misaligned_x(dev: &Device) {
+    let (m, e, din, quant) = (3, 12, 256, RouterQuant { bits: 4, group_size: 64 });
+    let x = normal(Dtype::F16, 71, m * din, 1.0);
+    let router = QuantRouter::<f16>::new(dev, e, din, quant, 72);
+    let mut shifted = vec![0.0f32];
+    shifted.extend(&x);
+    let xs = upload_as::<f16>(dev, &shifted);
+    let logits = poisoned::<f32>(dev, m * e);
+    let shape = RouterShape { m: m as u32, n_experts: e as u32, din: din as u32, k: 1 };
+    let args =
+        shape.logits_q_args(xs.ptr() + 2, router.wq.ptr(), router.sq.ptr(), router.bq.ptr(), logits.ptr(), quant);
+    unsafe { router::router_logits_q(dev, Dtype::F16, args, Stream::DEFAULT) }.unwrap();
+    let got = download_values(&logits);
+    let want = moe::router_logits(&x, &moe::dequantize(&router.q), m, e, din);
+    let err = error_over_largest(&got, &want);
+    assert!(err < 1e-5, "{}: quantized, misaligned x: error {err:e}", dev.backend());
 }
 
 // ---------------------------------------------------------------------------
@@ -287,8 +394,43 @@ fn bad_router_shapes_are_refused() {
     refused(RouterShape { k: 17, ..good }.validate(), "k");
 }
 
+/// The quantized router's format and codes pointer: bits other than 4 and 8,
+/// groups other than 32, 64, 128, rows not whole groups, codes not 16-byte
+/// aligned, and short buffers are named errors before any launch.
+fn bad_quantized_routers_are_refused() {
+    let dev = Device::cpu();
+    let (e, din) = (16u32, 256u32);
+    let good = RouterQuant { bits: 8, group_size: 64 };
+    let shape = RouterShape { m: 2, n_experts: e, din, k: 4 };
+    let x = dev.alloc::<bf16>(2 * din as usize).unwrap();
+    let wq = dev.alloc::<u32>((e * din / 4) as usize + 4).unwrap();
+    let (sq, bq) =
+        (dev.alloc::<bf16>((e * din / 32) as usize).unwrap(), dev.alloc::<bf16>((e * din / 32) as usize).unwrap());
+    let mut logits = dev.alloc::<f32>((2 * e) as usize).unwrap();
+    let mut lg = |quant: RouterQuant, shape: RouterShape| {
+        let w = QuantRouterBuffers { wq: &wq, sq: &sq, bq: &bq };
+        run_router_logits_q::<bf16>(&dev, &x, w, quant, &mut logits, &shape, Stream::DEFAULT)
+    };
+    lg(good, shape).unwrap();
+    refused(lg(RouterQuant { bits: 6, ..good }, shape), "bits");
+    refused(lg(RouterQuant { bits: 2, ..good }, shape), "bits");
+    refused(lg(RouterQuant { group_size: 16, ..good }, shape), "group_size");
+    refused(lg(RouterQuant { group_size: 256, ..good }, shape), "group_size");
+    refused(lg(RouterQuant { group_size: 128, ..good }, RouterShape { din: 192, ..shape }), "din");
+    refused(lg(good, RouterShape { m: 9, ..shape }), "m");
+    refused(lg(good, RouterShape { n_experts: e + 1, ..shape }), "wq");
+    refused(RouterQuant { bits: 5, ..good }.validate(din), "bits");
+    let args = shape.logits_q_args(x.ptr(), wq.ptr() + 4, sq.ptr(), bq.ptr(), logits.ptr(), good);
+    refused(unsafe { router::router_logits_q(&dev, Dtype::Bf16, args, Stream::DEFAULT) }, "wq");
+}
+
 fn availability_matches_the_backends<T: Element>(dev: &Device) {
     assert!(router::router_available(dev, T::DTYPE), "{}: the router is built for every dtype", label::<T>(dev));
+    assert!(
+        router::router_q_available(dev, T::DTYPE),
+        "{}: the quantized router is built for every dtype",
+        label::<T>(dev)
+    );
 }
 
 fn main() {
@@ -297,6 +439,12 @@ fn main() {
         .per_backend("logits_long_rows_take_several_batches", logits_long_rows_take_several_batches)
         .per_backend("logits_odd_rows_take_the_value_path", logits_odd_rows_take_the_value_path)
         .per_backend("logits_misaligned_x_takes_the_value_path", logits_misaligned_x_takes_the_value_path)
+        .per_backend_and_dtype(
+            "quantized_logits_every_format_and_token_count",
+            typed!(quantized_logits_every_format_and_token_count),
+        )
+        .per_backend("qwen3_30b_a3b_quantized_router", qwen3_30b_a3b_quantized_router)
+        .per_backend("quantized_logits_misaligned_x", quantized_logits_misaligned_x)
         .per_backend("qwen3_30b_a3b_router", qwen3_30b_a3b_router)
         .per_backend("qwen3_next_router", qwen3_next_router)
         .per_backend("topk_every_k_and_expert_count", topk_every_k_and_expert_count)
@@ -305,6 +453,7 @@ fn main() {
         .per_backend("topk_negative_infinity_is_chosen_last", topk_negative_infinity_is_chosen_last)
         .per_backend("the_pair_in_one_call_is_the_two_launches", the_pair_in_one_call_is_the_two_launches)
         .single("bad_router_shapes_are_refused", bad_router_shapes_are_refused)
+        .single("bad_quantized_routers_are_refused", bad_quantized_routers_are_refused)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
         .run()
 }

@@ -530,8 +530,8 @@ families! {
         }
     }
 
-    /// `moe_gateup_batch`: `moe_gateup` for `m` tokens of `k` slots each; the
-    /// first slot holding an expert computes every slot that holds it.
+    /// `moe_gateup_batch`: `moe_gateup` for `m` tokens of `k` slots each, one
+    /// slot a workgroup.
     family MoeGateUpBatchArgs (MoeGateUpBatch<T>) {
         instances { moe_gateup_batch_f32, moe_gateup_batch_f16, moe_gateup_batch_bf16 => crate::moe::batch::moe_gateup_batch::<T>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
@@ -551,7 +551,7 @@ families! {
     }
 
     /// `moe_down_batch`: `moe_down` (4 and 8 bits) for `m` tokens of `k` slots
-    /// each, with `moe_gateup_batch`'s ownership.
+    /// each, one slot a workgroup.
     family MoeDownBatchArgs (MoeDownBatch<T>) {
         instances { moe_down_batch_f32, moe_down_batch_f16, moe_down_batch_bf16 => crate::moe::batch::moe_down_batch::<T, { crate::moe::TENSOR_CORES }>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
@@ -591,6 +591,25 @@ families! {
             m: value u32,
             n_experts: value u32,
             din: value u32,
+        }
+    }
+
+    /// `moe_router_logits_q`: `logits[t, e] = x[t] . dequantize(wq, sq, bq)[e]`
+    /// (f32) for `m` tokens, the router quantized as MLX quantizes a linear layer.
+    family MoeRouterLogitsQArgs (MoeRouterLogitsQ<T>) {
+        instances { moe_router_logits_q_f32, moe_router_logits_q_f16, moe_router_logits_q_bf16 => crate::moe::router::moe_router_logits_q::<T>; }
+        workgroup_mem(geometry::moe_router::LOGITS_WORKGROUP_MEM_BYTES)
+        params {
+            x: read T [m, din],
+            wq: read u32 [n_experts, din / values_per_word(bits)],
+            sq: read T [n_experts, din / group_size],
+            bq: read T [n_experts, din / group_size],
+            logits: write f32 [m, n_experts],
+            m: value u32,
+            n_experts: value u32,
+            din: value u32,
+            bits: value u32,
+            group_size: value u32,
         }
     }
 

@@ -9,8 +9,8 @@
 //! that token NaN: its ids are then `u32::MAX` (out of range, which the expert
 //! kernels report through their status word) and its scores NaN.
 
-use kernels_device::entry::{MoeRouterLogits, MoeTopK};
-pub use kernels_device::entry::{MoeRouterLogitsArgs, MoeTopKArgs};
+use kernels_device::entry::{MoeRouterLogits, MoeRouterLogitsQ, MoeTopK};
+pub use kernels_device::entry::{MoeRouterLogitsArgs, MoeRouterLogitsQArgs, MoeTopKArgs};
 use kernels_device::geometry::moe_router::{
     LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_SIZE,
     logits_workgroups, topk_workgroup_mem_bytes,
@@ -24,10 +24,12 @@ use crate::runtime::{Device, DeviceBuffer, LaunchDims, Stream, Typed};
 
 /// The typed launch of `moe_router_logits` ([`Run::run`] launches it).
 pub type MoeRouterLogitsLaunch<'a, T> = MoeRouterLogits<'a, T, Typed>;
+/// The typed launch of `moe_router_logits_q` ([`Run::run`] launches it).
+pub type MoeRouterLogitsQLaunch<'a, T> = MoeRouterLogitsQ<'a, T, Typed>;
 /// The typed launch of `moe_topk` (f32 logits; `renorm` 0 or 1).
 pub type MoeTopKLaunch<'a> = MoeTopK<'a, Typed>;
 
-typed_run!(MoeRouterLogits);
+typed_run!(MoeRouterLogits, MoeRouterLogitsQ);
 
 impl Run for MoeTopKLaunch<'_> {
     fn run(self, device: &Device, stream: Stream) -> Result<()> {
@@ -38,12 +40,46 @@ impl Run for MoeTopKLaunch<'_> {
 
 /// The router's matrix product.
 pub const LOGITS_KERNEL: &str = "moe_router_logits";
+/// The router's matrix product over a quantized router (4 or 8 bits).
+pub const LOGITS_Q_KERNEL: &str = "moe_router_logits_q";
 /// The softmax and top-k selection (f32 logits, one symbol).
 pub const TOPK_KERNEL: &str = "moe_topk";
 
 /// Whether both router kernels for `dtype` can run on `device`.
 pub fn router_available(device: &Device, dtype: Dtype) -> bool {
     device.is_available(&symbol(LOGITS_KERNEL, dtype)) && device.is_available(TOPK_KERNEL)
+}
+
+/// Whether the quantized router's product for `dtype` and `moe_topk` can run on `device`.
+pub fn router_q_available(device: &Device, dtype: Dtype) -> bool {
+    device.is_available(&symbol(LOGITS_Q_KERNEL, dtype)) && device.is_available(TOPK_KERNEL)
+}
+
+/// The format of a quantized router, as MLX quantizes a linear layer (affine,
+/// codes packed from the low bits of each word). mlx-lm quantizes Qwen3 MoE's
+/// `mlp.gate` at 8 bits, group 64, whatever the experts' bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterQuant {
+    /// 4 or 8.
+    pub bits: u32,
+    /// 32, 64 or 128 values per scale and bias.
+    pub group_size: u32,
+}
+
+impl RouterQuant {
+    /// Checks the format for rows of `din` values, naming what is wrong.
+    pub fn validate(&self, din: u32) -> Result<()> {
+        if !matches!(self.bits, 4 | 8) {
+            return Err(Error::invalid("bits", format!("{} is not supported for the router; use 4 or 8", self.bits)));
+        }
+        if !matches!(self.group_size, 32 | 64 | 128) {
+            return Err(Error::invalid("group_size", format!("{} is not 32, 64 or 128", self.group_size)));
+        }
+        if !din.is_multiple_of(self.group_size) {
+            return Err(Error::invalid("din", format!("{din} is not a multiple of group_size {}", self.group_size)));
+        }
+        Ok(())
+    }
 }
 
 /// Whether the router of this shape for `dtype` can run on `device`: both
@@ -134,6 +170,26 @@ impl CheckedArgs for MoeRouterLogitsArgs {
     }
 }
 
+impl CheckedArgs for MoeRouterLogitsQArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, LOGITS_Q_KERNEL, dtype)?;
+        check_logits_shape(self.m, self.n_experts, self.din)?;
+        RouterQuant { bits: self.bits, group_size: self.group_size }.validate(self.din)?;
+        check_quad_aligned(self.wq)?;
+        let dims = logits_dims(self.n_experts);
+        device.check_workgroup_mem(&kernel, &dims)?;
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
+    }
+}
+
+/// `moe_router_logits_q` reads its codes 16 bytes at a time.
+fn check_quad_aligned(wq: u64) -> Result<()> {
+    if !wq.is_multiple_of(16) {
+        return Err(Error::invalid("wq", format!("{wq:#x} is not 16-byte aligned; the kernel reads 16-byte quads")));
+    }
+    Ok(())
+}
+
 impl CheckedArgs for MoeTopKArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         if dtype != Dtype::F32 {
@@ -160,6 +216,22 @@ impl RouterShape {
         MoeRouterLogitsArgs { x, wr, logits, m, n_experts, din }
     }
 
+    /// The arguments of `moe_router_logits_q` of this shape (the raw form
+    /// [`router_logits_q`] takes; `k` is not used).
+    pub fn logits_q_args(
+        &self,
+        x: u64,
+        wq: u64,
+        sq: u64,
+        bq: u64,
+        logits: u64,
+        quant: RouterQuant,
+    ) -> MoeRouterLogitsQArgs {
+        let RouterShape { m, n_experts, din, .. } = *self;
+        let RouterQuant { bits, group_size } = quant;
+        MoeRouterLogitsQArgs { x, wq, sq, bq, logits, m, n_experts, din, bits, group_size }
+    }
+
     /// The arguments of `moe_topk` of this shape (the raw form [`topk`] takes;
     /// `din` is not used).
     pub fn topk_args(&self, logits: u64, ids: u64, scores: u64, renorm: bool) -> MoeTopKArgs {
@@ -175,6 +247,17 @@ impl RouterShape {
 /// `x` (`[M, Din]` of `dtype`), `wr` (`[E, Din]` of `dtype`) and `logits`
 /// (`[M, E]` f32) are device pointers of `device` of those sizes.
 pub unsafe fn router_logits(device: &Device, dtype: Dtype, args: MoeRouterLogitsArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
+}
+
+/// `logits[t, e] = x[t] . dequantize(wq, sq, bq)[e]` (f32) over the raw form
+/// ([`RouterShape::logits_q_args`]); `dtype` is the type of `x`, `sq` and `bq`.
+///
+/// # Safety
+/// `x` (`[M, Din]` of `dtype`), `wq` (`[E, Din * bits / 32]` u32, 16-byte
+/// aligned), `sq` and `bq` (`[E, Din / group_size]` of `dtype`) and `logits`
+/// (`[M, E]` f32) are device pointers of `device` of those sizes.
+pub unsafe fn router_logits_q(device: &Device, dtype: Dtype, args: MoeRouterLogitsQArgs, stream: Stream) -> Result<()> {
     args.enqueue_checked(device, dtype, &[], stream)
 }
 
@@ -261,6 +344,33 @@ pub fn run_router_logits<T: Element>(
 ) -> Result<()> {
     let RouterShape { m, n_experts, din, .. } = *shape;
     MoeRouterLogitsLaunch { x, wr, logits, m, n_experts, din }.run(device, stream)
+}
+
+/// The buffers of a quantized router: codes, scales and biases.
+#[derive(Clone, Copy)]
+pub struct QuantRouterBuffers<'a, T: Element> {
+    /// `[E, Din * bits / 32]`, 16-byte aligned.
+    pub wq: &'a DeviceBuffer<u32>,
+    /// `[E, Din / group_size]`.
+    pub sq: &'a DeviceBuffer<T>,
+    /// `[E, Din / group_size]`.
+    pub bq: &'a DeviceBuffer<T>,
+}
+
+/// [`MoeRouterLogitsQLaunch`] of these buffers and this shape, run.
+pub fn run_router_logits_q<T: Element>(
+    device: &Device,
+    x: &DeviceBuffer<T>,
+    w: QuantRouterBuffers<'_, T>,
+    quant: RouterQuant,
+    logits: &mut DeviceBuffer<f32>,
+    shape: &RouterShape,
+    stream: Stream,
+) -> Result<()> {
+    let RouterShape { m, n_experts, din, .. } = *shape;
+    let RouterQuant { bits, group_size } = quant;
+    let QuantRouterBuffers { wq, sq, bq } = w;
+    MoeRouterLogitsQLaunch { x, wq, sq, bq, logits, m, n_experts, din, bits, group_size }.run(device, stream)
 }
 
 /// [`MoeTopKLaunch`] of these buffers and this shape, run.

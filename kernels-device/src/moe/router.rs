@@ -82,7 +82,17 @@ pub unsafe fn moe_router_logits<T: Elem>(
         7 => unsafe { row_part::<T, 7>(x, w_row, din as usize) },
         _ => unsafe { row_part::<T, 8>(x, w_row, din as usize) },
     };
-    // Each wave's sums, then the row's: the waves' sums in wave order.
+    unsafe { store_row(acc, logits, m, n_experts, row) };
+}
+
+/// `logits[t, row]` for `t < m` from each lane's partial sums `acc`: each
+/// wave's sums, then the row's, the waves' sums in wave order (through
+/// workgroup memory). Every thread of the workgroup calls it.
+///
+/// # Safety
+/// `logits` holds `m * n_experts` values and `row < n_experts`.
+#[inline(always)]
+unsafe fn store_row(acc: [f32; MAX_TOKENS], logits: *mut f32, m: u32, n_experts: u32, row: u32) {
     let sums = wave::workgroup_mem::<f32>();
     let lane = wave::lane_id();
     let w = wave::wave_id() as usize;
@@ -105,6 +115,158 @@ pub unsafe fn moe_router_logits<T: Elem>(
         }
         unsafe { *logits.add(t * n_experts as usize + row as usize) = total };
     }
+}
+
+/// One 16-byte load of a quantized router row: 32 codes at 4 bits, 16 at 8.
+type Quad = Vector<u32, 4>;
+
+/// `logits[t, e] = sum_i x[t, i] * (s[e, g] * q[e, i] + b[e, g])` (f32) for
+/// `t < m`, `e < n_experts`, `g = i / group_size`: the router quantized as MLX
+/// quantizes a linear layer (affine, `bits` 4 or 8, codes packed from the low
+/// bits of each word; mlx-lm quantizes Qwen3 MoE's `mlp.gate` at 8 bits, group
+/// 64). Workgroup `e` takes row `e` and all `m` tokens, as
+/// [`moe_router_logits`]; lane `g` of the row takes the 16-byte quads `g, g +
+/// 32 * WAVES_PER_ROW, ...`. For each quad and token, `dot = sum_j x_j q_j` (an
+/// fma chain in value order) and `sx = sum_j x_j`, then `acc = fma(s, dot, acc)`
+/// and `acc = fma(b, sx, acc)`; the lanes' sums as [`moe_router_logits`].
+///
+/// Launch: as [`moe_router_logits`]; `group_size` 32, 64 or 128, `din` a
+/// multiple of it, `wq` 16-byte aligned (the host checks; the kernel returns
+/// without touching memory otherwise).
+///
+/// # Safety
+/// `x` holds `m * din` values, `wq` `n_experts * din * bits / 32` words, `sq`
+/// and `bq` `n_experts * din / group_size` values, `logits` `m * n_experts`.
+#[inline(always)]
+pub unsafe fn moe_router_logits_q<T: Elem>(
+    x: *const T,
+    wq: *const u32,
+    sq: *const T,
+    bq: *const T,
+    logits: *mut f32,
+    m: u32,
+    n_experts: u32,
+    din: u32,
+    bits: u32,
+    group_size: u32,
+) {
+    let row = wave::workgroup_id_x();
+    let group_shift = match group_size {
+        32 => 5,
+        64 => 6,
+        128 => 7,
+        _ => return,
+    };
+    // Uniform over the workgroup: either every wave returns here or none does.
+    if row >= n_experts
+        || m == 0
+        || m as usize > MAX_TOKENS
+        || !(bits == 4 || bits == 8)
+        || !din.is_multiple_of(group_size)
+        || !(wq as usize).is_multiple_of(align_of::<Quad>())
+    {
+        return;
+    }
+    let (row_words, row_groups) = (din as usize * bits as usize / 32, (din >> group_shift) as usize);
+    let w_row = unsafe { wq.add(row as usize * row_words) } as *const Quad;
+    let (s_row, b_row) = unsafe { (sq.add(row as usize * row_groups), bq.add(row as usize * row_groups)) };
+    let q = QuantRow { x, w: w_row, s: s_row, b: b_row, din: din as usize, group_shift };
+    let acc = if bits == 4 { unsafe { q.by_tokens::<4>(m) } } else { unsafe { q.by_tokens::<8>(m) } };
+    unsafe { store_row(acc, logits, m, n_experts, row) };
+}
+
+/// One quantized router row and the tokens, for [`moe_router_logits_q`].
+#[derive(Clone, Copy)]
+struct QuantRow<T> {
+    x: *const T,
+    w: *const Quad,
+    s: *const T,
+    b: *const T,
+    din: usize,
+    group_shift: u32,
+}
+
+impl<T: Elem> QuantRow<T> {
+    /// [`Self::part`] for `m` tokens (an instance per count, so no load is
+    /// guarded by `m`).
+    #[inline(always)]
+    unsafe fn by_tokens<const BITS: u32>(self, m: u32) -> [f32; MAX_TOKENS] {
+        unsafe {
+            match m {
+                1 => self.part::<BITS, 1>(),
+                2 => self.part::<BITS, 2>(),
+                3 => self.part::<BITS, 3>(),
+                4 => self.part::<BITS, 4>(),
+                5 => self.part::<BITS, 5>(),
+                6 => self.part::<BITS, 6>(),
+                7 => self.part::<BITS, 7>(),
+                _ => self.part::<BITS, 8>(),
+            }
+        }
+    }
+
+    /// This lane's partial sums of `M` tokens against the row (see
+    /// [`moe_router_logits_q`]); entries `t >= M` are 0.
+    #[inline(always)]
+    unsafe fn part<const BITS: u32, const M: usize>(self) -> [f32; MAX_TOKENS] {
+        const LANES: usize = (WAVES_PER_ROW * WAVE_SIZE) as usize;
+        let per_quad = (128 / BITS) as usize;
+        let quads = self.din / per_quad;
+        let aligned = (self.x as usize).is_multiple_of(align_of::<Chunk<T>>());
+        let mut acc = [0.0f32; MAX_TOKENS];
+        let mut qd = (wave::wave_id() * WAVE_SIZE + wave::lane_id()) as usize;
+        while qd < quads {
+            let w = unsafe { *self.w.add(qd) };
+            let g = (qd * per_quad) >> self.group_shift;
+            let (s, b) = unsafe { ((*self.s.add(g)).to_f32(), (*self.b.add(g)).to_f32()) };
+            crate::unroll!(t in 0..M, at most 8 => {
+                let xs = unsafe { self.x.add(t * self.din + qd * per_quad) };
+                let (mut dot, mut sx) = (0.0f32, 0.0f32);
+                // Unrolled, so that every code's word and shift are constants
+                // (a runtime index into the quad put it on a stack on nvptx).
+                crate::unroll!(ci in 0..4 => {
+                    let c = ci * CHUNK as usize;
+                    if c < per_quad {
+                        let v = unsafe { x_chunk(xs.add(c), aligned) };
+                        for (j, &xv) in v.iter().enumerate() {
+                            dot = mul_add(xv, code::<BITS>(w, c + j), dot);
+                            sx = sx + xv;
+                        }
+                    }
+                });
+                acc[t] = mul_add(s, dot, acc[t]);
+                acc[t] = mul_add(b, sx, acc[t]);
+            });
+            qd += LANES;
+        }
+        acc
+    }
+}
+
+/// [`CHUNK`] values from `p` widened to f32: one load when `aligned` (to a
+/// [`Chunk`]), else one a value.
+#[inline(always)]
+unsafe fn x_chunk<T: Elem>(p: *const T, aligned: bool) -> [f32; CHUNK as usize] {
+    let mut v = [0.0f32; CHUNK as usize];
+    if aligned {
+        let c = unsafe { *(p as *const Chunk<T>) };
+        for j in 0..CHUNK as usize {
+            v[j] = c.0[j].to_f32();
+        }
+    } else {
+        for (j, out) in v.iter_mut().enumerate() {
+            *out = unsafe { *p.add(j) }.to_f32();
+        }
+    }
+    v
+}
+
+/// Code `j` of a quad (MLX's packing: value `j` in the low bits first), as f32.
+#[inline(always)]
+fn code<const BITS: u32>(w: Quad, j: usize) -> f32 {
+    let per_word = (32 / BITS) as usize;
+    let word = w.0[j / per_word];
+    ((word >> (BITS as usize * (j % per_word))) & ((1 << BITS) - 1)) as f32
 }
 
 /// This lane's partial sums of `M` tokens against the router row `w_row`: the
