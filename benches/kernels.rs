@@ -441,15 +441,14 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
     ));
 }
 
-/// Qwen3-30B-A3B's whole routed block for `m` tokens (E 128, K 8, Din 2048, Dff 768, group 64,
-/// renormalized; `moe::block::block`: router logits, top-k, gate/up, down and combine), over 16
+/// A model's whole routed block of this shape for `m` tokens (renormalized, SwiGLU;
+/// `moe::block::block`: router logits, top-k, gate/up, down and combine), over 16
 /// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
 /// inputs share), beside `read_stream` in the same five dependent launches over the bytes those
 /// launches must read: the router's weights, the logits, each distinct chosen expert's gate/up
 /// and down once (their mean count over the inputs), and the partial sums.
-fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, m: u32) {
-    let dtype = T::DTYPE;
-    let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
+fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape: MoeShape, m: u32) {
+    let (dtype, bits) = (T::DTYPE, shape.bits);
     let (e, k, din, dff) = (shape.n_experts as usize, shape.k as usize, shape.din as usize, shape.dff as usize);
     let stack = |r, c, seed| random_stack::<T>(dev, &shape, r, c, seed);
     let ((wg, sg, bg), (wu, su, bu), (wd, sd, bd)) =
@@ -515,7 +514,7 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, bits: u32, m: u32)
     let part_bytes = m as usize * k * din * 4;
     let parts = [router_bytes, logits_bytes, gateup_bytes, down_bytes, part_bytes].map(|b| b.div_ceil(16) * 16);
     let bytes = parts.iter().sum::<usize>() as f64;
-    let what = format!("Qwen3-30B-A3B bits={bits} M={m} ({distinct:.1} distinct experts)");
+    let what = format!("{model} bits={bits} M={m} ({distinct:.1} distinct experts)");
     rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
@@ -595,8 +594,14 @@ fn main() {
         }
         for bits in [4, 8] {
             for m in [1, 2, 4, 8] {
-                bench_block::<bf16>(&dev, &mut rows, bits, m);
+                let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
+                bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m);
             }
+        }
+        // Qwen3-Next-80B-A3B's routed experts (its shared expert is not part of the block).
+        for m in [1, 8] {
+            let shape = MoeShape { n_experts: 512, k: 10, din: 2048, dff: 512, bits: 4, group_size: 64 };
+            bench_block::<bf16>(&dev, &mut rows, "Qwen3-Next-80B-A3B routed", shape, m);
         }
     }
 
