@@ -346,7 +346,7 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
             let status = dev.upload(&[0u32]).unwrap();
             let p = BlockPointers {
                 x: x.ptr(),
-                wr: wr.ptr(),
+                router: block::RouterWeights::Dense(wr.ptr()),
                 gate: q(&gate),
                 up: q(&up),
                 down: q(&down),

@@ -492,7 +492,7 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape
         turn += 1;
         let p = moe::block::BlockPointers {
             x: xs[turn % xs.len()].ptr(),
-            wr: wr.ptr(),
+            router: moe::block::RouterWeights::Dense(wr.ptr()),
             gate,
             up,
             down,

@@ -950,7 +950,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block(
         };
         let p = BlockPointers {
             x: x as u64,
-            wr: wr as u64,
+            router: block::RouterWeights::Dense(wr as u64),
             gate: quantized(wg, sg, bg),
             up: quantized(wu, su, bu),
             down: quantized(w2, s2, b2),

@@ -5,16 +5,21 @@
 //! - each token's output within the contract (nRMS < 5e-4, nMAX < 2e-2) of
 //!   the dense f64 reference of that token's experts, chosen by the
 //!   testkit's router reference;
+//! - the same with the router quantized as mlx-lm quantizes it (8 bits,
+//!   group 64), against the dequantized router's reference;
 //! - the refusals the block adds to its launches' (the scratch, `out` over an
-//!   input of an earlier launch).
+//!   input of an earlier launch, a quantized router's format).
 
 mod common;
 
 use common::{Suite, assert_meets_dense, download_bits, download_values, label};
-use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers};
-use mlxcel_amdgpu::kernels::moe::router::{RouterShape, run_router_logits, run_topk};
+use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers, RouterWeights};
+use mlxcel_amdgpu::kernels::moe::router::{
+    QuantRouterBuffers, RouterQuant, RouterShape, run_router_logits, run_router_logits_q, run_topk,
+};
 use mlxcel_amdgpu::kernels::moe::{
-    Activation, DownBatchBuffers, GatedBuffers, MoeShape, run_combine_batch, run_down_batch, run_gateup_batch,
+    Activation, DownBatchBuffers, GatedBuffers, MoeShape, QuantizedPointers, run_combine_batch, run_down_batch,
+    run_gateup_batch,
 };
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
 use mlxcel_amdgpu_testkit::fixtures::QuantizedUpload;
@@ -54,10 +59,15 @@ fn poisoned<T: bytemuck::Pod>(dev: &Device, n: usize) -> DeviceBuffer<T> {
     b
 }
 
-/// The device buffers of one block.
+/// The router quantized as mlx-lm quantizes Qwen3 MoE's `mlp.gate`.
+const ROUTER_QUANT: RouterQuant = RouterQuant { bits: 8, group_size: 64 };
+
+/// The device buffers of one block; `qr`, when present, is the router the
+/// block takes (quantized from `wr` at [`ROUTER_QUANT`]).
 struct Uploaded<T> {
     x: DeviceBuffer<T>,
     wr: DeviceBuffer<T>,
+    qr: Option<(reference::Quantized, QuantizedUpload<T>)>,
     gate: QuantizedUpload<T>,
     up: QuantizedUpload<T>,
     down: QuantizedUpload<T>,
@@ -67,6 +77,7 @@ fn upload<T: Element>(dev: &Device, b: &Block) -> Uploaded<T> {
     Uploaded {
         x: upload_as(dev, &b.x),
         wr: upload_as(dev, &b.wr),
+        qr: None,
         gate: QuantizedUpload::new(dev, &b.layer.gate).unwrap(),
         up: QuantizedUpload::new(dev, &b.layer.up).unwrap(),
         down: QuantizedUpload::new(dev, &b.layer.down).unwrap(),
@@ -75,9 +86,13 @@ fn upload<T: Element>(dev: &Device, b: &Block) -> Uploaded<T> {
 
 /// The block's pointers over `u`, `out` and `scratch`.
 fn pointers<T>(u: &Uploaded<T>, out: &DeviceBuffer<T>, scratch: &DeviceBuffer<u8>) -> BlockPointers {
+    let router = match &u.qr {
+        Some((_, q)) => RouterWeights::Quantized { w: q.pointers(), quant: ROUTER_QUANT },
+        None => RouterWeights::Dense(u.wr.ptr()),
+    };
     BlockPointers {
         x: u.x.ptr(),
-        wr: u.wr.ptr(),
+        router,
         gate: u.gate.pointers(),
         up: u.up.pointers(),
         down: u.down.pointers(),
@@ -112,7 +127,13 @@ fn run_launches<T: Element>(
     let rshape = RouterShape { m: m as u32, n_experts: s.n_experts, din: s.din, k: s.k };
     let mut logits = poisoned::<f32>(dev, m * N_EXPERTS);
     let (mut ids, mut scores) = (poisoned::<u32>(dev, m * K), poisoned::<f32>(dev, m * K));
-    run_router_logits::<T>(dev, &u.x, &u.wr, &mut logits, &rshape, Stream::DEFAULT).unwrap();
+    match &u.qr {
+        Some((_, q)) => {
+            let w = QuantRouterBuffers { wq: &q.w, sq: &q.scales, bq: &q.biases };
+            run_router_logits_q::<T>(dev, &u.x, w, ROUTER_QUANT, &mut logits, &rshape, Stream::DEFAULT).unwrap()
+        }
+        None => run_router_logits::<T>(dev, &u.x, &u.wr, &mut logits, &rshape, Stream::DEFAULT).unwrap(),
+    }
     run_topk(dev, &logits, &mut ids, &mut scores, &rshape, renorm, Stream::DEFAULT).unwrap();
     let (mut a, mut part) = (poisoned::<f32>(dev, m * K * DFF), poisoned::<f32>(dev, m * K * DIN));
     let mut out = poisoned::<T>(dev, m * DIN);
@@ -182,6 +203,67 @@ fn block_meets_the_dense_reference<T: Element>(dev: &Device) {
     }
 }
 
+/// [`upload`] with the router quantized at [`ROUTER_QUANT`].
+fn upload_quantized_router<T: Element>(dev: &Device, b: &Block) -> Uploaded<T> {
+    let q = reference::quantize(T::DTYPE, &b.wr, N_EXPERTS, DIN, ROUTER_QUANT.bits, ROUTER_QUANT.group_size as usize);
+    let on_device = QuantizedUpload::new(dev, &q).unwrap();
+    Uploaded { qr: Some((q, on_device)), ..upload::<T>(dev, b) }
+}
+
+/// With a quantized router (8 bits, group 64) the block is still its launches
+/// bit for bit (`moe_router_logits_q`, then the rest), and each token meets the
+/// dense reference of the experts the router reference chooses from the
+/// dequantized router.
+fn quantized_router_block_is_its_launches_and_meets_the_dense_reference<T: Element>(dev: &Device) {
+    for (case, &(bits, m, act, renorm)) in CASES.iter().enumerate() {
+        let b = block_inputs(T::DTYPE, m, bits, seed_of::<T>(500, case));
+        let u = upload_quantized_router::<T>(dev, &b);
+        let got = run_block(dev, &b, &u, act, renorm);
+        let (want, device_ids) = run_launches(dev, &b, &u, act, renorm);
+        let what = format!("{} {bits}-bit m {m} {act:?} renorm {renorm}, 8-bit router", label::<T>(dev));
+        let (got_bits, want_bits) = (download_bits(&got), download_bits(&want));
+        if let Some(at) = got_bits.iter().zip(&want_bits).position(|(g, w)| g != w) {
+            panic!(
+                "{what}: element {at} is {:#x} from the block, {:#x} from the launches",
+                got_bits[at], want_bits[at]
+            );
+        }
+        let wr = reference::dequantize(&u.qr.as_ref().unwrap().0);
+        let (ids, scores) =
+            reference::topk(&reference::router_logits(&b.x, &wr, m, N_EXPERTS, DIN), m, N_EXPERTS, K, renorm);
+        assert_eq!(device_ids, ids, "{what}: the router's selection");
+        let out = download_values(&got);
+        for t in 0..m {
+            let token = GatedInputs {
+                x: b.x[t * DIN..(t + 1) * DIN].to_vec(),
+                idx: ids[t * K..(t + 1) * K].to_vec(),
+                scores: scores[t * K..(t + 1) * K].to_vec(),
+                ..b.layer.clone()
+            };
+            let exact = dense_gated_reference(Dtype::F32, &token, act as u32);
+            assert_meets_dense(T::DTYPE, &out[t * DIN..(t + 1) * DIN], &exact, &format!("{what} token {t}"));
+        }
+    }
+}
+
+/// A quantized router's format and codes pointer are checked before any launch.
+fn a_bad_quantized_router_is_refused() {
+    let quantized = |quant: RouterQuant, offset: u64| {
+        move |p: &mut BlockPointers, u: &Uploaded<f32>| {
+            let w = QuantizedPointers {
+                w: u.gate.w.ptr() + offset,
+                scales: u.gate.scales.ptr(),
+                biases: u.gate.biases.ptr(),
+            };
+            p.router = RouterWeights::Quantized { w, quant };
+        }
+    };
+    refused(launch_changed(quantized(RouterQuant { bits: 6, ..ROUTER_QUANT }, 0)), "bits");
+    refused(launch_changed(quantized(RouterQuant { group_size: 48, ..ROUTER_QUANT }, 0)), "group_size");
+    let why = refused(launch_changed(quantized(ROUTER_QUANT, 4)), "wq");
+    assert!(why.contains("16-byte"), "{why}");
+}
+
 fn refused(r: Result<(), Error>, argument: &str) -> String {
     match r.map_err(|e| e.root().clone()) {
         Err(Error::InvalidArgument { argument: a, message }) if a == argument => message,
@@ -243,7 +325,12 @@ fn main() {
             typed!(block_is_bit_for_bit_the_router_then_the_batch_launches),
         )
         .per_backend_and_dtype("block_meets_the_dense_reference", typed!(block_meets_the_dense_reference))
+        .per_backend_and_dtype(
+            "quantized_router_block_is_its_launches_and_meets_the_dense_reference",
+            typed!(quantized_router_block_is_its_launches_and_meets_the_dense_reference),
+        )
         .single("a_short_scratch_is_refused", a_short_scratch_is_refused)
+        .single("a_bad_quantized_router_is_refused", a_bad_quantized_router_is_refused)
         .single("a_scratch_over_the_router_weights_is_refused", a_scratch_over_the_router_weights_is_refused)
         .single("out_over_the_router_weights_is_refused", out_over_the_router_weights_is_refused)
         .single("status_over_the_router_weights_is_refused", status_over_the_router_weights_is_refused)

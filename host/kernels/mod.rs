@@ -338,6 +338,7 @@ mod tests {
             MoeDownBatchArgs,
             MoeCombineBatchArgs,
             MoeRouterLogitsArgs,
+            MoeRouterLogitsQArgs,
             MoeTopKArgs,
             Mamba1ScanArgs,
         );

@@ -10,7 +10,7 @@
 
 use kernels_device::args::{ArgValue, BufferExtent};
 
-use super::router::{self, LOGITS_KERNEL, RouterShape, TOPK_KERNEL};
+use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape, TOPK_KERNEL};
 use super::{
     Activation, COMBINE_BATCH_KERNEL, COMBINE_KERNEL, DOWN_BATCH_KERNEL, DOWN_KERNEL, GATEUP_BATCH_KERNEL,
     GATEUP_KERNEL, GatedPointers, MoeCombineArgs, MoeCombineBatchArgs, MoeShape, QuantizedPointers, check_batch,
@@ -69,13 +69,24 @@ pub fn block_scratch_bytes(m: u32, shape: &MoeShape) -> Result<usize> {
     Ok(layout(m, shape)?.1 as usize)
 }
 
+/// The router's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterWeights {
+    /// `[E, Din]` of `T` (`moe_router_logits`).
+    Dense(u64),
+    /// Quantized as MLX quantizes a linear layer (`moe_router_logits_q`): codes
+    /// `[E, Din * bits / 32]` u32, 16-byte aligned; scales and biases `[E, Din
+    /// / group_size]` of `T`.
+    Quantized { w: QuantizedPointers, quant: RouterQuant },
+}
+
 /// Device pointers of one [`block`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockPointers {
     /// `[m, Din]` of `T`.
     pub x: u64,
-    /// The router's weights, `[E, Din]` of `T`.
-    pub wr: u64,
+    /// The router's weights.
+    pub router: RouterWeights,
     pub gate: QuantizedPointers,
     pub up: QuantizedPointers,
     pub down: QuantizedPointers,
@@ -126,12 +137,19 @@ pub unsafe fn block(
 ) -> Result<()> {
     let single = m == 1;
     let pick = |batch: &str, one: &str| kernel_for(device, if single { one } else { batch }, dtype);
-    let logits_kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
+    let logits_kernel = match p.router {
+        RouterWeights::Dense(_) => kernel_for(device, LOGITS_KERNEL, dtype)?,
+        RouterWeights::Quantized { .. } => kernel_for(device, LOGITS_Q_KERNEL, dtype)?,
+    };
     let topk_kernel = device.kernel(TOPK_KERNEL)?;
     let gateup_kernel = pick(GATEUP_BATCH_KERNEL, GATEUP_KERNEL)?;
     let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
     let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
     validate_block(m, shape)?;
+    if let RouterWeights::Quantized { w, quant } = p.router {
+        quant.validate(shape.din)?;
+        router::check_quad_aligned(w.w)?;
+    }
     if p.scratch == 0 {
         return Err(Error::invalid("scratch", "is a null pointer"));
     }
@@ -148,13 +166,21 @@ pub unsafe fn block(
     let [logits, ids, scores, act, part] = offsets.map(|o| p.scratch + o);
 
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
-    let la = rshape.logits_args(p.x, p.wr, logits);
+    let logits_dims = router::logits_dims(shape.n_experts);
+    let logits_stage = match p.router {
+        RouterWeights::Dense(wr) => {
+            let la = rshape.logits_args(p.x, wr, logits);
+            Stage::new(logits_kernel, logits_dims, &la.values(), &la.extents())
+        }
+        RouterWeights::Quantized { w, quant } => {
+            let la = rshape.logits_q_args(p.x, w.w, w.scales, w.biases, logits, quant);
+            Stage::new(logits_kernel, logits_dims, &la.values(), &la.extents())
+        }
+    };
     let ta = rshape.topk_args(logits, ids, scores, renorm);
     let gated = GatedPointers { x: p.x, idx: ids, gate: p.gate, up: p.up, act, status: p.status };
-    let mut stages = vec![
-        Stage::new(logits_kernel, router::logits_dims(shape.n_experts), &la.values(), &la.extents()),
-        Stage::new(topk_kernel, router::topk_dims(m, shape.n_experts), &ta.values(), &ta.extents()),
-    ];
+    let mut stages =
+        vec![logits_stage, Stage::new(topk_kernel, router::topk_dims(m, shape.n_experts), &ta.values(), &ta.extents())];
     if single {
         let g = shape.gateup_args(gated, activation);
         let d = shape.down_args(ids, p.down, act, scores, part, p.status);

@@ -183,7 +183,7 @@ impl CheckedArgs for MoeRouterLogitsQArgs {
 }
 
 /// `moe_router_logits_q` reads its codes 16 bytes at a time.
-fn check_quad_aligned(wq: u64) -> Result<()> {
+pub(crate) fn check_quad_aligned(wq: u64) -> Result<()> {
     if !wq.is_multiple_of(16) {
         return Err(Error::invalid("wq", format!("{wq:#x} is not 16-byte aligned; the kernel reads 16-byte quads")));
     }
