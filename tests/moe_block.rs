@@ -187,19 +187,32 @@ fn block_meets_the_dense_reference<T: Element>(dev: &Device) {
         let (_, device_ids) = run_launches(dev, &b, &u, act, renorm);
         let what = format!("{} {bits}-bit m {m} {act:?} renorm {renorm}", label::<T>(dev));
         assert_eq!(device_ids, ids, "{what}: the router's selection");
-        for t in 0..m {
-            let token = GatedInputs {
-                x: b.x[t * DIN..(t + 1) * DIN].to_vec(),
-                idx: ids[t * K..(t + 1) * K].to_vec(),
-                scores: scores[t * K..(t + 1) * K].to_vec(),
-                ..b.layer.clone()
-            };
-            let exact = dense_gated_reference(Dtype::F32, &token, act as u32);
-            let got = &out[t * DIN..(t + 1) * DIN];
-            let (nrms, nmax) = assert_meets_dense(T::DTYPE, got, &exact, &format!("{what} token {t}"));
-            eprintln!("{what} token {t} vs dense: nrms {nrms:.2e} nmax {nmax:.2e}");
-            assert!(got.iter().any(|&v| v != 0.0), "{what} token {t}: all zero");
-        }
+        tokens_meet_the_dense_reference(T::DTYPE, &b, &out, (&ids, &scores), act, &what);
+    }
+}
+
+/// Each token's `out` within the dense contract of the f64 reference of its
+/// chosen experts (`ids`, `scores` of all tokens), and not all zero.
+fn tokens_meet_the_dense_reference(
+    dtype: Dtype,
+    b: &Block,
+    out: &[f32],
+    (ids, scores): (&[u32], &[f32]),
+    act: Activation,
+    what: &str,
+) {
+    for t in 0..b.m {
+        let token = GatedInputs {
+            x: b.x[t * DIN..(t + 1) * DIN].to_vec(),
+            idx: ids[t * K..(t + 1) * K].to_vec(),
+            scores: scores[t * K..(t + 1) * K].to_vec(),
+            ..b.layer.clone()
+        };
+        let exact = dense_gated_reference(Dtype::F32, &token, act as u32);
+        let got = &out[t * DIN..(t + 1) * DIN];
+        let (nrms, nmax) = assert_meets_dense(dtype, got, &exact, &format!("{what} token {t}"));
+        eprintln!("{what} token {t} vs dense: nrms {nrms:.2e} nmax {nmax:.2e}");
+        assert!(got.iter().any(|&v| v != 0.0), "{what} token {t}: all zero");
     }
 }
 
@@ -232,17 +245,7 @@ fn quantized_router_block_is_its_launches_and_meets_the_dense_reference<T: Eleme
         let (ids, scores) =
             reference::topk(&reference::router_logits(&b.x, &wr, m, N_EXPERTS, DIN), m, N_EXPERTS, K, renorm);
         assert_eq!(device_ids, ids, "{what}: the router's selection");
-        let out = download_values(&got);
-        for t in 0..m {
-            let token = GatedInputs {
-                x: b.x[t * DIN..(t + 1) * DIN].to_vec(),
-                idx: ids[t * K..(t + 1) * K].to_vec(),
-                scores: scores[t * K..(t + 1) * K].to_vec(),
-                ..b.layer.clone()
-            };
-            let exact = dense_gated_reference(Dtype::F32, &token, act as u32);
-            assert_meets_dense(T::DTYPE, &out[t * DIN..(t + 1) * DIN], &exact, &format!("{what} token {t}"));
-        }
+        tokens_meet_the_dense_reference(T::DTYPE, &b, &download_values(&got), (&ids, &scores), act, &what);
     }
 }
 
