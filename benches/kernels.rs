@@ -16,7 +16,7 @@ mod timing;
 use mlxcel_amdgpu::half::bf16;
 use mlxcel_amdgpu::kernels::add3_layer_norm::{self, Add3Buffers};
 use mlxcel_amdgpu::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
-use mlxcel_amdgpu::kernels::moe::router::{self, RouterShape};
+use mlxcel_amdgpu::kernels::moe::router::{self, RouterQuant, RouterShape};
 use mlxcel_amdgpu::kernels::moe::{self, MoeShape, QuantizedPointers};
 use mlxcel_amdgpu::kernels::xielu::{self, XieluParams};
 use mlxcel_amdgpu::kernels_device;
@@ -442,12 +442,20 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
 }
 
 /// A model's whole routed block of this shape for `m` tokens (renormalized, SwiGLU;
-/// `moe::block::block`: router logits, top-k, gate/up, down and combine), over 16
+/// `moe::block::block`: router logits, top-k, gate/up, down and combine; the router in `T`, or
+/// quantized as `router_quant` says, as mlx-lm's quantized checkpoints hold it), over 16
 /// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
 /// inputs share), beside `read_stream` in the same five dependent launches over the bytes those
 /// launches must read: the router's weights, the logits, each distinct chosen expert's gate/up
 /// and down once (their mean count over the inputs), and the partial sums.
-fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape: MoeShape, m: u32) {
+fn bench_block<T: Element>(
+    dev: &Device,
+    rows: &mut Vec<Row>,
+    model: &str,
+    shape: MoeShape,
+    m: u32,
+    router_quant: Option<RouterQuant>,
+) {
     let (dtype, bits) = (T::DTYPE, shape.bits);
     let (e, k, din, dff) = (shape.n_experts as usize, shape.k as usize, shape.din as usize, shape.dff as usize);
     let stack = |r, c, seed| random_stack::<T>(dev, &shape, r, c, seed);
@@ -455,7 +463,20 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape
         (stack(shape.dff, shape.din, 51), stack(shape.dff, shape.din, 52), stack(shape.din, shape.dff, 53));
     // Logits of a few units, as a trained router's: larger ones underflow every probability but
     // the top one or two to 0, and the ties at 0 go to the lowest experts for every token.
-    let wr = upload::<T>(dev, &data::normal(dtype, 54, e * din, 0.05));
+    let wr_values = data::normal(dtype, 54, e * din, 0.05);
+    let wr = upload::<T>(dev, &wr_values);
+    let wq = router_quant.map(|quant| {
+        let q = reference::moe::quantize(dtype, &wr_values, e, din, quant.bits, quant.group_size as usize);
+        let (w, s, b) = (dev.upload(&q.words).unwrap(), upload::<T>(dev, &q.scales), upload::<T>(dev, &q.biases));
+        (quant, w, s, b)
+    });
+    let router_weights = match &wq {
+        Some((quant, w, s, b)) => moe::block::RouterWeights::Quantized {
+            w: QuantizedPointers { w: w.ptr(), scales: s.ptr(), biases: b.ptr() },
+            quant: *quant,
+        },
+        None => moe::block::RouterWeights::Dense(wr.ptr()),
+    };
     let xs: Vec<DeviceBuffer<T>> =
         (0..16u64).map(|s| upload::<T>(dev, &data::normal(dtype, 300 + s, m as usize * din, 1.0))).collect();
     // The experts each input chooses, from the router's own launches.
@@ -466,8 +487,19 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape
     let mut distinct = 0usize;
     for x in &xs {
         unsafe {
-            router::router_logits(dev, dtype, rshape.logits_args(x.ptr(), wr.ptr(), logits.ptr()), Stream::DEFAULT)
-                .unwrap();
+            match &wq {
+                Some((quant, w, s, b)) => {
+                    let args = rshape.logits_q_args(x.ptr(), w.ptr(), s.ptr(), b.ptr(), logits.ptr(), *quant);
+                    router::router_logits_q(dev, dtype, args, Stream::DEFAULT)
+                }
+                None => router::router_logits(
+                    dev,
+                    dtype,
+                    rshape.logits_args(x.ptr(), wr.ptr(), logits.ptr()),
+                    Stream::DEFAULT,
+                ),
+            }
+            .unwrap();
             router::topk(dev, rshape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true), Stream::DEFAULT).unwrap();
         }
         let mut chosen = ids.download().unwrap();
@@ -492,7 +524,7 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape
         turn += 1;
         let p = moe::block::BlockPointers {
             x: xs[turn % xs.len()].ptr(),
-            router: moe::block::RouterWeights::Dense(wr.ptr()),
+            router: router_weights,
             gate,
             up,
             down,
@@ -507,14 +539,19 @@ fn bench_block<T: Element>(dev: &Device, rows: &mut Vec<Row>, model: &str, shape
 
     let size = dtype.size();
     let matrix = |r: usize, c: usize| r * (c * bits as usize / 8 + 2 * size * c / shape.group_size as usize);
-    let router_bytes = (e + m as usize) * din * size;
+    let router_bytes = m as usize * din * size
+        + match router_quant {
+            Some(q) => e * (din * q.bits as usize / 8 + 2 * size * din / q.group_size as usize),
+            None => e * din * size,
+        };
     let logits_bytes = m as usize * e * 4;
     let gateup_bytes = (distinct * (2 * matrix(dff, din)) as f64) as usize + m as usize * din * size;
     let down_bytes = (distinct * matrix(din, dff) as f64) as usize;
     let part_bytes = m as usize * k * din * 4;
     let parts = [router_bytes, logits_bytes, gateup_bytes, down_bytes, part_bytes].map(|b| b.div_ceil(16) * 16);
     let bytes = parts.iter().sum::<usize>() as f64;
-    let what = format!("{model} bits={bits} M={m} ({distinct:.1} distinct experts)");
+    let router = router_quant.map_or(String::new(), |q| format!(", {}-bit router", q.bits));
+    let what = format!("{model} bits={bits}{router} M={m} ({distinct:.1} distinct experts)");
     rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
@@ -595,13 +632,19 @@ fn main() {
         for bits in [4, 8] {
             for m in [1, 2, 4, 8] {
                 let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
-                bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m);
+                bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m, None);
             }
+        }
+        // mlx-lm's quantized checkpoints hold the router at 8 bits, group 64.
+        for m in [1, 8] {
+            let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits: 4, group_size: 64 };
+            let quant = RouterQuant { bits: 8, group_size: 64 };
+            bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m, Some(quant));
         }
         // Qwen3-Next-80B-A3B's routed experts (its shared expert is not part of the block).
         for m in [1, 8] {
             let shape = MoeShape { n_experts: 512, k: 10, din: 2048, dff: 512, bits: 4, group_size: 64 };
-            bench_block::<bf16>(&dev, &mut rows, "Qwen3-Next-80B-A3B routed", shape, m);
+            bench_block::<bf16>(&dev, &mut rows, "Qwen3-Next-80B-A3B routed", shape, m, None);
         }
     }
 

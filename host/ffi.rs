@@ -50,7 +50,7 @@ use crate::error::{Error, Result};
 use crate::kernels::add3_layer_norm::{self, Add3Pointers};
 use crate::kernels::mamba1_scan::{self, ScanPointers, ScanShape};
 use crate::kernels::moe::block::{self, BlockPointers};
-use crate::kernels::moe::router::{self, RouterPointers, RouterShape};
+use crate::kernels::moe::router::{self, RouterPointers, RouterQuant, RouterShape};
 use crate::kernels::moe::{self, MoeShape, QuantizedPointers, RoutedPointers};
 use crate::kernels::xielu::{self, XieluParams};
 use crate::runtime::describe::{self, DescribedLaunch};
@@ -939,6 +939,108 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block(
     status: *mut u32,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
+    let router = block::RouterWeights::Dense(wr as u64);
+    let experts = [quantized(wg, sg, bg), quantized(wu, su, bu), quantized(w2, s2, b2)];
+    let io = BlockIo { x, out, scratch, scratch_len, status };
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, io, stream) }
+}
+
+/// Whether every kernel of [`mlxcel_amdgpu_moe_block_quantized_router`] for
+/// `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device, at every `m`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_block_quantized_router_available(dtype: u32) -> bool {
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| block::block_quantized_router_available(d, t)))
+}
+
+/// Whether [`mlxcel_amdgpu_moe_block_quantized_router`] for `dtype` takes `m`
+/// tokens of this shape with a router of `router_bits` and
+/// `router_group_size` on the device: the checks the launch makes of them.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_block_quantized_router_supports(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    router_bits: u32,
+    router_group_size: u32,
+) -> bool {
+    let quant = RouterQuant { bits: router_bits, group_size: router_group_size };
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| block::block_quantized_router_supports(d, t, m, &shape, quant)))
+}
+
+/// [`mlxcel_amdgpu_moe_block`] with the router's weights quantized as MLX
+/// quantizes a linear layer (mlx-lm quantizes Qwen3 MoE's `mlp.gate` at 8
+/// bits, group 64): codes `wq [n_experts, din * router_bits / 32]` u32
+/// (16-byte aligned codes take one load a quad), and scales and biases `sq`,
+/// `bq [n_experts, din / router_group_size]` of `dtype`, read by
+/// `moe_router_logits_q`.
+/// `router_bits` is 4 or 8, `router_group_size` 32, 64 or 128 (dividing
+/// `din`), whatever the experts' `shape.bits` and `shape.group_size`. The
+/// scratch is [`mlxcel_amdgpu_moe_block_scratch_bytes`]'; everything else is
+/// as for [`mlxcel_amdgpu_moe_block`], and every argument is checked before
+/// the first launch.
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_block`], with `wq`, `sq` and `bq` device
+/// pointers to those shapes.
+#[allow(clippy::too_many_arguments)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_quantized_router(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    router_bits: u32,
+    router_group_size: u32,
+    activation: u32,
+    norm_topk_prob: u32,
+    x: *const c_void,
+    wq: *const u32,
+    sq: *const c_void,
+    bq: *const c_void,
+    wg: *const u32,
+    sg: *const c_void,
+    bg: *const c_void,
+    wu: *const u32,
+    su: *const c_void,
+    bu: *const c_void,
+    w2: *const u32,
+    s2: *const c_void,
+    b2: *const c_void,
+    out: *mut c_void,
+    scratch: *mut c_void,
+    scratch_len: usize,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    let quant = RouterQuant { bits: router_bits, group_size: router_group_size };
+    let router = block::RouterWeights::Quantized { w: quantized(wq, sq, bq), quant };
+    let experts = [quantized(wg, sg, bg), quantized(wu, su, bu), quantized(w2, s2, b2)];
+    let io = BlockIo { x, out, scratch, scratch_len, status };
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, io, stream) }
+}
+
+/// The block's buffers besides the weights.
+struct BlockIo {
+    x: *const c_void,
+    out: *mut c_void,
+    scratch: *mut c_void,
+    scratch_len: usize,
+    status: *mut u32,
+}
+
+/// The two block functions' shared body: the codes checked, then
+/// [`block::block`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_block(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    activation: u32,
+    norm_topk_prob: u32,
+    router: block::RouterWeights,
+    [gate, up, down]: [QuantizedPointers; 3],
+    io: BlockIo,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
     guarded(|| {
         let device = device()?;
         let dtype = dtype_of(dtype)?;
@@ -949,15 +1051,15 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block(
             v => return Err(Error::invalid("norm_topk_prob", format!("{v} is not 0 or 1"))),
         };
         let p = BlockPointers {
-            x: x as u64,
-            router: block::RouterWeights::Dense(wr as u64),
-            gate: quantized(wg, sg, bg),
-            up: quantized(wu, su, bu),
-            down: quantized(w2, s2, b2),
-            out: out as u64,
-            scratch: scratch as u64,
-            scratch_len,
-            status: status as u64,
+            x: io.x as u64,
+            router,
+            gate,
+            up,
+            down,
+            out: io.out as u64,
+            scratch: io.scratch as u64,
+            scratch_len: io.scratch_len,
+            status: io.status as u64,
         };
         unsafe { block::block(&device, dtype, p, &shape, m, activation, renorm, Stream(stream)) }
     })

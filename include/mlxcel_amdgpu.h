@@ -539,6 +539,60 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block(uint32_t dtype,
                                                 uint32_t *status,
                                                 void *stream);
 
+// Whether every kernel of [`mlxcel_amdgpu_moe_block_quantized_router`] for
+// `dtype` (an [`MlxcelAmdgpuDtype`]) can run on the device, at every `m`.
+bool mlxcel_amdgpu_moe_block_quantized_router_available(uint32_t dtype);
+
+// Whether [`mlxcel_amdgpu_moe_block_quantized_router`] for `dtype` takes `m`
+// tokens of this shape with a router of `router_bits` and
+// `router_group_size` on the device: the checks the launch makes of them.
+bool mlxcel_amdgpu_moe_block_quantized_router_supports(uint32_t dtype,
+                                                       struct MlxcelAmdgpuMoeShape shape,
+                                                       uint32_t m,
+                                                       uint32_t router_bits,
+                                                       uint32_t router_group_size);
+
+// [`mlxcel_amdgpu_moe_block`] with the router's weights quantized as MLX
+// quantizes a linear layer (mlx-lm quantizes Qwen3 MoE's `mlp.gate` at 8
+// bits, group 64): codes `wq [n_experts, din * router_bits / 32]` u32
+// (16-byte aligned codes take one load a quad), and scales and biases `sq`,
+// `bq [n_experts, din / router_group_size]` of `dtype`, read by
+// `moe_router_logits_q`.
+// `router_bits` is 4 or 8, `router_group_size` 32, 64 or 128 (dividing
+// `din`), whatever the experts' `shape.bits` and `shape.group_size`. The
+// scratch is [`mlxcel_amdgpu_moe_block_scratch_bytes`]'; everything else is
+// as for [`mlxcel_amdgpu_moe_block`], and every argument is checked before
+// the first launch.
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_block`], with `wq`, `sq` and `bq` device
+// pointers to those shapes.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block_quantized_router(uint32_t dtype,
+                                                                 struct MlxcelAmdgpuMoeShape shape,
+                                                                 uint32_t m,
+                                                                 uint32_t router_bits,
+                                                                 uint32_t router_group_size,
+                                                                 uint32_t activation,
+                                                                 uint32_t norm_topk_prob,
+                                                                 const void *x,
+                                                                 const uint32_t *wq,
+                                                                 const void *sq,
+                                                                 const void *bq,
+                                                                 const uint32_t *wg,
+                                                                 const void *sg,
+                                                                 const void *bg,
+                                                                 const uint32_t *wu,
+                                                                 const void *su,
+                                                                 const void *bu,
+                                                                 const uint32_t *w2,
+                                                                 const void *s2,
+                                                                 const void *b2,
+                                                                 void *out,
+                                                                 void *scratch,
+                                                                 uintptr_t scratch_len,
+                                                                 uint32_t *status,
+                                                                 void *stream);
+
 // Starts describing launches on this thread: until
 // `mlxcel_amdgpu_describe_end`, each launch call on this thread checks its
 // arguments as usual and then records its kernel launches instead of

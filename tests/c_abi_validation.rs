@@ -484,7 +484,11 @@ struct Blk {
     activation: u32,
     norm_topk_prob: u32,
     x: *const c_void,
+    /// The dense router's `wr`, or a quantized router's codes `wq`.
     wr: *const c_void,
+    /// `None`: `mlxcel_amdgpu_moe_block`; a quantized router:
+    /// `mlxcel_amdgpu_moe_block_quantized_router`.
+    quantized_router: Option<QRouter>,
     gate: [*const c_void; 3],
     up: [*const c_void; 3],
     down: [*const c_void; 3],
@@ -493,6 +497,18 @@ struct Blk {
     scratch_len: usize,
     status: *mut u32,
 }
+
+/// A quantized router's format, scales and biases (its codes are `Blk::wr`).
+#[derive(Clone, Copy)]
+struct QRouter {
+    bits: u32,
+    group_size: u32,
+    sq: *const c_void,
+    bq: *const c_void,
+}
+
+/// mlx-lm's quantization of Qwen3 MoE's `mlp.gate`: 8 bits, group 64.
+const Q_ROUTER: QRouter = QRouter { bits: 8, group_size: 64, sq: at(14), bq: at(15) };
 
 const QWEN3: MoeShape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits: 4, group_size: 64 };
 
@@ -509,6 +525,7 @@ const BLOCK: Blk = Blk {
     norm_topk_prob: 1,
     x: at(1),
     wr: at(2),
+    quantized_router: None,
     gate: [at(3), at(4), at(5)],
     up: [at(6), at(7), at(8)],
     down: [at(9), at(10), at(11)],
@@ -528,6 +545,7 @@ impl Blk {
             norm_topk_prob,
             x,
             wr,
+            quantized_router,
             gate,
             up,
             down,
@@ -536,6 +554,37 @@ impl Blk {
             scratch_len,
             status,
         } = self;
+        if let Some(QRouter { bits, group_size, sq, bq }) = quantized_router {
+            return unsafe {
+                mlxcel_amdgpu_moe_block_quantized_router(
+                    dtype,
+                    shape,
+                    m,
+                    bits,
+                    group_size,
+                    activation,
+                    norm_topk_prob,
+                    x,
+                    wr.cast(),
+                    sq,
+                    bq,
+                    gate[0].cast(),
+                    gate[1],
+                    gate[2],
+                    up[0].cast(),
+                    up[1],
+                    up[2],
+                    down[0].cast(),
+                    down[1],
+                    down[2],
+                    out,
+                    scratch,
+                    scratch_len,
+                    status,
+                    null_mut(),
+                )
+            };
+        }
         unsafe {
             mlxcel_amdgpu_moe_block(
                 dtype,
@@ -564,18 +613,37 @@ impl Blk {
     }
 
     fn supported(self) -> bool {
-        mlxcel_amdgpu_moe_block_supports(self.dtype, self.shape, self.m)
+        match self.quantized_router {
+            None => mlxcel_amdgpu_moe_block_supports(self.dtype, self.shape, self.m),
+            Some(q) => {
+                mlxcel_amdgpu_moe_block_quantized_router_supports(self.dtype, self.shape, self.m, q.bits, q.group_size)
+            }
+        }
+    }
+
+    fn supported_on_cpu(self) -> bool {
+        let _cpu = cpu();
+        self.supported()
+    }
+
+    fn with_quantized_router(self, change: impl FnOnce(&mut QRouter)) -> Blk {
+        let mut q = self.quantized_router.unwrap_or(Q_ROUTER);
+        change(&mut q);
+        Blk { quantized_router: Some(q), ..self }
     }
 
     /// Refused naming `argument`; a bad shape is also one `_supports` and
-    /// `_scratch_bytes` decline.
+    /// `_scratch_bytes` decline, a bad router format one `_supports` declines.
     fn refused(self, argument: &str) -> String {
         let _cpu = cpu();
         let message = refused(self.call(), argument);
-        if ["m", "n_experts", "k", "din", "dff", "bits", "group_size", "dtype"].contains(&argument) {
+        let sizes = ["m", "n_experts", "k", "din", "dff", "bits", "group_size", "router_bits", "router_group_size"];
+        if sizes.contains(&argument) || argument == "dtype" {
             assert!(!self.supported(), "moe_block_supports takes what the launch refused: {message}");
         }
-        if ["m", "n_experts", "k", "din", "dff", "bits", "group_size"].contains(&argument) {
+        // The scratch's size knows the shape, not the router's format.
+        let shape_refused = !mlxcel_amdgpu_moe_block_supports(self.dtype, self.shape, self.m);
+        if sizes[..7].contains(&argument) && shape_refused {
             let mut bytes = 7usize;
             refused(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(self.shape, self.m, &mut bytes) }, argument);
             assert_eq!(bytes, 7, "a refused scratch size was written");
@@ -770,6 +838,107 @@ fn moe_block_refuses_out_misaligned_to_its_bf16() {
 fn moe_block_refuses_a_status_over_the_router_weights() {
     let why = Blk { status: BLOCK.wr.cast_mut().cast(), ..BLOCK }.refused("status");
     assert!(why.contains("overlaps `wr`"), "{why}");
+}
+
+// ---------------------------------------- moe_block_quantized_router
+
+/// The block with mlx-lm's 8-bit router: the dense block's arguments, `wr`
+/// now the router's codes.
+const Q_BLOCK: Blk = Blk { quantized_router: Some(Q_ROUTER), ..BLOCK };
+
+#[test]
+fn moe_block_quantized_router_supports_qwen3s_layer_for_1_to_8_tokens() {
+    let _cpu = cpu();
+    for dtype in 0..3 {
+        assert!(mlxcel_amdgpu_moe_block_quantized_router_available(dtype));
+        for m in 1..=MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS {
+            for (bits, group_size) in [(4, 32), (4, 128), (8, 64)] {
+                let blk =
+                    Blk { dtype, m, ..Q_BLOCK }.with_quantized_router(|q| (q.bits, q.group_size) = (bits, group_size));
+                assert!(blk.supported());
+            }
+            assert!(Blk { dtype, m, ..Q_BLOCK }.supported());
+        }
+    }
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_a_bad_dtype_code() {
+    for dtype in BAD_DTYPES {
+        let why = Blk { dtype, ..Q_BLOCK }.refused("dtype");
+        assert!(why.contains("is not an MlxcelAmdgpuDtype"), "{why}");
+        let _cpu = cpu();
+        assert!(!mlxcel_amdgpu_moe_block_quantized_router_available(dtype));
+    }
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_nine_tokens() {
+    assert_eq!(Blk { m: 9, ..Q_BLOCK }.refused("m"), "9 tokens is outside 1..=8");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_6_router_bits() {
+    let why = Q_BLOCK.with_quantized_router(|q| q.bits = 6).refused("router_bits");
+    assert_eq!(why, "6 is not supported for the router; use 4 or 8");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_a_router_group_size_of_16() {
+    let why = Q_BLOCK.with_quantized_router(|q| q.group_size = 16).refused("router_group_size");
+    assert_eq!(why, "16 is not 32, 64 or 128");
+}
+
+/// The experts take group 32 of Din 2080; the router's group 64 does not divide it.
+#[test]
+fn moe_block_quantized_router_refuses_a_din_off_the_routers_group() {
+    let blk = Q_BLOCK.with_shape(|s| (s.din, s.group_size) = (2080, 32));
+    assert!(Blk { quantized_router: None, ..blk }.supported_on_cpu(), "the dense block takes Din 2080");
+    assert_eq!(blk.refused("din"), "2080 is not a multiple of the router's group size 64");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_the_experts_bits_of_6() {
+    assert_eq!(Q_BLOCK.with_shape(|s| s.bits = 6).refused("bits"), "6 is not supported; use 4 or 8");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_a_null_wq() {
+    assert_eq!(Blk { wr: null(), ..Q_BLOCK }.refused("wq"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_codes_off_their_words() {
+    let why = Blk { wr: BLOCK.wr.wrapping_byte_add(2), ..Q_BLOCK }.refused("wq");
+    assert!(why.contains("is not aligned to its u32 element"), "{why}");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_null_router_scales() {
+    assert_eq!(Q_BLOCK.with_quantized_router(|q| q.sq = null()).refused("sq"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_null_router_biases() {
+    assert_eq!(Q_BLOCK.with_quantized_router(|q| q.bq = null()).refused("bq"), "is a null pointer");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_a_scratch_over_the_router_scales() {
+    let why = Blk { scratch: Q_ROUTER.sq.cast_mut(), ..Q_BLOCK }.refused("scratch");
+    assert!(why.contains("overlaps `sq`"), "{why}");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_out_over_the_router_biases() {
+    let why = Blk { out: Q_ROUTER.bq.cast_mut(), ..Q_BLOCK }.refused("out");
+    assert!(why.ends_with("overlaps `bq`; `out` may alias nothing"), "{why}");
+}
+
+#[test]
+fn moe_block_quantized_router_refuses_a_status_over_the_router_codes() {
+    let why = Blk { status: BLOCK.wr.cast_mut().cast(), ..Q_BLOCK }.refused("status");
+    assert!(why.contains("overlaps `wq`"), "{why}");
 }
 
 // ------------------------------------------------------- describe_device

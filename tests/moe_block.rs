@@ -261,10 +261,10 @@ fn a_bad_quantized_router_is_refused() {
             p.router = RouterWeights::Quantized { w, quant };
         }
     };
-    refused(launch_changed(quantized(RouterQuant { bits: 6, ..ROUTER_QUANT }, 0)), "bits");
-    refused(launch_changed(quantized(RouterQuant { group_size: 48, ..ROUTER_QUANT }, 0)), "group_size");
-    let why = refused(launch_changed(quantized(ROUTER_QUANT, 4)), "wq");
-    assert!(why.contains("16-byte"), "{why}");
+    refused(launch_changed(quantized(RouterQuant { bits: 6, ..ROUTER_QUANT }, 0)), "router_bits");
+    refused(launch_changed(quantized(RouterQuant { group_size: 48, ..ROUTER_QUANT }, 0)), "router_group_size");
+    let why = refused(launch_changed(quantized(ROUTER_QUANT, 2)), "wq");
+    assert!(why.contains("is not aligned to its u32 element"), "{why}");
 }
 
 fn refused(r: Result<(), Error>, argument: &str) -> String {

@@ -244,6 +244,32 @@ fn quantized_logits_misaligned_x(dev: &Device) {
     assert!(err < 1e-5, "{}: quantized, misaligned x: error {err:e}", dev.backend());
 }
 
+/// Codes one word into their buffer (4-byte but not 16-byte aligned, as MLX's
+/// CPU allocator hands them out) take four word loads a quad: the same logits,
+/// bit for bit, as the aligned codes.
+fn quantized_logits_codes_off_16_bytes(dev: &Device) {
+    let (m, e, din, quant) = (5, 40, 512, RouterQuant { bits: 8, group_size: 64 });
+    let x = normal(Dtype::Bf16, 73, m * din, 1.0);
+    let xs = upload_as::<bf16>(dev, &x);
+    let router = QuantRouter::<bf16>::new(dev, e, din, quant, 74);
+    let shifted: Vec<u32> = core::iter::once(0).chain(router.q.words.iter().copied()).collect();
+    let wq = dev.upload(&shifted).unwrap();
+    let shape = RouterShape { m: m as u32, n_experts: e as u32, din: din as u32, k: 1 };
+    let run = |wq: u64| {
+        let logits = poisoned::<f32>(dev, m * e);
+        let args = shape.logits_q_args(xs.ptr(), wq, router.sq.ptr(), router.bq.ptr(), logits.ptr(), quant);
+        unsafe { router::router_logits_q(dev, Dtype::Bf16, args, Stream::DEFAULT) }.unwrap();
+        download_values(&logits)
+    };
+    let (aligned, off) = (run(router.wq.ptr()), run(wq.ptr() + 4));
+    assert_eq!(
+        aligned.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        off.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "{}: codes off 16 bytes",
+        dev.backend()
+    );
+}
+
 // ---------------------------------------------------------------------------
 // moe_topk
 // ---------------------------------------------------------------------------
@@ -395,8 +421,8 @@ fn bad_router_shapes_are_refused() {
 }
 
 /// The quantized router's format and codes pointer: bits other than 4 and 8,
-/// groups other than 32, 64, 128, rows not whole groups, codes not 16-byte
-/// aligned, and short buffers are named errors before any launch.
+/// groups other than 32, 64, 128, rows not whole groups, codes not aligned to
+/// their words, and short buffers are named errors before any launch.
 fn bad_quantized_routers_are_refused() {
     let dev = Device::cpu();
     let (e, din) = (16u32, 256u32);
@@ -420,7 +446,7 @@ fn bad_quantized_routers_are_refused() {
     refused(lg(good, RouterShape { m: 9, ..shape }), "m");
     refused(lg(good, RouterShape { n_experts: e + 1, ..shape }), "wq");
     refused(RouterQuant { bits: 5, ..good }.validate(din), "bits");
-    let args = shape.logits_q_args(x.ptr(), wq.ptr() + 4, sq.ptr(), bq.ptr(), logits.ptr(), good);
+    let args = shape.logits_q_args(x.ptr(), wq.ptr() + 2, sq.ptr(), bq.ptr(), logits.ptr(), good);
     refused(unsafe { router::router_logits_q(&dev, Dtype::Bf16, args, Stream::DEFAULT) }, "wq");
 }
 
@@ -445,6 +471,7 @@ fn main() {
         )
         .per_backend("qwen3_30b_a3b_quantized_router", qwen3_30b_a3b_quantized_router)
         .per_backend("quantized_logits_misaligned_x", quantized_logits_misaligned_x)
+        .per_backend("quantized_logits_codes_off_16_bytes", quantized_logits_codes_off_16_bytes)
         .per_backend("qwen3_30b_a3b_router", qwen3_30b_a3b_router)
         .per_backend("qwen3_next_router", qwen3_next_router)
         .per_backend("topk_every_k_and_expert_count", topk_every_k_and_expert_count)

@@ -49,7 +49,8 @@ using mx::array;
 using mx::Shape;
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
 
-enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward, MoeRouter, MoeBlock };
+enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward, MoeRouter, MoeBlock,
+                    MoeBlockQuantizedRouter };
 
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -62,6 +63,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::MoeRoutedForward: return "moe_routed_forward";
     case Kernel::MoeRouter: return "moe_router";
     case Kernel::MoeBlock: return "moe_block";
+    case Kernel::MoeBlockQuantizedRouter: return "moe_block_quantized_router";
   }
   return "?";
 }
@@ -270,7 +272,8 @@ struct Launch {
   size_t scratch_bytes = 0;  // moe_routed_forward; moe_router's logits; moe_block
   struct RouterShape {
     uint32_t m = 0, n_experts = 0, k = 0, din = 0, norm_topk_prob = 0;
-  } router{};  // moe_router; moe_block's m and norm_topk_prob
+    uint32_t bits = 0, group_size = 0;  // a quantized router's format
+  } router{};  // moe_router; moe_block's m, norm_topk_prob and router format
 
   bool operator==(const Launch& o) const {
     return kernel == o.kernel && dtype == o.dtype && std::memcmp(scalars, o.scalars, sizeof scalars) == 0 &&
@@ -331,6 +334,12 @@ MlxcelAmdgpuStatus call_abi(const Launch& l, const std::vector<void*>& in, const
                                      static_cast<const uint32_t*>(in[5]), in[6], in[7],
                                      static_cast<const uint32_t*>(in[8]), in[9], in[10], out[0], scratch,
                                      l.scratch_bytes, nullptr, stream);
+    case Kernel::MoeBlockQuantizedRouter:
+      return mlxcel_amdgpu_moe_block_quantized_router(
+          l.dtype, l.moe, l.router.m, l.router.bits, l.router.group_size, l.activation, l.router.norm_topk_prob, in[0],
+          static_cast<const uint32_t*>(in[1]), in[2], in[3], static_cast<const uint32_t*>(in[4]), in[5], in[6],
+          static_cast<const uint32_t*>(in[7]), in[8], in[9], static_cast<const uint32_t*>(in[10]), in[11], in[12],
+          out[0], scratch, l.scratch_bytes, nullptr, stream);
   }
   return MLXCEL_AMDGPU_INTERNAL;
 }
@@ -505,6 +514,7 @@ class AbiKernel : public mx::Primitive {
       case Kernel::MoeRoutedForward: return "MlxcelAmdgpuMoeRoutedForward";
       case Kernel::MoeRouter: return "MlxcelAmdgpuMoeRouter";
       case Kernel::MoeBlock: return "MlxcelAmdgpuMoeBlock";
+      case Kernel::MoeBlockQuantizedRouter: return "MlxcelAmdgpuMoeBlockQuantizedRouter";
     }
     return "MlxcelAmdgpu";
   }
@@ -877,27 +887,34 @@ std::vector<array> moe_router(Call& c) {
 }
 
 // The whole block of a gated MoE layer (Qwen3 MoE): inputs {x [M, Din] T,
-// W_r [E, Din] T, gate_w, gate_s, gate_b, up_w, up_s, up_b, down_w, down_s,
+// the router, gate_w, gate_s, gate_b, up_w, up_s, up_b, down_w, down_s,
 // down_b}, output {[M, Din] T}, template arguments {"T", "K", "bits",
 // "group_size", "act", "norm_topk_prob"}; E, Din and Dff come from the
-// shapes. The router's logits, ids and scores and the experts' act and part
-// are the launch's scratch.
-std::vector<array> moe_block(Call& c) {
+// shapes. The router is W_r [E, Din] T, or with `quantized_router` three
+// inputs router_w [E, Din*router_bits/32] u32, router_s and router_b [E,
+// Din/router_group_size] T and the template arguments "router_bits" and
+// "router_group_size". The router's logits, ids and scores and the experts'
+// act and part are the launch's scratch.
+std::vector<array> moe_block_of(Call& c, bool quantized_router) {
   const Kernel k = c.k;
   const std::vector<array>& in = c.inputs;
+  const size_t stacks = quantized_router ? 4 : 2;  // the first input after the router's
   mx::Dtype T = activation_dtype(c);
   const array& x = in[0];
   const array& wr = in[1];
+  const char* wr_name = quantized_router ? "router_w" : "W_r";
   if (x.ndim() != 2) refuse(k, "input 'x' must be [M, Din], got " + str(x.shape()));
-  if (wr.ndim() != 2) refuse(k, "input 'W_r' must be [E, Din], got " + str(wr.shape()));
-  if (in[2].ndim() != 3) refuse(k, "input 'gate_w' must be [E, Dff, Din*bits/32], got " + str(in[2].shape()));
-  const int M = x.shape(0), din = x.shape(1), E = wr.shape(0), dff = in[2].shape(1);
+  if (wr.ndim() != 2) refuse(k, std::string("input '") + wr_name + "' must be [E, Din], got " + str(wr.shape()));
+  if (in[stacks].ndim() != 3)
+    refuse(k, "input 'gate_w' must be [E, Dff, Din*bits/32], got " + str(in[stacks].shape()));
+  const int M = x.shape(0), din = x.shape(1), E = wr.shape(0), dff = in[stacks].shape(1);
   expect_input(k, x, "x", T, {M, din});
-  expect_input(k, wr, "W_r", T, {E, din});
   const int K = c.t.int_value("K");
   const int bits = c.t.int_value("bits"), gs = c.t.int_value("group_size");
   const int act = c.t.int_value("act");
   const int norm = c.t.int_value("norm_topk_prob");
+  const int rbits = quantized_router ? c.t.int_value("router_bits") : 0;
+  const int rgs = quantized_router ? c.t.int_value("router_group_size") : 0;
   c.t.done();
   if (act != 0 && act != 1) refuse(k, "template argument 'act' = " + std::to_string(act) + " is not 0 (SwiGLU) or 1 (GeGLU)");
   if (norm != 0 && norm != 1)
@@ -909,23 +926,49 @@ std::vector<array> moe_block(Call& c) {
   l.activation = uint32_t(act);
   l.router.m = to_u32(k, "M", M);
   l.router.norm_topk_prob = uint32_t(norm);
-  if (!mlxcel_amdgpu_moe_block_available(l.dtype)) unavailable(k, T);
-  if (!mlxcel_amdgpu_moe_block_supports(l.dtype, l.moe, l.router.m))
+  std::string router_limits;
+  if (quantized_router) {
+    l.router.bits = to_u32(k, "router_bits", rbits);
+    l.router.group_size = to_u32(k, "router_group_size", rgs);
+    if (!mlxcel_amdgpu_moe_block_quantized_router_available(l.dtype)) unavailable(k, T);
+    if (!mlxcel_amdgpu_moe_block_quantized_router_supports(l.dtype, l.moe, l.router.m, l.router.bits,
+                                                           l.router.group_size))
+      router_limits = ", router_bits " + std::to_string(rbits) + " (4 or 8), router_group_size " +
+                      std::to_string(rgs) + " (32, 64 or 128, dividing Din)";
+  } else if (!mlxcel_amdgpu_moe_block_available(l.dtype)) {
+    unavailable(k, T);
+  }
+  if (!router_limits.empty() || !mlxcel_amdgpu_moe_block_supports(l.dtype, l.moe, l.router.m))
     refuse(k, "shape not supported: M " + std::to_string(M) + " (1.." +
                   std::to_string(MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS) + "), K " + std::to_string(K) + " (1.." +
                   std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_K) + ", at most E), E " + std::to_string(E) + " (1.." +
                   std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_EXPERTS) + "), bits " + std::to_string(bits) +
                   " (4 or 8), group_size " + std::to_string(gs) + " (32, 64 or 128), Din " + std::to_string(din) +
                   " and Dff " + std::to_string(dff) + " (multiples of group_size, at most " +
-                  std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + ")");
+                  std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + ")" + router_limits);
+  if (quantized_router) {
+    expect_input(k, wr, "router_w", mx::uint32, {E, din * rbits / 32});
+    expect_input(k, in[2], "router_s", T, {E, din / rgs});
+    expect_input(k, in[3], "router_b", T, {E, din / rgs});
+  } else {
+    expect_input(k, wr, "W_r", T, {E, din});
+  }
   MoeArgs m{T, l.moe};
-  expect_stack(k, in, 2, "gate_w", "gate_s", "gate_b", m, dff, din);
-  expect_stack(k, in, 5, "up_w", "up_s", "up_b", m, dff, din);
-  expect_stack(k, in, 8, "down_w", "down_s", "down_b", m, din, dff);
+  expect_stack(k, in, stacks, "gate_w", "gate_s", "gate_b", m, dff, din);
+  expect_stack(k, in, stacks + 3, "up_w", "up_s", "up_b", m, dff, din);
+  expect_stack(k, in, stacks + 6, "down_w", "down_s", "down_b", m, din, dff);
   expect_outputs(k, c.shapes, c.dtypes, {{M, din}}, {T});
   if (mlxcel_amdgpu_moe_block_scratch_bytes(l.moe, l.router.m, &l.scratch_bytes) != MLXCEL_AMDGPU_OK)
     refuse(k, std::string("no scratch size: ") + mlxcel_amdgpu_last_error());
   return c.outputs(l, in);
+}
+
+std::vector<array> moe_block(Call& c) {
+  return moe_block_of(c, false);
+}
+
+std::vector<array> moe_block_quantized_router(Call& c) {
+  return moe_block_of(c, true);
 }
 
 bool predicate(mx::Dtype t, bool (*f)(uint32_t)) {
@@ -952,6 +995,7 @@ MLXCEL_AMDGPU_GETTER(moe_down, MoeDown, 6)
 MLXCEL_AMDGPU_GETTER(moe_routed_forward, MoeRoutedForward, 9)
 MLXCEL_AMDGPU_GETTER(moe_router, MoeRouter, 2)
 MLXCEL_AMDGPU_GETTER(moe_block, MoeBlock, 11)
+MLXCEL_AMDGPU_GETTER(moe_block_quantized_router, MoeBlockQuantizedRouter, 13)
 #undef MLXCEL_AMDGPU_GETTER
 
 bool xielu_available(Dtype t) {
@@ -1022,6 +1066,20 @@ bool moe_block_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_
                          uint32_t(group_size)};
   return mlxcel_amdgpu_moe_block_supports(*code, s, uint32_t(m));
 }
+bool moe_block_quantized_router_available(Dtype t) {
+  return predicate(t, mlxcel_amdgpu_moe_block_quantized_router_available);
+}
+bool moe_block_quantized_router_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff,
+                                         int bits, int group_size, int router_bits, int router_group_size) {
+  auto code = abi_dtype(t);
+  if (!code || !fits_u32(m) || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 ||
+      group_size < 0 || router_bits < 0 || router_group_size < 0)
+    return false;
+  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
+                         uint32_t(group_size)};
+  return mlxcel_amdgpu_moe_block_quantized_router_supports(*code, s, uint32_t(m), uint32_t(router_bits),
+                                                           uint32_t(router_group_size));
+}
 
 bool xielu_available() {
   return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
@@ -1046,6 +1104,10 @@ bool moe_router_available() {
 
 bool moe_block_available() {
   return moe_block_available(mx::float32) && moe_block_available(mx::float16) && moe_block_available(mx::bfloat16);
+}
+bool moe_block_quantized_router_available() {
+  return moe_block_quantized_router_available(mx::float32) && moe_block_quantized_router_available(mx::float16) &&
+         moe_block_quantized_router_available(mx::bfloat16);
 }
 
 }  // namespace mlxcel_amdgpu::shim

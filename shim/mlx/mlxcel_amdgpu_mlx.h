@@ -90,6 +90,15 @@ CustomKernelFunction& moe_router_kernel();
 // "group_size", "act" (0 SwiGLU, 1 GeGLU), "norm_topk_prob" (0 or 1)}.
 CustomKernelFunction& moe_block_kernel();
 
+// moe_block_kernel() with the router quantized as MLX quantizes a linear
+// layer (mlx-lm quantizes Qwen3 MoE's mlp.gate at 8 bits, group 64): inputs
+// {x [M, Din] T, router_w [E, Din*router_bits/32] u32, router_s, router_b
+// [E, Din/router_group_size] T, then the nine expert inputs of
+// moe_block_kernel()}; output {[M, Din] T}; template args those of
+// moe_block_kernel() and {"router_bits" (4 or 8), "router_group_size" (32,
+// 64 or 128)}.
+CustomKernelFunction& moe_block_quantized_router_kernel();
+
 // Availability, answered by the C ABI's predicates (so a gate and the shim
 // cannot disagree): the kernel for `dtype` can run on the library's device.
 bool xielu_available(Dtype dtype);
@@ -111,6 +120,12 @@ bool moe_router_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, i
 bool moe_block_available(Dtype dtype);
 bool moe_block_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
                         int group_size);
+// The block with a quantized router: the block's limits, and the router's format (4 or 8 bits, groups of 32, 64 or
+// 128 dividing din).
+bool moe_block_quantized_router_available(Dtype dtype);
+bool moe_block_quantized_router_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din,
+                                         int64_t dff, int bits, int group_size, int router_bits,
+                                         int router_group_size);
 
 // The same for every activation dtype (float32, float16 and bfloat16), for a
 // gate that is asked before the dtype is known.
@@ -121,5 +136,6 @@ bool moe_available();
 bool moe_gated_available();
 bool moe_router_available();
 bool moe_block_available();
+bool moe_block_quantized_router_available();
 
 }  // namespace mlxcel_amdgpu::shim

@@ -277,7 +277,12 @@ int main() {
         for (size_t i = 0; i < s2.size(); ++i) { s2[i] = 0.002f * (1 + i % 2); b2[i] = -0.05f + 0.01f * (i % 7); }
         std::vector<float> bx(M * Din), wr(E * Din);
         for (uint32_t i = 0; i < M * Din; ++i) bx[i] = std::sin(0.1f * i + 0.5f * (i / Din));
-        for (uint32_t i = 0; i < E * Din; ++i) wr[i] = 0.05f * std::cos(0.37f * i);
+        // The router: 8-bit codes (r * 3 + j) % 256 in groups of 32, and `wr` their values, so that the
+        // dense router and the quantized one read the same weights.
+        std::vector<uint32_t> wrq = pack(E, Din, 3);
+        std::vector<float> srq(E * Din / gs), brq(srq.size());
+        for (size_t i = 0; i < srq.size(); ++i) { srq[i] = 0.0004f * (1 + i % 3); brq[i] = -0.05f + 0.005f * (i % 4); }
+        for (uint32_t i = 0; i < E * Din; ++i) wr[i] = float((i / Din * 3 + i % Din) % 256u) * srq[i / gs] + brq[i / gs];
         auto weight = [&](const std::vector<uint32_t>& wq, const std::vector<float>& sc, const std::vector<float>& bi,
                           uint32_t row, uint32_t col, uint32_t cols) {
             uint32_t code = (wq[(row * cols + col) / 4] >> (8 * (col % 4))) & 0xFF;
@@ -357,6 +362,30 @@ int main() {
                                      block_scratch.data(), block_bytes, &status, nullptr);
         CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe block: %s (status %u)", mlxcel_amdgpu_last_error(), status);
         CHECK(std::memcmp(out_k.data(), out_b.data(), out_b.size() * 4) == 0, "moe block: not bit for bit its launches");
+        // The block with the quantized router: the reference's selection (ids at byte 256 of the
+        // scratch, after the logits) and its output.
+        CHECK(mlxcel_amdgpu_moe_block_quantized_router_available(MLXCEL_AMDGPU_F32), "moe block, quantized router: unavailable");
+        CHECK(mlxcel_amdgpu_moe_block_quantized_router_supports(MLXCEL_AMDGPU_F32, shape, M, 8, gs),
+              "moe block, quantized router: 8 bits, group 32");
+        std::vector<float> out_q(M * Din, -1.0f);
+        st = mlxcel_amdgpu_moe_block_quantized_router(MLXCEL_AMDGPU_F32, shape, M, 8, gs, 0, 1, bx.data(), wrq.data(),
+                                                      srq.data(), brq.data(), wg.data(), sg.data(), bg.data(), wu.data(),
+                                                      su.data(), bu.data(), w2.data(), s2.data(), b2.data(), out_q.data(),
+                                                      block_scratch.data(), block_bytes, &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe block, quantized router: %s (status %u)", mlxcel_amdgpu_last_error(),
+              status);
+        const uint32_t* ids_q = reinterpret_cast<const uint32_t*>(block_scratch.data() + 256 / 4);
+        for (uint32_t s = 0; s < M * K; ++s)
+            CHECK(ids_q[s] == want_ids[s], "quantized router slot %u: expert %u, want %u", s, ids_q[s], want_ids[s]);
+        for (uint32_t i = 0; i < M * Din; ++i)
+            CHECK(std::fabs(want_out[i] - out_q[i]) < 1e-4 * (1 + std::fabs(want_out[i])),
+                  "moe block, quantized router, out[%u]: got %g want %g", i, out_q[i], want_out[i]);
+        st = mlxcel_amdgpu_moe_block_quantized_router(MLXCEL_AMDGPU_F32, shape, M, 6, gs, 0, 1, bx.data(), wrq.data(),
+                                                      srq.data(), brq.data(), wg.data(), sg.data(), bg.data(), wu.data(),
+                                                      su.data(), bu.data(), w2.data(), s2.data(), b2.data(), out_q.data(),
+                                                      block_scratch.data(), block_bytes, &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "moe block, 6-bit router: status %d", (int)st);
+        CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`router_bits`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
         // Refusals: a status and a message naming the argument, nothing written.
         size_t untouched = 7;
         st = mlxcel_amdgpu_moe_block_scratch_bytes(shape, MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS + 1, &untouched);

@@ -530,6 +530,9 @@ struct Gated {
   mx::Dtype t;
   int E, K, din, dff, gu_bits, d_bits, gs, act;
   array x, router_w, wg, sg, bg, wu, su, bu, wd, sd, bd;
+  // A quantized router {codes, scales, biases} of router_bits and router_gs, or none: router_w.
+  std::optional<std::vector<array>> router_q = std::nullopt;
+  int router_bits = 0, router_gs = 0;
 };
 
 static Gated make_gated(mx::Dtype t, int E, int K, int din, int dff, int gu_bits, int d_bits, int gs, int act) {
@@ -810,11 +813,14 @@ static std::vector<array> swiglu(const std::vector<array>& in) {
 // renormalized; SwitchGLU's stop_gradient, gather_qmm for up, gate and down with the compiled
 // swiglu between; the scores' weighted sum over k. Like SwitchGLU, it sorts the (token, expert)
 // pairs by expert when M * K >= 64 (gather_qmm's sorted_indices path) and unsorts after down.
-// (mlx-lm's quantized checkpoints hold the gate as an 8-bit QuantizedLinear; here both blocks
-// take the same bf16 W_r, the input our router kernel takes.)
+// With m.router_q, the gate is a quantized_matmul, as in mlx-lm's quantized checkpoints.
 static Block block_graph(const Gated& m, const array& x) {
   const int M = x.shape(0), K = m.K, E = m.E;
-  auto probs = mx::softmax(mx::matmul(x, mx::transpose(m.router_w)), std::vector<int>{-1}, true);
+  // mlx-lm's quantized checkpoints hold the gate as a QuantizedLinear (8 bits, group 64).
+  auto logits = m.router_q ? mx::quantized_matmul(x, (*m.router_q)[0], (*m.router_q)[1], (*m.router_q)[2], true,
+                                                  m.router_gs, m.router_bits)
+                           : mx::matmul(x, mx::transpose(m.router_w));
+  auto probs = mx::softmax(logits, std::vector<int>{-1}, true);
   auto inds = mx::slice(mx::argpartition(probs, E - K, -1), {0, E - K}, {M, E});
   auto scores = mx::take_along_axis(probs, inds, -1);
   scores = mx::divide(scores, mx::sum(scores, -1, true));
@@ -843,11 +849,20 @@ static Block block_graph(const Gated& m, const array& x) {
   return {mx::sum(mx::multiply(y, mx::expand_dims(scores, -1)), -2, false), inds};
 }
 
-// The whole block through moe_block_kernel(): one primitive, [M, din] of T.
+// The whole block through moe_block_kernel(), or moe_block_quantized_router_kernel() with
+// m.router_q: one primitive, [M, din] of T.
 static array block_kernel(const Gated& m, const array& x, int norm = 1) {
   const int M = x.shape(0);
   TemplateArgs ta = {{"T", m.t},         {"K", m.K},   {"bits", m.gu_bits}, {"group_size", m.gs},
                      {"act", m.act},     {"norm_topk_prob", norm}};
+  if (m.router_q) {
+    const auto& r = *m.router_q;
+    ta.push_back({"router_bits", m.router_bits});
+    ta.push_back({"router_group_size", m.router_gs});
+    return shim::moe_block_quantized_router_kernel()(
+        {x, r[0], r[1], r[2], m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd}, {Shape{M, m.din}}, {m.t}, kAnyGrid,
+        kAnyGrid, ta, std::nullopt, false, {})[0];
+  }
   return shim::moe_block_kernel()({x, m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd},
                                   {Shape{M, m.din}}, {m.t}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {})[0];
 }
@@ -935,6 +950,34 @@ static std::vector<uint32_t> expert_sets(const array& ids) {
   return v;
 }
 
+// The block through the C ABI called directly (mlxcel_amdgpu_moe_block, or with m.router_q
+// mlxcel_amdgpu_moe_block_quantized_router), SwiGLU, renormalized: the output's bytes.
+static Bytes block_abi(const Gated& m, const array& x, const std::string& name) {
+  const int M = x.shape(0);
+  Device d;
+  MlxcelAmdgpuMoeShape s{uint32_t(m.E),   uint32_t(m.K),       uint32_t(m.din),
+                         uint32_t(m.dff), uint32_t(m.gu_bits), uint32_t(m.gs)};
+  size_t scratch_bytes = 0;
+  abi_ok(mlxcel_amdgpu_moe_block_scratch_bytes(s, uint32_t(M), &scratch_bytes), name + " scratch bytes");
+  auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
+  const size_t out_bytes = size_t(M) * m.din * mx::size_of(m.t);
+  void *dout = d.alloc(out_bytes), *scratch = d.alloc(scratch_bytes);
+  if (m.router_q) {
+    const auto& r = *m.router_q;
+    abi_ok(mlxcel_amdgpu_moe_block_quantized_router(
+               abi(m.t), s, uint32_t(M), uint32_t(m.router_bits), uint32_t(m.router_gs), 0, 1, d.up(x), u32(r[0]),
+               d.up(r[1]), d.up(r[2]), u32(m.wg), d.up(m.sg), d.up(m.bg), u32(m.wu), d.up(m.su), d.up(m.bu),
+               u32(m.wd), d.up(m.sd), d.up(m.bd), dout, scratch, scratch_bytes, nullptr, nullptr),
+           name + " block");
+  } else {
+    abi_ok(mlxcel_amdgpu_moe_block(abi(m.t), s, uint32_t(M), 0, 1, d.up(x), d.up(m.router_w), u32(m.wg), d.up(m.sg),
+                                   d.up(m.bg), u32(m.wu), d.up(m.su), d.up(m.bu), u32(m.wd), d.up(m.sd), d.up(m.bd),
+                                   dout, scratch, scratch_bytes, nullptr, nullptr),
+           name + " block");
+  }
+  return d.down(dout, out_bytes);
+}
+
 static void test_block() {
   struct Case {
     int E, K, M, din, dff, bits;
@@ -962,19 +1005,7 @@ static void test_block() {
     close(name + " ours per token vs dense f32", floats_of(block_per_token(m, x).out), dense, 5e-4, 2e-2);
 
     // moe_block_kernel against the C ABI called directly on the same inputs, bit for bit.
-    Device d;
-    MlxcelAmdgpuMoeShape s{uint32_t(c.E), uint32_t(c.K), uint32_t(c.din), uint32_t(c.dff), uint32_t(c.bits),
-                           uint32_t(m.gs)};
-    size_t scratch_bytes = 0;
-    abi_ok(mlxcel_amdgpu_moe_block_scratch_bytes(s, uint32_t(c.M), &scratch_bytes), name + " scratch bytes");
-    auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
-    const size_t out_bytes = size_t(c.M) * c.din * 2;
-    void* dout = d.alloc(out_bytes);
-    abi_ok(mlxcel_amdgpu_moe_block(abi(m.t), s, uint32_t(c.M), 0, 1, d.up(x), d.up(m.router_w), u32(m.wg),
-                                   d.up(m.sg), d.up(m.bg), u32(m.wu), d.up(m.su), d.up(m.bu), u32(m.wd), d.up(m.sd),
-                                   d.up(m.bd), dout, d.alloc(scratch_bytes), scratch_bytes, nullptr, nullptr),
-           name + " block");
-    same_bytes(name + " moe_block_kernel vs the C ABI", bytes_of(ours.out), d.down(dout, out_bytes), 2);
+    same_bytes(name + " moe_block_kernel vs the C ABI", bytes_of(ours.out), block_abi(m, x, name), 2);
     // Negative control: scores left unnormalized (norm_topk_prob 0) fail the contract.
     Deviation unnormalized = deviation(floats_of(block_kernel(m, x, 0)), dense);
     ok(!(unnormalized.nrms < 5e-4 && unnormalized.nmax < 2e-2), name + ": norm_topk_prob 0 went unnoticed");
@@ -991,6 +1022,60 @@ static void test_block() {
     factor[0] = 1.1f;
     Deviation bad = deviation(floats_of(block_per_token(m, x, array(factor.data(), {c.M, c.K}, mx::float32)).out), dense);
     ok(!(bad.nrms < 5e-4 && bad.nmax < 2e-2), name + ": a perturbed score went unnoticed");
+  }
+}
+
+// Quantizes the block's router as mlx-lm quantizes mlp.gate; router_w becomes the values the
+// kernels compute from it (codes times scale plus bias, in f32), of dtype `as`.
+static void quantize_router(Gated& m, int bits, int gs, mx::Dtype as) {
+  m.router_q = mx::quantize(m.router_w, gs, bits);
+  m.router_bits = bits;
+  m.router_gs = gs;
+  const auto& r = *m.router_q;
+  auto f32 = [](const array& a) { return mx::astype(a, mx::float32); };
+  m.router_w = mx::astype(mx::dequantize(r[0], f32(r[1]), f32(r[2]), gs, bits), as);
+  mx::eval(r[0], r[1], r[2], m.router_w);
+}
+
+// The block with its router quantized (mlx-lm's 8 bits, group 64, and 4 bits, group 32): within
+// the contract of the dense f32 reference over the dequantized router, near mlx-lm's graph with
+// the gate's quantized_matmul, and bit for bit the C ABI.
+static void test_block_quantized_router() {
+  struct Case {
+    int E, K, M, din, dff, bits, router_bits, router_gs;
+  };
+  const Case cases[] = {{16, 8, 1, 256, 128, 4, 8, 64}, {16, 8, 8, 256, 128, 4, 8, 64}, {16, 4, 3, 256, 128, 8, 4, 32}};
+  for (const auto& c : cases) {
+    std::string name = "Qwen3 MoE block bf16, " + std::to_string(c.router_bits) + "-bit router (group " +
+                       std::to_string(c.router_gs) + "), E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
+                       " M=" + std::to_string(c.M) + " " + std::to_string(c.bits) + "-bit experts";
+    Gated m = make_block(c.E, c.K, c.din, c.dff, c.bits);
+    m.router_w = make(values(size_t(c.E) * c.din, 25, 0.3f), {c.E, c.din}, m.t);
+    quantize_router(m, c.router_bits, c.router_gs, mx::float32);
+    ok(shim::moe_block_quantized_router_supports(m.t, c.M, c.E, c.K, c.din, c.dff, c.bits, m.gs, c.router_bits,
+                                                 c.router_gs),
+       name + ": supported");
+    array x = untied_input(m, c.M, 300);
+    array ours = block_kernel(m, x);
+    Block graph = block_graph(m, x);
+    auto dense = floats_of(mx::astype(block_dense_f32(m, x), m.t));
+    auto got = floats_of(ours), theirs = floats_of(graph.out);
+    close(name + " ours vs dense f32", got, dense, 5e-4, 2e-2);
+    // The graph's bf16 logits from quantized_matmul put it a little farther off than test_block's
+    // graph, in nMAX too: ours must be no farther from it than 1.5 times its own distance.
+    Deviation graph_err = deviation(theirs, dense);
+    std::cout << "  " << name << ": MLX's graph vs dense f32: nRMS " << graph_err.nrms << ", nMAX " << graph_err.nmax
+              << std::endl;
+    ok(graph_err.nrms < 0.1, name + ": MLX's graph is far from the dense reference");
+    close(name + " ours vs MLX's graph", got, theirs, std::max(5e-4, 1.5 * graph_err.nrms),
+          std::max(2e-1, 1.5 * graph_err.nmax));
+    // Negative control: the kernel given another router's codes (W_r negated) fails the contract.
+    Gated other = m;
+    other.router_q = mx::quantize(mx::astype(mx::negative(m.router_w), m.t), c.router_gs, c.router_bits);
+    Deviation wrong = deviation(floats_of(block_kernel(other, x)), dense);
+    ok(!(wrong.nrms < 5e-4 && wrong.nmax < 2e-2), name + ": another router's codes went unnoticed");
+
+    same_bytes(name + " moe_block_quantized_router_kernel vs the C ABI", bytes_of(ours), block_abi(m, x, name), 2);
   }
 }
 
@@ -1324,45 +1409,50 @@ static std::vector<array> block_inputs(const Gated& m, int M, bool small) {
 static void block_timing(bool small) {
   std::printf("\nQwen3-30B-A3B MoE block bf16 (E 128, K 8, hidden 2048, expert 768, group 64, norm_topk_prob): "
               "router + experts + sum over k, ours (moe_block_kernel: one primitive) against MLX's graph "
-              "(mlx-lm's ops, gather_qmm); per eval: one block per mx::eval; amortized: 16 independent blocks per "
+              "(mlx-lm's ops, gather_qmm); router: W_r in bf16 (moe_block_kernel; the graph's matmul) or quantized at "
+              "8 bits, group 64, as in mlx-lm's quantized checkpoints (moe_block_quantized_router_kernel; the "
+              "graph's quantized_matmul); per eval: one block per mx::eval; amortized: 16 independent blocks per "
               "eval, time / 16; primitives per block: all / not views or no-ops%s\n",
               small ? " (time-smoke: E 16, hidden 128, expert 64, 2 inputs; the numbers mean nothing)" : "");
-  std::printf("| bits | M | distinct experts | ours per eval (us) | graph per eval (us) | ratio | "
+  std::printf("| bits | router | M | distinct experts | ours per eval (us) | graph per eval (us) | ratio | "
               "ours amortized (us) | graph amortized (us) | ratio | primitives ours | primitives graph |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const int iters = small ? 1 : 200, batches = small ? 1 : 25, warm = small ? 1 : 10, warm_batches = small ? 0 : 1;
   for (int bits : {4, 8}) {
-    Gated m = block_weights(small, bits);
-    mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
-    for (int M : block_tokens(small)) {
-      std::vector<array> xs = block_inputs(m, M, small);
-      double distinct = 0;
-      for (const auto& x : xs) {
-        std::vector<uint32_t> ids = expert_sets(router_shim(x, m.router_w, m.K, 1)[0]);
-        std::sort(ids.begin(), ids.end());
-        distinct += double(std::unique(ids.begin(), ids.end()) - ids.begin()) / xs.size();
+    for (bool quantized_router : {false, true}) {
+      Gated m = block_weights(small, bits);
+      if (quantized_router) quantize_router(m, 8, 64, m.t);
+      mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
+      for (int M : block_tokens(small)) {
+        std::vector<array> xs = block_inputs(m, M, small);
+        double distinct = 0;
+        for (const auto& x : xs) {
+          std::vector<uint32_t> ids = expert_sets(router_shim(x, m.router_w, m.K, 1)[0]);
+          std::sort(ids.begin(), ids.end());
+          distinct += double(std::unique(ids.begin(), ids.end()) - ids.begin()) / xs.size();
+        }
+        auto one = [&](bool ours) {
+          return [&, ours](int i) {
+            const array& x = xs[size_t(i) % xs.size()];
+            mx::eval(ours ? block_ours(m, x).out : block_graph(m, x).out);
+          };
+        };
+        auto every_input = [&](bool ours) {
+          return [&, ours](int) {
+            std::vector<array> outs;
+            for (const auto& x : xs) outs.push_back(ours ? block_ours(m, x).out : block_graph(m, x).out);
+            mx::eval(outs);
+          };
+        };
+        double ours = us_per_call(one(true), iters, warm), graph = us_per_call(one(false), iters, warm);
+        double ours_amortized = us_per_call(every_input(true), batches, warm_batches) / xs.size();
+        double graph_amortized = us_per_call(every_input(false), batches, warm_batches) / xs.size();
+        PrimitiveCount po = count_primitives({block_ours(m, xs[0]).out});
+        PrimitiveCount pg = count_primitives({block_graph(m, xs[0]).out});
+        std::printf("| %d | %s | %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %d / %d | %d / %d |\n", bits,
+                    quantized_router ? "8-bit" : "bf16", M, distinct, ours, graph, graph / ours, ours_amortized,
+                    graph_amortized, graph_amortized / ours_amortized, po.all, po.compute, pg.all, pg.compute);
       }
-      auto one = [&](bool ours) {
-        return [&, ours](int i) {
-          const array& x = xs[size_t(i) % xs.size()];
-          mx::eval(ours ? block_ours(m, x).out : block_graph(m, x).out);
-        };
-      };
-      auto every_input = [&](bool ours) {
-        return [&, ours](int) {
-          std::vector<array> outs;
-          for (const auto& x : xs) outs.push_back(ours ? block_ours(m, x).out : block_graph(m, x).out);
-          mx::eval(outs);
-        };
-      };
-      double ours = us_per_call(one(true), iters, warm), graph = us_per_call(one(false), iters, warm);
-      double ours_amortized = us_per_call(every_input(true), batches, warm_batches) / xs.size();
-      double graph_amortized = us_per_call(every_input(false), batches, warm_batches) / xs.size();
-      PrimitiveCount po = count_primitives({block_ours(m, xs[0]).out});
-      PrimitiveCount pg = count_primitives({block_graph(m, xs[0]).out});
-      std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %d / %d | %d / %d |\n", bits, M,
-                  distinct, ours, graph, graph / ours, ours_amortized, graph_amortized,
-                  graph_amortized / ours_amortized, po.all, po.compute, pg.all, pg.compute);
     }
   }
 }
@@ -1616,7 +1706,9 @@ int main(int argc, char** argv) {
   for (Step s : {Step{"xielu", test_xielu}, Step{"add3_layer_norm", test_add3}, Step{"mamba1_scan", test_mamba},
                  Step{"moe", test_moe}, Step{"gated moe", test_gated_moe}, Step{"moe router", test_router},
                  Step{"moe router vs the testkit reference", test_router_reference},
-                 Step{"Qwen3 MoE block", test_block}, Step{"refusals", test_refusals}}) {
+                 Step{"Qwen3 MoE block", test_block},
+                 Step{"Qwen3 MoE block, quantized router", test_block_quantized_router},
+                 Step{"refusals", test_refusals}}) {
     int before = g_failures;
     auto t0 = std::chrono::steady_clock::now();
     try {

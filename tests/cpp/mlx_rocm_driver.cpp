@@ -147,18 +147,21 @@ struct Inputs {
   array mx1, idx, w1, s1, b1, w2, s2, b2, act, scores;  // MoE
   array rx, rwr;                                        // moe_router
   array bx, bwr;                                        // moe_block (with the MoE stacks)
+  array bqw, bqs, bqb;                                  // moe_block_quantized_router: bwr at 8 bits
 };
 
 static constexpr int kRows = 3, kD = 256;
 static constexpr int kB = 1, kL = 9, kDm = 40, kN = 16;
 static constexpr int kE = 4, kK = 2, kDin = 128, kDff = 64, kBits = 4, kGs = 32;
 static constexpr int kRouterM = 3, kRouterE = 24, kRouterK = 4, kRouterDin = 72;
-static constexpr int kBlockM = 3;
+static constexpr int kBlockM = 3, kRouterBits = 8, kRouterGs = 64;
 
 static Inputs make_inputs(mx::Dtype t) {
   auto q1 = mx::quantize(make(values(size_t(kE) * kDff * kDin, 11, 0.05f), {kE, kDff, kDin}, t), kGs, kBits);
   auto q2 = mx::quantize(make(values(size_t(kE) * kDin * kDff, 12, 0.05f), {kE, kDin, kDff}, t), kGs, kBits);
-  for (auto* q : {&q1, &q2}) mx::eval(*q);
+  array bwr = make(values(size_t(kE) * kDin, 21, 0.1f), {kE, kDin}, t);
+  auto qr = mx::quantize(bwr, kRouterGs, kRouterBits);
+  for (auto* q : {&q1, &q2, &qr}) mx::eval(*q);
   std::vector<uint32_t> ids = {3, 1};
   array idx(ids.data(), {kK}, mx::uint32);
   size_t nx = size_t(kB) * kL * kDm, nb = size_t(kB) * kL * kN;
@@ -183,11 +186,36 @@ static Inputs make_inputs(mx::Dtype t) {
           make(values(size_t(kRouterM) * kRouterDin, 18), {kRouterM, kRouterDin}, t),
           make(values(size_t(kRouterE) * kRouterDin, 19, 0.1f), {kRouterE, kRouterDin}, t),
           make(values(size_t(kBlockM) * kDin, 20), {kBlockM, kDin}, t),
-          make(values(size_t(kE) * kDin, 21, 0.1f), {kE, kDin}, t)};
+          bwr,
+          qr[0], qr[1], qr[2]};
 }
 
 static TemplateArgs moe_ta(mx::Dtype t) {
   return {{"T", t}, {"K", kK}, {"Din", kDin}, {"Dff", kDff}, {"bits", kBits}, {"group_size", kGs}};
+}
+
+// The block's case called through the C ABI: mlxcel_amdgpu_moe_block, or with `quantized_router`
+// mlxcel_amdgpu_moe_block_quantized_router on the 8-bit router.
+static std::vector<Bytes> block_direct(const Inputs& in, bool quantized_router) {
+  Direct d;
+  MlxcelAmdgpuMoeShape shape{kE, kK, kDin, kDff, kBits, kGs};
+  size_t scratch_bytes = 0;
+  abi_ok(mlxcel_amdgpu_moe_block_scratch_bytes(shape, kBlockM, &scratch_bytes), "moe_block_scratch_bytes");
+  const size_t out_bytes = size_t(kBlockM) * kDin * mx::size_of(in.t);
+  void *out = d.out(out_bytes), *scratch = d.out(scratch_bytes);
+  auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
+  if (quantized_router)
+    abi_ok(mlxcel_amdgpu_moe_block_quantized_router(
+               abi(in.t), shape, kBlockM, kRouterBits, kRouterGs, 0, 1, d.up(in.bx), u32(in.bqw), d.up(in.bqs),
+               d.up(in.bqb), u32(in.w1), d.up(in.s1), d.up(in.b1), u32(in.w1), d.up(in.s1), d.up(in.b1), u32(in.w2),
+               d.up(in.s2), d.up(in.b2), out, scratch, scratch_bytes, nullptr, nullptr),
+           "moe_block_quantized_router");
+  else
+    abi_ok(mlxcel_amdgpu_moe_block(abi(in.t), shape, kBlockM, 0, 1, d.up(in.bx), d.up(in.bwr), u32(in.w1),
+                                   d.up(in.s1), d.up(in.b1), u32(in.w1), d.up(in.s1), d.up(in.b1), u32(in.w2),
+                                   d.up(in.s2), d.up(in.b2), out, scratch, scratch_bytes, nullptr, nullptr),
+           "moe_block");
+  return {d.down(out, out_bytes)};
 }
 
 static std::vector<Case> cases(const Inputs& in) {
@@ -306,7 +334,8 @@ static std::vector<Case> cases(const Inputs& in) {
                         "moe_router");
                  return std::vector<Bytes>{d.down(ids, out_bytes), d.down(scores, out_bytes)};
                }});
-  // The whole block over the MoE stacks (w1 as gate and up, w2 as down), three tokens.
+  // The whole block over the MoE stacks (w1 as gate and up, w2 as down), three tokens; then the
+  // same block with its router quantized (8 bits, group 64).
   c.push_back({"moe_block",
                [=] {
                  TemplateArgs ta = {{"T", t}, {"K", kK}, {"bits", kBits}, {"group_size", kGs}, {"act", 0},
@@ -315,22 +344,18 @@ static std::vector<Case> cases(const Inputs& in) {
                      {in.bx, in.bwr, in.w1, in.s1, in.b1, in.w1, in.s1, in.b1, in.w2, in.s2, in.b2},
                      {{kBlockM, kDin}}, {t}, kGrid, kGrid, ta, std::nullopt, false, g_gpu);
                },
+               [=] { return block_direct(in, false); }});
+  c.push_back({"moe_block_quantized_router",
                [=] {
-                 Direct d;
-                 MlxcelAmdgpuMoeShape shape{kE, kK, kDin, kDff, kBits, kGs};
-                 size_t scratch_bytes = 0;
-                 abi_ok(mlxcel_amdgpu_moe_block_scratch_bytes(shape, kBlockM, &scratch_bytes),
-                        "moe_block_scratch_bytes");
-                 const size_t out_bytes = size_t(kBlockM) * kDin * es;
-                 void *out = d.out(out_bytes), *scratch = d.out(scratch_bytes);
-                 auto u32 = [&](const array& a) { return static_cast<const uint32_t*>(d.up(a)); };
-                 abi_ok(mlxcel_amdgpu_moe_block(abi(t), shape, kBlockM, 0, 1, d.up(in.bx), d.up(in.bwr), u32(in.w1),
-                                                d.up(in.s1), d.up(in.b1), u32(in.w1), d.up(in.s1), d.up(in.b1),
-                                                u32(in.w2), d.up(in.s2), d.up(in.b2), out, scratch, scratch_bytes,
-                                                nullptr, nullptr),
-                        "moe_block");
-                 return std::vector<Bytes>{d.down(out, out_bytes)};
-               }});
+                 TemplateArgs ta = {{"T", t},   {"K", kK},
+                                    {"bits", kBits},          {"group_size", kGs},
+                                    {"act", 0},               {"norm_topk_prob", 1},
+                                    {"router_bits", kRouterBits}, {"router_group_size", kRouterGs}};
+                 return shim::moe_block_quantized_router_kernel()(
+                     {in.bx, in.bqw, in.bqs, in.bqb, in.w1, in.s1, in.b1, in.w1, in.s1, in.b1, in.w2, in.s2, in.b2},
+                     {{kBlockM, kDin}}, {t}, kGrid, kGrid, ta, std::nullopt, false, g_gpu);
+               },
+               [=] { return block_direct(in, true); }});
   return c;
 }
 
@@ -489,7 +514,8 @@ int main() {
     // mlxcel decides its gates before MLX has touched the GPU: the answers
     // must come without creating a HIP queue.
     ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
-           shim::moe_available() && shim::moe_router_available() && shim::moe_block_available(),
+           shim::moe_available() && shim::moe_router_available() && shim::moe_block_available() &&
+           shim::moe_block_quantized_router_available(),
        std::string("the gates answer true on the simulated gfx1151 before any GPU work: ") + mlxcel_amdgpu_last_error());
     ok(mlxcel_amdgpu_abi_version() == MLXCEL_AMDGPU_ABI_VERSION, "the library's ABI version is the header's");
 

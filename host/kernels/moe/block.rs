@@ -26,6 +26,40 @@ pub fn block_available(device: &Device, dtype: Dtype) -> bool {
     router::router_available(device, dtype) && super::batch_available(device, dtype)
 }
 
+/// Whether every kernel of the block with a quantized router
+/// ([`RouterWeights::Quantized`]) for `dtype` can run on `device` at every `m`.
+pub fn block_quantized_router_available(device: &Device, dtype: Dtype) -> bool {
+    router::router_q_available(device, dtype) && super::batch_available(device, dtype)
+}
+
+/// Whether [`block`] for `dtype` with a router quantized as `quant` takes `m`
+/// tokens of this shape on `device`.
+pub fn block_quantized_router_supports(
+    device: &Device,
+    dtype: Dtype,
+    m: u32,
+    shape: &MoeShape,
+    quant: RouterQuant,
+) -> bool {
+    block_quantized_router_available(device, dtype)
+        && validate_block(m, shape).is_ok()
+        && validate_router_quant(quant, shape.din).is_ok()
+}
+
+/// The router's format checked as the block names it: `router_bits` and
+/// `router_group_size`, since the experts' `bits` and `group_size` are other
+/// arguments of the same call.
+pub fn validate_router_quant(quant: RouterQuant, din: u32) -> Result<()> {
+    quant.validate(din).map_err(|e| match e {
+        Error::InvalidArgument { argument: "bits", message } => Error::invalid("router_bits", message),
+        Error::InvalidArgument { argument: "group_size", message } => Error::invalid("router_group_size", message),
+        Error::InvalidArgument { argument: "din", .. } => {
+            Error::invalid("din", format!("{din} is not a multiple of the router's group size {}", quant.group_size))
+        }
+        other => other,
+    })
+}
+
 /// The checks [`block`] makes of its sizes, naming the first that is wrong:
 /// the router's (`m`, `n_experts`, `k`, `din`), the batch limits and the
 /// experts' format (`bits` 4 or 8, `group_size`, `din`, `dff`), and a scratch
@@ -75,8 +109,8 @@ pub enum RouterWeights {
     /// `[E, Din]` of `T` (`moe_router_logits`).
     Dense(u64),
     /// Quantized as MLX quantizes a linear layer (`moe_router_logits_q`): codes
-    /// `[E, Din * bits / 32]` u32, 16-byte aligned; scales and biases `[E, Din
-    /// / group_size]` of `T`.
+    /// `[E, Din * bits / 32]` u32 (aligned to 16 bytes, a load a quad, or only to
+    /// their words); scales and biases `[E, Din / group_size]` of `T`.
     Quantized { w: QuantizedPointers, quant: RouterQuant },
 }
 
@@ -146,9 +180,8 @@ pub unsafe fn block(
     let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
     let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
     validate_block(m, shape)?;
-    if let RouterWeights::Quantized { w, quant } = p.router {
-        quant.validate(shape.din)?;
-        router::check_quad_aligned(w.w)?;
+    if let RouterWeights::Quantized { quant, .. } = p.router {
+        validate_router_quant(quant, shape.din)?;
     }
     if p.scratch == 0 {
         return Err(Error::invalid("scratch", "is a null pointer"));

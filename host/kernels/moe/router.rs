@@ -175,19 +175,10 @@ impl CheckedArgs for MoeRouterLogitsQArgs {
         let kernel = kernel_for(device, LOGITS_Q_KERNEL, dtype)?;
         check_logits_shape(self.m, self.n_experts, self.din)?;
         RouterQuant { bits: self.bits, group_size: self.group_size }.validate(self.din)?;
-        check_quad_aligned(self.wq)?;
         let dims = logits_dims(self.n_experts);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
-}
-
-/// `moe_router_logits_q` reads its codes 16 bytes at a time.
-pub(crate) fn check_quad_aligned(wq: u64) -> Result<()> {
-    if !wq.is_multiple_of(16) {
-        return Err(Error::invalid("wq", format!("{wq:#x} is not 16-byte aligned; the kernel reads 16-byte quads")));
-    }
-    Ok(())
 }
 
 impl CheckedArgs for MoeTopKArgs {
@@ -254,8 +245,8 @@ pub unsafe fn router_logits(device: &Device, dtype: Dtype, args: MoeRouterLogits
 /// ([`RouterShape::logits_q_args`]); `dtype` is the type of `x`, `sq` and `bq`.
 ///
 /// # Safety
-/// `x` (`[M, Din]` of `dtype`), `wq` (`[E, Din * bits / 32]` u32, 16-byte
-/// aligned), `sq` and `bq` (`[E, Din / group_size]` of `dtype`) and `logits`
+/// `x` (`[M, Din]` of `dtype`), `wq` (`[E, Din * bits / 32]` u32; 16-byte
+/// aligned codes take one load a quad), `sq` and `bq` (`[E, Din / group_size]` of `dtype`) and `logits`
 /// (`[M, E]` f32) are device pointers of `device` of those sizes.
 pub unsafe fn router_logits_q(device: &Device, dtype: Dtype, args: MoeRouterLogitsQArgs, stream: Stream) -> Result<()> {
     args.enqueue_checked(device, dtype, &[], stream)
@@ -349,7 +340,7 @@ pub fn run_router_logits<T: Element>(
 /// The buffers of a quantized router: codes, scales and biases.
 #[derive(Clone, Copy)]
 pub struct QuantRouterBuffers<'a, T: Element> {
-    /// `[E, Din * bits / 32]`, 16-byte aligned.
+    /// `[E, Din * bits / 32]` (16-byte aligned codes take one load a quad).
     pub wq: &'a DeviceBuffer<u32>,
     /// `[E, Din / group_size]`.
     pub sq: &'a DeviceBuffer<T>,

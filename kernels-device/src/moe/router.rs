@@ -131,8 +131,10 @@ type Quad = Vector<u32, 4>;
 /// and `acc = fma(b, sx, acc)`; the lanes' sums as [`moe_router_logits`].
 ///
 /// Launch: as [`moe_router_logits`]; `group_size` 32, 64 or 128, `din` a
-/// multiple of it, `wq` 16-byte aligned (the host checks; the kernel returns
-/// without touching memory otherwise).
+/// multiple of it (the host checks; the kernel returns without touching memory
+/// otherwise). Codes 16-byte aligned are read a quad at a time, others (MLX's
+/// CPU allocator hands out buffers 8 bytes past 16) four words at a time, in
+/// the same order, so that both give the same sums.
 ///
 /// # Safety
 /// `x` holds `m * din` values, `wq` `n_experts * din * bits / 32` words, `sq`
@@ -163,14 +165,15 @@ pub unsafe fn moe_router_logits_q<T: Elem>(
         || m as usize > MAX_TOKENS
         || !(bits == 4 || bits == 8)
         || !din.is_multiple_of(group_size)
-        || !(wq as usize).is_multiple_of(align_of::<Quad>())
     {
         return;
     }
     let (row_words, row_groups) = (din as usize * bits as usize / 32, (din >> group_shift) as usize);
-    let w_row = unsafe { wq.add(row as usize * row_words) } as *const Quad;
+    // A row is a whole number of quads (din is a multiple of 32), so every row is aligned if wq is.
+    let w_row = unsafe { wq.add(row as usize * row_words) };
+    let wide = (wq as usize).is_multiple_of(align_of::<Quad>());
     let (s_row, b_row) = unsafe { (sq.add(row as usize * row_groups), bq.add(row as usize * row_groups)) };
-    let q = QuantRow { x, w: w_row, s: s_row, b: b_row, din: din as usize, group_shift };
+    let q = QuantRow { x, w: w_row, wide, s: s_row, b: b_row, din: din as usize, group_shift };
     let acc = if bits == 4 { unsafe { q.by_tokens::<4>(m) } } else { unsafe { q.by_tokens::<8>(m) } };
     unsafe { store_row(acc, logits, m, n_experts, row) };
 }
@@ -179,7 +182,9 @@ pub unsafe fn moe_router_logits_q<T: Elem>(
 #[derive(Clone, Copy)]
 struct QuantRow<T> {
     x: *const T,
-    w: *const Quad,
+    w: *const u32,
+    /// `w` is 16-byte aligned: one load a quad.
+    wide: bool,
     s: *const T,
     b: *const T,
     din: usize,
@@ -205,6 +210,18 @@ impl<T: Elem> QuantRow<T> {
         }
     }
 
+    /// Quad `qd` of the row: one 16-byte load when the codes are aligned to it,
+    /// else four word loads.
+    #[inline(always)]
+    unsafe fn quad(self, qd: usize) -> Quad {
+        let p = unsafe { self.w.add(qd * 4) };
+        if self.wide {
+            unsafe { *(p as *const Quad) }
+        } else {
+            unsafe { Quad::new([*p, *p.add(1), *p.add(2), *p.add(3)]) }
+        }
+    }
+
     /// This lane's partial sums of `M` tokens against the row (see
     /// [`moe_router_logits_q`]); entries `t >= M` are 0.
     #[inline(always)]
@@ -216,7 +233,7 @@ impl<T: Elem> QuantRow<T> {
         let mut acc = [0.0f32; MAX_TOKENS];
         let mut qd = (wave::wave_id() * WAVE_SIZE + wave::lane_id()) as usize;
         while qd < quads {
-            let w = unsafe { *self.w.add(qd) };
+            let w = unsafe { self.quad(qd) };
             let g = (qd * per_quad) >> self.group_shift;
             let (s, b) = unsafe { ((*self.s.add(g)).to_f32(), (*self.b.add(g)).to_f32()) };
             crate::unroll!(t in 0..M, at most 8 => {
