@@ -28,6 +28,8 @@ use std::ffi::{CStr, c_char, c_void};
 use mlxcel_amdgpu::ffi::MlxcelAmdgpuStatus::{self, *};
 use mlxcel_amdgpu::ffi::*;
 use mlxcel_amdgpu::kernels::moe::MoeShape;
+use mlxcel_amdgpu::kernels::moe::router::{self, RouterQuant, RouterShape};
+use mlxcel_amdgpu::{Device, Stream};
 use mlxcel_amdgpu_testkit::reference::{self, Dtype};
 
 /// The most bytes of one buffer the harness allocates.
@@ -722,15 +724,29 @@ fn check_router(t: Dtype, bufs: &Buffers, x: &[u8], wr: &[u8], [m, e, k, din]: [
     }
 }
 
-/// The batch launches, the whole block and its scratch size, by the next byte.
+/// The batch launches, the whole block (its router dense or quantized) and its
+/// scratch size, by the next byte: 250 to 255, added later, the block with a
+/// quantized router, and the rest modulo 5 (250 = 50 * 5 keeps the five
+/// equally likely) what they always selected.
 fn moe_batch(input: &mut Input) {
-    match input.u8() % 5 {
-        0 => moe_gateup_batch(input),
-        1 => moe_down_batch(input),
-        2 => moe_combine_batch(input),
-        3 => moe_block(input),
-        _ => block_scratch_bytes(input),
+    match input.u8() {
+        250..=255 => moe_block(input, true),
+        b => match b % 5 {
+            0 => moe_gateup_batch(input),
+            1 => moe_down_batch(input),
+            2 => moe_combine_batch(input),
+            3 => moe_block(input, false),
+            _ => block_scratch_bytes(input),
+        },
     }
+}
+
+/// A quantized router's `router_bits` and `router_group_size`: mostly valid,
+/// sometimes not.
+fn router_format(input: &mut Input) -> RouterQuant {
+    let bits = [8, 4, 8, 4, 8, 6, 0, u32::MAX][input.u8() as usize % 8];
+    let group_size = [64, 32, 128, 64, 32, 16, 0, 48][input.u8() as usize % 8];
+    RouterQuant { bits, group_size }
 }
 
 /// A token count: mostly 0 to 3, else 1, the limit, one past it or 2^32 - 1.
@@ -894,16 +910,31 @@ fn block_scratch(s: &MoeShape, m: u32) -> u128 {
     sizes.iter().fold(0u128, |at, &n| at.next_multiple_of(256) + 4 * n)
 }
 
-fn moe_block(input: &mut Input) {
+/// `mlxcel_amdgpu_moe_block`, or with `quantized` `_moe_block_quantized_router`.
+fn moe_block(input: &mut Input, quantized: bool) {
     let dtype = input.dtype();
     let size = dtype_of(dtype).map_or(4, Dtype::size);
     let (s, valid) = moe_shape(input);
     let m = tokens(input);
     let (activation, norm) = (code(input), code(input));
-    let valid = valid && block_ok(&s, m);
+    let quant = quantized.then(|| router_format(input));
+    let format_ok = quant.is_none_or(|q| q.validate(s.din).is_ok());
+    let valid = valid && block_ok(&s, m) && format_ok;
     let need = block_scratch(&s, m);
-    let (mm, din) = (m as u128, s.din as u128);
-    let mut params = vec![p("x", size, mm * din), p("wr", size, s.n_experts as u128 * din)];
+    let (mm, din, e) = (m as u128, s.din as u128, s.n_experts as u128);
+    let mut params = vec![p("x", size, mm * din)];
+    match quant {
+        // The codes' and groups' counts of a valid format (else of 8 bits, group 32: any size will do).
+        Some(q) => {
+            let (bits, group_size) = if format_ok { (q.bits, q.group_size) } else { (8, 32) };
+            params.push(p("wq", 4, e * din * bits as u128 / 32));
+            params.push(p("sq", size, e * din / group_size as u128));
+            params.push(p("bq", size, e * din / group_size as u128));
+        }
+        None => params.push(p("wr", size, e * din)),
+    }
+    // The index of the gate's weights: every later buffer moves by the router's extra two.
+    let r = params.len();
     params.extend(stack(&s, ["wg", "sg", "bg"], size, s.dff, s.din));
     params.extend(stack(&s, ["wu", "su", "bu"], size, s.dff, s.din));
     params.extend(stack(&s, ["w2", "s2", "b2"], size, s.din, s.dff));
@@ -911,7 +942,7 @@ fn moe_block(input: &mut Input) {
     params.push(w("scratch", 4, need.div_ceil(4), &[]));
     params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
     let mut bufs = Buffers::new(&params, input, valid, &[], experts_heavy(&s, m));
-    let (out, scratch, st) = (11, 12, 13);
+    let (out, scratch, st) = (r + 9, r + 10, r + 11);
     bufs.storage[st][0] = 0;
     // The length of the scratch: what it needs, or one byte less (refused).
     let short = input.u8().is_multiple_of(8);
@@ -938,36 +969,68 @@ fn moe_block(input: &mut Input) {
     };
     let q = |i: usize| bufs.ptr(i);
     let status = unsafe {
-        mlxcel_amdgpu_moe_block(
-            dtype,
-            s,
-            m,
-            activation,
-            norm,
-            q(0),
-            q(1),
-            q(2) as _,
-            q(3),
-            q(4),
-            q(5) as _,
-            q(6),
-            q(7),
-            q(8) as _,
-            q(9),
-            q(10),
-            q(out),
-            q(scratch),
-            scratch_len,
-            q(st) as _,
-            stream,
-        )
+        match quant {
+            Some(f) => mlxcel_amdgpu_moe_block_quantized_router(
+                dtype,
+                s,
+                m,
+                f.bits,
+                f.group_size,
+                activation,
+                norm,
+                q(0),
+                q(1) as _,
+                q(2),
+                q(3),
+                q(r) as _,
+                q(r + 1),
+                q(r + 2),
+                q(r + 3) as _,
+                q(r + 4),
+                q(r + 5),
+                q(r + 6) as _,
+                q(r + 7),
+                q(r + 8),
+                q(out),
+                q(scratch),
+                scratch_len,
+                q(st) as _,
+                stream,
+            ),
+            None => mlxcel_amdgpu_moe_block(
+                dtype,
+                s,
+                m,
+                activation,
+                norm,
+                q(0),
+                q(1),
+                q(r) as _,
+                q(r + 1),
+                q(r + 2),
+                q(r + 3) as _,
+                q(r + 4),
+                q(r + 5),
+                q(r + 6) as _,
+                q(r + 7),
+                q(r + 8),
+                q(out),
+                q(scratch),
+                scratch_len,
+                q(st) as _,
+                stream,
+            ),
+        }
     };
     check("moe_block", status, &exp);
-    let supported = mlxcel_amdgpu_moe_block_supports(dtype, s, m);
-    assert_eq!(supported, dtype_of(dtype).is_some() && valid, "moe_block supports({dtype}, {s:?}, {m})");
+    let supported = match quant {
+        Some(f) => mlxcel_amdgpu_moe_block_quantized_router_supports(dtype, s, m, f.bits, f.group_size),
+        None => mlxcel_amdgpu_moe_block_supports(dtype, s, m),
+    };
+    assert_eq!(supported, dtype_of(dtype).is_some() && valid, "moe_block supports({dtype}, {s:?}, {m}, {quant:?})");
     if status == MLXCEL_AMDGPU_OK && bufs.storage_of(out) == Some(out) {
         let got = bufs.bytes_of(out, (mm * din) as usize * size);
-        let launches = block_launches(&bufs, dtype, s, m, [activation, norm]);
+        let launches = block_launches(&bufs, dtype, s, m, [activation, norm], quant);
         assert!(got == launches, "moe_block {dtype} m {m} {s:?}: not bit for bit its launches");
         if bufs.storage_of(st) == Some(st) {
             // Finite inputs give finite logits: every id the router picks is in range.
@@ -977,9 +1040,17 @@ fn moe_block(input: &mut Input) {
 }
 
 /// The output of the router and the batch launches (the single-token ones at
-/// `m = 1`) on the block's inputs in `bufs`, through the C ABI: what a valid
+/// `m = 1`) on the block's inputs in `bufs`, through the C ABI (a quantized
+/// router through the Rust API, which alone has its launches): what a valid
 /// block must give bit for bit.
-fn block_launches(bufs: &Buffers, dtype: u32, s: MoeShape, m: u32, [activation, norm]: [u32; 2]) -> Vec<u8> {
+fn block_launches(
+    bufs: &Buffers,
+    dtype: u32,
+    s: MoeShape,
+    m: u32,
+    [activation, norm]: [u32; 2],
+    quant: Option<RouterQuant>,
+) -> Vec<u8> {
     let size = dtype_of(dtype).unwrap().size();
     let (mm, e, k, din, dff) = (m as usize, s.n_experts as usize, s.k as usize, s.din as usize, s.dff as usize);
     let (mut logits, mut scores) = (vec![0f32; mm * e], vec![0f32; mm * k]);
@@ -989,23 +1060,29 @@ fn block_launches(bufs: &Buffers, dtype: u32, s: MoeShape, m: u32, [activation, 
     let mut out = vec![0u32; bytes.div_ceil(4)];
     let mut status = 0u32;
     let q = |i: usize| bufs.ptr(i);
+    let r = if quant.is_some() { 4 } else { 2 };
     let null = std::ptr::null_mut();
     unsafe {
-        let st = mlxcel_amdgpu_moe_router(
-            dtype,
-            q(0),
-            q(1),
-            logits.as_mut_ptr(),
-            ids.as_mut_ptr(),
-            scores.as_mut_ptr(),
-            m,
-            s.n_experts,
-            s.k,
-            s.din,
-            norm,
-            null,
-        );
-        check("block's moe_router", st, &Ok(()));
+        match quant {
+            Some(f) => quantized_router(bufs, dtype, s, m, f, norm == 1, [&mut logits[..], &mut scores[..]], &mut ids),
+            None => {
+                let st = mlxcel_amdgpu_moe_router(
+                    dtype,
+                    q(0),
+                    q(1),
+                    logits.as_mut_ptr(),
+                    ids.as_mut_ptr(),
+                    scores.as_mut_ptr(),
+                    m,
+                    s.n_experts,
+                    s.k,
+                    s.din,
+                    norm,
+                    null,
+                );
+                check("block's moe_router", st, &Ok(()));
+            }
+        }
         let st = mlxcel_amdgpu_moe_gateup_batch(
             dtype,
             s,
@@ -1013,12 +1090,12 @@ fn block_launches(bufs: &Buffers, dtype: u32, s: MoeShape, m: u32, [activation, 
             activation,
             q(0),
             ids.as_ptr(),
-            q(2) as _,
-            q(3),
-            q(4),
-            q(5) as _,
-            q(6),
-            q(7),
+            q(r) as _,
+            q(r + 1),
+            q(r + 2),
+            q(r + 3) as _,
+            q(r + 4),
+            q(r + 5),
             act.as_mut_ptr(),
             &mut status,
             null,
@@ -1029,9 +1106,9 @@ fn block_launches(bufs: &Buffers, dtype: u32, s: MoeShape, m: u32, [activation, 
             s,
             m,
             ids.as_ptr(),
-            q(8) as _,
-            q(9),
-            q(10),
+            q(r + 6) as _,
+            q(r + 7),
+            q(r + 8),
             act.as_ptr(),
             scores.as_ptr(),
             part.as_mut_ptr(),
@@ -1044,6 +1121,29 @@ fn block_launches(bufs: &Buffers, dtype: u32, s: MoeShape, m: u32, [activation, 
     }
     assert_eq!(status, 0, "the block's launches: status word for m {m}, {s:?}");
     out.iter().flat_map(|w| w.to_le_bytes()).take(bytes).collect()
+}
+
+/// The quantized router's launches on the block's inputs in `bufs`:
+/// `moe_router_logits_q` then `moe_topk`, on the process's CPU device.
+#[allow(clippy::too_many_arguments)]
+unsafe fn quantized_router(
+    bufs: &Buffers,
+    dtype: u32,
+    s: MoeShape,
+    m: u32,
+    quant: RouterQuant,
+    renorm: bool,
+    [logits, scores]: [&mut [f32]; 2],
+    ids: &mut [u32],
+) {
+    let dev = Device::cpu();
+    let shape = RouterShape { m, n_experts: s.n_experts, din: s.din, k: s.k };
+    let q = |i: usize| bufs.ptr(i) as u64;
+    let (lp, ip, sp) = (logits.as_mut_ptr() as u64, ids.as_mut_ptr() as u64, scores.as_mut_ptr() as u64);
+    let t = dtype_of(dtype).unwrap();
+    let args = shape.logits_q_args(q(0), q(1), q(2), q(3), lp, quant);
+    unsafe { router::router_logits_q(&dev, t, args, Stream::DEFAULT) }.expect("block's moe_router_logits_q");
+    unsafe { router::topk(&dev, shape.topk_args(lp, ip, sp, renorm), Stream::DEFAULT) }.expect("block's moe_topk");
 }
 
 fn block_scratch_bytes(input: &mut Input) {

@@ -892,9 +892,19 @@ static Block block_per_token(const Gated& m, const array& x,
   return {mx::astype(mx::sum(mx::reshape(all, {M, K, m.din}), 1, false), m.t), r[0]};
 }
 
+// The default device for one scope, then the one before.
+struct DefaultDevice {
+  mx::Device before = mx::default_device();
+  explicit DefaultDevice(mx::Device d) { mx::set_default_device(d); }
+  ~DefaultDevice() { mx::set_default_device(before); }
+};
+
 // The dense f32 reference: f32 logits and softmax, a sorted top-k, renormalized, then per token
-// gated_dense_f32 (dequantized weights, every step in f32). [M, din] f32.
+// gated_dense_f32 (dequantized weights, every step in f32). [M, din] f32. On the CPU stream:
+// MLX's CUDA matmul of f32 arrays rounds them to TF32, which moves a quantized router's logits
+// (its dequantized values are not bf16) by enough to fail the contract on an H200.
 static array block_dense_f32(const Gated& m, const array& x) {
+  DefaultDevice on_cpu(mx::Device::cpu);
   const int M = x.shape(0), K = m.K;
   auto f = [](const array& a) { return mx::astype(a, mx::float32); };
   auto probs = mx::softmax(mx::matmul(f(x), mx::transpose(f(m.router_w))), std::vector<int>{-1}, true);
@@ -908,7 +918,9 @@ static array block_dense_f32(const Gated& m, const array& x) {
     rows.push_back(mx::reshape(
         gated_dense_f32(g, mx::slice(ids, {t, 0}, {t + 1, K}), mx::slice(scores, {t, 0}, {t + 1, K})), {1, m.din}));
   }
-  return mx::concatenate(rows, 0);
+  array dense = mx::concatenate(rows, 0);
+  mx::eval(dense);
+  return dense;
 }
 
 // A block's weights: the gated experts with one bit width for gate/up and down, SwiGLU, group 64.
