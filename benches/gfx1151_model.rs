@@ -301,6 +301,15 @@ fn distinct(ids: &[u32]) -> usize {
     ids.len()
 }
 
+/// A bf16 launch's kernel as the rows name it: `moe_down bf16` for `moe_down_bf16`, and
+/// `moe_topk` as it is (one symbol, f32 logits).
+fn bf16_kernel_name(launch: &Launch) -> String {
+    match launch.kernel.strip_suffix("_bf16") {
+        Some(base) => format!("{base} {}", Dtype::Bf16),
+        None => launch.kernel.clone(),
+    }
+}
+
 /// Qwen3-30B-A3B's whole routed block for `m` tokens (E 128, K 8, Din 2048, Dff 768,
 /// group 64, bf16, renormalized, SwiGLU; `moe::block::block`: `moe_router_logits`,
 /// `moe_topk`, then `moe_gateup`, `moe_down`, `moe_combine` or their batch kernels), each
@@ -373,11 +382,7 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
             assert_eq!(launches.len(), 5, "the block is five launches");
             let label = format!("Qwen3-30B-A3B bits={bits} M={m} ({chosen} experts)");
             for (l, b) in launches.into_iter().zip(bytes) {
-                // moe_topk has one symbol (f32 logits).
-                let kernel = match l.kernel.strip_suffix("_bf16") {
-                    Some(base) => format!("{base} {dtype}"),
-                    None => l.kernel.clone(),
-                };
+                let kernel = bf16_kernel_name(&l);
                 rows.push(Row { kernel, shape: label.clone(), launch: l, bytes: b, block: Some(label.clone()) });
             }
         }
@@ -408,11 +413,7 @@ fn router_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
             ];
             assert_eq!(launches.len(), 2, "the router is two launches");
             for (l, b) in launches.into_iter().zip(bytes) {
-                // moe_topk has one symbol (f32 logits).
-                let kernel = match l.kernel.strip_suffix("_bf16") {
-                    Some(base) => format!("{base} {dtype}"),
-                    None => l.kernel.clone(),
-                };
+                let kernel = bf16_kernel_name(&l);
                 rows.push(Row { kernel, shape: format!("{model} M={m}"), launch: l, bytes: b, block: None });
             }
         }
@@ -449,10 +450,7 @@ fn quantized_router_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
         ];
         assert_eq!(launches.len(), 2, "the router is two launches");
         for (l, b) in launches.into_iter().zip(bytes) {
-            let kernel = match l.kernel.strip_suffix("_bf16") {
-                Some(base) => format!("{base} {dtype}"),
-                None => l.kernel.clone(),
-            };
+            let kernel = bf16_kernel_name(&l);
             let shape = format!("Qwen3-30B-A3B, 8-bit router, M={m}");
             rows.push(Row { kernel, shape, launch: l, bytes: b, block: None });
         }
