@@ -261,6 +261,8 @@ fn quantized_logits_codes_off_16_bytes(dev: &Device) {
         unsafe { router::router_logits_q(dev, Dtype::Bf16, args, Stream::DEFAULT) }.unwrap();
         download_values(&logits)
     };
+    // The two paths this compares: a quad a load, and four words a quad.
+    assert!(router.wq.ptr().is_multiple_of(16) && !(wq.ptr() + 4).is_multiple_of(16));
     let (aligned, off) = (run(router.wq.ptr()), run(wq.ptr() + 4));
     assert_eq!(
         aligned.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

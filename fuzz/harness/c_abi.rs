@@ -1124,7 +1124,8 @@ fn block_launches(
 }
 
 /// The quantized router's launches on the block's inputs in `bufs`:
-/// `moe_router_logits_q` then `moe_topk`, on the process's CPU device.
+/// `moe_router_logits_q` then `moe_topk`, through the Rust API on a CPU device
+/// (the C ABI's device here is the CPU emulator too, over the same host memory).
 #[allow(clippy::too_many_arguments)]
 unsafe fn quantized_router(
     bufs: &Buffers,

@@ -816,7 +816,6 @@ static std::vector<array> swiglu(const std::vector<array>& in) {
 // With m.router_q, the gate is a quantized_matmul, as in mlx-lm's quantized checkpoints.
 static Block block_graph(const Gated& m, const array& x) {
   const int M = x.shape(0), K = m.K, E = m.E;
-  // mlx-lm's quantized checkpoints hold the gate as a QuantizedLinear (8 bits, group 64).
   auto logits = m.router_q ? mx::quantized_matmul(x, (*m.router_q)[0], (*m.router_q)[1], (*m.router_q)[2], true,
                                                   m.router_gs, m.router_bits)
                            : mx::matmul(x, mx::transpose(m.router_w));
@@ -1437,6 +1436,8 @@ static void block_timing(bool small) {
       mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd);
       for (int M : block_tokens(small)) {
         std::vector<array> xs = block_inputs(m, M, small);
+        // With the quantized router, counted over its dequantized W_r (in bf16): a statistic of
+        // the inputs, which may differ from the quantized router's choice near a tie.
         double distinct = 0;
         for (const auto& x : xs) {
           std::vector<uint32_t> ids = expert_sets(router_shim(x, m.router_w, m.K, 1)[0]);

@@ -246,8 +246,9 @@ pub unsafe fn router_logits(device: &Device, dtype: Dtype, args: MoeRouterLogits
 ///
 /// # Safety
 /// `x` (`[M, Din]` of `dtype`), `wq` (`[E, Din * bits / 32]` u32; 16-byte
-/// aligned codes take one load a quad), `sq` and `bq` (`[E, Din / group_size]` of `dtype`) and `logits`
-/// (`[M, E]` f32) are device pointers of `device` of those sizes.
+/// aligned codes take one load a quad), `sq` and `bq` (`[E, Din / group_size]`
+/// of `dtype`) and `logits` (`[M, E]` f32) are device pointers of `device` of
+/// those sizes.
 pub unsafe fn router_logits_q(device: &Device, dtype: Dtype, args: MoeRouterLogitsQArgs, stream: Stream) -> Result<()> {
     args.enqueue_checked(device, dtype, &[], stream)
 }
