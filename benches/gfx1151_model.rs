@@ -359,6 +359,7 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
                 gate: q(&gate),
                 up: q(&up),
                 down: q(&down),
+                shared: None,
                 out: out.ptr(),
                 scratch: scratch.ptr(),
                 scratch_len: scratch.len(),

@@ -528,6 +528,7 @@ fn bench_block<T: Element>(
             gate,
             up,
             down,
+            shared: None,
             out: out.ptr(),
             scratch: scratch.ptr(),
             scratch_len,

@@ -942,7 +942,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block(
     let router = block::RouterWeights::Dense(wr as u64);
     let experts = [quantized(wg, sg, bg), quantized(wu, su, bu), quantized(w2, s2, b2)];
     let io = BlockIo { x, out, scratch, scratch_len, status };
-    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, io, stream) }
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, None, io, stream) }
 }
 
 /// Whether every kernel of [`mlxcel_amdgpu_moe_block_quantized_router`] for
@@ -1015,7 +1015,173 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_quantized_router(
     let router = block::RouterWeights::Quantized { w: quantized(wq, sq, bq), quant };
     let experts = [quantized(wg, sg, bg), quantized(wu, su, bu), quantized(w2, s2, b2)];
     let io = BlockIo { x, out, scratch, scratch_len, status };
-    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, io, stream) }
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, None, io, stream) }
+}
+
+/// One quantized matrix (or stack) of the C ABI: codes, scales and biases.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MlxcelAmdgpuQuantized {
+    /// Packed codes (u32 words).
+    pub w: *const u32,
+    /// Scales, one a group, of the activation dtype.
+    pub scales: *const c_void,
+    /// Biases, one a group, of the activation dtype.
+    pub biases: *const c_void,
+}
+
+impl MlxcelAmdgpuQuantized {
+    fn pointers(self) -> QuantizedPointers {
+        quantized(self.w, self.scales, self.biases)
+    }
+}
+
+/// The router of [`mlxcel_amdgpu_moe_block_shared_expert`] and its shared
+/// expert's gate row: dense when `router_bits` is 0 (`w` then holds values of
+/// the activation dtype, and `scales` and `biases` must be NULL), else
+/// quantized at `router_bits` and `router_group_size`.
+fn shared_router(
+    bits: u32,
+    group_size: u32,
+    router: MlxcelAmdgpuQuantized,
+    expert_gate: MlxcelAmdgpuQuantized,
+) -> Result<(block::RouterWeights, block::ExpertGate)> {
+    if bits != 0 {
+        let quant = RouterQuant { bits, group_size };
+        let router = block::RouterWeights::Quantized { w: router.pointers(), quant };
+        return Ok((router, block::ExpertGate::Quantized(expert_gate.pointers())));
+    }
+    let stray = [
+        ("router.scales", router.scales),
+        ("router.biases", router.biases),
+        ("expert_gate.scales", expert_gate.scales),
+        ("expert_gate.biases", expert_gate.biases),
+    ];
+    if let Some((name, _)) = stray.iter().find(|(_, p)| !p.is_null()) {
+        return Err(Error::invalid(name, "is given with router_bits 0 (a dense router and gate row); pass NULL"));
+    }
+    if group_size != 0 {
+        return Err(Error::invalid("router_group_size", format!("{group_size} is given with router_bits 0; pass 0")));
+    }
+    Ok((block::RouterWeights::Dense(router.w as u64), block::ExpertGate::Dense(expert_gate.w as u64)))
+}
+
+/// Whether every kernel of [`mlxcel_amdgpu_moe_block_shared_expert`] for
+/// `dtype` (an [`MlxcelAmdgpuDtype`]) with a router of `router_bits` (0:
+/// dense) can run on the device, at every `m`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_block_shared_expert_available(dtype: u32, router_bits: u32) -> bool {
+    predicate(|d| {
+        dtype_of(dtype).is_ok_and(|t| match router_bits {
+            0 => block::block_available(d, t),
+            _ => block::block_quantized_router_available(d, t),
+        })
+    })
+}
+
+/// Whether [`mlxcel_amdgpu_moe_block_shared_expert`] for `dtype` takes `m`
+/// tokens of this shape with a router of `router_bits` (0: dense) and
+/// `router_group_size` (0 with a dense router) on the device: the checks the
+/// launch makes of them.
+#[unsafe(no_mangle)]
+pub extern "C" fn mlxcel_amdgpu_moe_block_shared_expert_supports(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    router_bits: u32,
+    router_group_size: u32,
+) -> bool {
+    let router = match (router_bits, router_group_size) {
+        (0, 0) => None,
+        (0, _) => return false,
+        (bits, group_size) => Some(RouterQuant { bits, group_size }),
+    };
+    predicate(|d| dtype_of(dtype).is_ok_and(|t| block::block_shared_supports(d, t, m, &shape, router)))
+}
+
+/// Writes to `*bytes` the scratch [`mlxcel_amdgpu_moe_block_shared_expert`]
+/// needs for `m` tokens of this shape: as
+/// [`mlxcel_amdgpu_moe_block_scratch_bytes`] with `k + 1` slots a token, then
+/// the shared gate's logits `[m]` (f32), each on 256 bytes. Refuses the sizes
+/// the launch refuses.
+///
+/// # Safety
+/// `bytes` points to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(
+    shape: MoeShape,
+    m: u32,
+    bytes: *mut usize,
+) -> MlxcelAmdgpuStatus {
+    guarded(|| {
+        if bytes.is_null() {
+            return Err(Error::invalid("bytes", "is a null pointer"));
+        }
+        block::validate_block_shared(m, &shape)?;
+        let n = block::block_shared_scratch_bytes(m, &shape)?;
+        unsafe { bytes.write(n) };
+        Ok(())
+    })
+}
+
+/// [`mlxcel_amdgpu_moe_block`] with a shared expert (Qwen3-Next): `out[t] =
+/// routed(x[t]) + sigmoid(x[t] . expert_gate) * down_s(a(gate_s(x[t])) *
+/// up_s(x[t]))`, in the same five launches (the shared expert is one more
+/// slot a token, summed last). The router `[n_experts, din]` and the gate
+/// row `expert_gate [din]` (`shared_expert_gate`, a linear layer of one
+/// output) are dense when `router_bits` is 0 (`w` holds values of `dtype`;
+/// `scales`, `biases` and `router_group_size` are NULL and 0), else both
+/// quantized at `router_bits` (4 or 8) and `router_group_size` (32, 64 or
+/// 128), as mlx-lm quantizes Qwen3-Next's `mlp.gate` and
+/// `shared_expert_gate` (8 bits, group 64). `shared_gate`, `shared_up` and
+/// `shared_down` are one expert of the routed stacks' shape and format.
+/// `scratch` holds at least
+/// [`mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes`] bytes. `status`
+/// receives `1 + t * (k + 1) + j` for the first slot out of range. Everything
+/// else is as for [`mlxcel_amdgpu_moe_block`], and every argument is checked
+/// before the first launch.
+///
+/// # Safety
+/// As for [`mlxcel_amdgpu_moe_block`], with each matrix's pointers device
+/// pointers to those shapes.
+#[allow(clippy::too_many_arguments)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_shared_expert(
+    dtype: u32,
+    shape: MoeShape,
+    m: u32,
+    router_bits: u32,
+    router_group_size: u32,
+    activation: u32,
+    norm_topk_prob: u32,
+    x: *const c_void,
+    router: MlxcelAmdgpuQuantized,
+    expert_gate: MlxcelAmdgpuQuantized,
+    gate: MlxcelAmdgpuQuantized,
+    up: MlxcelAmdgpuQuantized,
+    down: MlxcelAmdgpuQuantized,
+    shared_gate: MlxcelAmdgpuQuantized,
+    shared_up: MlxcelAmdgpuQuantized,
+    shared_down: MlxcelAmdgpuQuantized,
+    out: *mut c_void,
+    scratch: *mut c_void,
+    scratch_len: usize,
+    status: *mut u32,
+    stream: *mut c_void,
+) -> MlxcelAmdgpuStatus {
+    let (router, expert_gate) = match shared_router(router_bits, router_group_size, router, expert_gate) {
+        Ok(r) => r,
+        Err(e) => return guarded(|| Err(e)),
+    };
+    let shared = block::SharedExpertPointers {
+        expert_gate,
+        gate: shared_gate.pointers(),
+        up: shared_up.pointers(),
+        down: shared_down.pointers(),
+    };
+    let experts = [gate.pointers(), up.pointers(), down.pointers()];
+    let io = BlockIo { x, out, scratch, scratch_len, status };
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, Some(shared), io, stream) }
 }
 
 /// The block's buffers besides the weights.
@@ -1038,6 +1204,7 @@ unsafe fn launch_block(
     norm_topk_prob: u32,
     router: block::RouterWeights,
     [gate, up, down]: [QuantizedPointers; 3],
+    shared: Option<block::SharedExpertPointers>,
     io: BlockIo,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
@@ -1056,6 +1223,7 @@ unsafe fn launch_block(
             gate,
             up,
             down,
+            shared,
             out: io.out as u64,
             scratch: io.scratch as u64,
             scratch_len: io.scratch_len,

@@ -105,6 +105,16 @@ typedef struct MlxcelAmdgpuMoeShape {
   uint32_t group_size;
 } MlxcelAmdgpuMoeShape;
 
+// One quantized matrix (or stack) of the C ABI: codes, scales and biases.
+typedef struct MlxcelAmdgpuQuantized {
+  // Packed codes (u32 words).
+  const uint32_t *w;
+  // Scales, one a group, of the activation dtype.
+  const void *scales;
+  // Biases, one a group, of the activation dtype.
+  const void *biases;
+} MlxcelAmdgpuQuantized;
+
 // One described launch: what `hipModuleLaunchKernel` (or `cuLaunchKernel`)
 // and a HIP graph kernel node (`hipKernelNodeParams`) take.
 typedef struct MlxcelAmdgpuLaunchDesc {
@@ -592,6 +602,75 @@ enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block_quantized_router(uint32_t dtype,
                                                                  uintptr_t scratch_len,
                                                                  uint32_t *status,
                                                                  void *stream);
+
+// Whether every kernel of [`mlxcel_amdgpu_moe_block_shared_expert`] for
+// `dtype` (an [`MlxcelAmdgpuDtype`]) with a router of `router_bits` (0:
+// dense) can run on the device, at every `m`.
+bool mlxcel_amdgpu_moe_block_shared_expert_available(uint32_t dtype, uint32_t router_bits);
+
+// Whether [`mlxcel_amdgpu_moe_block_shared_expert`] for `dtype` takes `m`
+// tokens of this shape with a router of `router_bits` (0: dense) and
+// `router_group_size` (0 with a dense router) on the device: the checks the
+// launch makes of them.
+bool mlxcel_amdgpu_moe_block_shared_expert_supports(uint32_t dtype,
+                                                    struct MlxcelAmdgpuMoeShape shape,
+                                                    uint32_t m,
+                                                    uint32_t router_bits,
+                                                    uint32_t router_group_size);
+
+// Writes to `*bytes` the scratch [`mlxcel_amdgpu_moe_block_shared_expert`]
+// needs for `m` tokens of this shape: as
+// [`mlxcel_amdgpu_moe_block_scratch_bytes`] with `k + 1` slots a token, then
+// the shared gate's logits `[m]` (f32), each on 256 bytes. Refuses the sizes
+// the launch refuses.
+//
+// # Safety
+// `bytes` points to a writable `size_t`.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(struct MlxcelAmdgpuMoeShape shape,
+                                                                            uint32_t m,
+                                                                            uintptr_t *bytes);
+
+// [`mlxcel_amdgpu_moe_block`] with a shared expert (Qwen3-Next): `out[t] =
+// routed(x[t]) + sigmoid(x[t] . expert_gate) * down_s(a(gate_s(x[t])) *
+// up_s(x[t]))`, in the same five launches (the shared expert is one more
+// slot a token, summed last). The router `[n_experts, din]` and the gate
+// row `expert_gate [din]` (`shared_expert_gate`, a linear layer of one
+// output) are dense when `router_bits` is 0 (`w` holds values of `dtype`;
+// `scales`, `biases` and `router_group_size` are NULL and 0), else both
+// quantized at `router_bits` (4 or 8) and `router_group_size` (32, 64 or
+// 128), as mlx-lm quantizes Qwen3-Next's `mlp.gate` and
+// `shared_expert_gate` (8 bits, group 64). `shared_gate`, `shared_up` and
+// `shared_down` are one expert of the routed stacks' shape and format.
+// `scratch` holds at least
+// [`mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes`] bytes. `status`
+// receives `1 + t * (k + 1) + j` for the first slot out of range. Everything
+// else is as for [`mlxcel_amdgpu_moe_block`], and every argument is checked
+// before the first launch.
+//
+// # Safety
+// As for [`mlxcel_amdgpu_moe_block`], with each matrix's pointers device
+// pointers to those shapes.
+enum MlxcelAmdgpuStatus mlxcel_amdgpu_moe_block_shared_expert(uint32_t dtype,
+                                                              struct MlxcelAmdgpuMoeShape shape,
+                                                              uint32_t m,
+                                                              uint32_t router_bits,
+                                                              uint32_t router_group_size,
+                                                              uint32_t activation,
+                                                              uint32_t norm_topk_prob,
+                                                              const void *x,
+                                                              struct MlxcelAmdgpuQuantized router,
+                                                              struct MlxcelAmdgpuQuantized expert_gate,
+                                                              struct MlxcelAmdgpuQuantized gate,
+                                                              struct MlxcelAmdgpuQuantized up,
+                                                              struct MlxcelAmdgpuQuantized down,
+                                                              struct MlxcelAmdgpuQuantized shared_gate,
+                                                              struct MlxcelAmdgpuQuantized shared_up,
+                                                              struct MlxcelAmdgpuQuantized shared_down,
+                                                              void *out,
+                                                              void *scratch,
+                                                              uintptr_t scratch_len,
+                                                              uint32_t *status,
+                                                              void *stream);
 
 // Starts describing launches on this thread: until
 // `mlxcel_amdgpu_describe_end`, each launch call on this thread checks its

@@ -941,6 +941,189 @@ fn moe_block_quantized_router_refuses_a_status_over_the_router_codes() {
     assert!(why.contains("overlaps `wq`"), "{why}");
 }
 
+// ---------------------------------------- moe_block_shared_expert
+
+/// The block with Qwen3-Next's shared expert: the dense or quantized block's
+/// arguments, and the expert's gate row and matrices at addresses of their own.
+#[derive(Clone, Copy)]
+struct SharedBlk {
+    blk: Blk,
+    expert_gate: [*const c_void; 3],
+    shared: [[*const c_void; 3]; 3],
+}
+
+/// Qwen3-Next-80B-A3B's layer: E 512, K 10, Din 2048, Dff 512 (its shared
+/// expert's intermediate size too), 4 bits, group 64.
+const QWEN3_NEXT: MoeShape = MoeShape { n_experts: 512, k: 10, din: 2048, dff: 512, bits: 4, group_size: 64 };
+
+/// A dense router and gate row (`router_bits` 0).
+const SHARED: SharedBlk = SharedBlk {
+    blk: Blk { shape: QWEN3_NEXT, ..BLOCK },
+    expert_gate: [at(16), null(), null()],
+    shared: [[at(17), at(18), at(19)], [at(20), at(21), at(22)], [at(23), at(24), at(25)]],
+};
+
+/// mlx-lm's quantized Qwen3-Next: router and gate row at 8 bits, group 64.
+const Q_SHARED: SharedBlk = SharedBlk {
+    blk: Blk { shape: QWEN3_NEXT, ..Q_BLOCK },
+    expert_gate: [at(16), at(26), at(27)],
+    shared: SHARED.shared,
+};
+
+fn quantized([w, scales, biases]: [*const c_void; 3]) -> MlxcelAmdgpuQuantized {
+    MlxcelAmdgpuQuantized { w: w.cast(), scales, biases }
+}
+
+impl SharedBlk {
+    /// `router_bits`, `router_group_size` and the router's scales and biases.
+    fn router(self) -> (u32, u32, [*const c_void; 3]) {
+        match self.blk.quantized_router {
+            Some(q) => (q.bits, q.group_size, [self.blk.wr, q.sq, q.bq]),
+            None => (0, 0, [self.blk.wr, null(), null()]),
+        }
+    }
+
+    fn call(self) -> MlxcelAmdgpuStatus {
+        let b = self.blk;
+        let (bits, group_size, router) = self.router();
+        let [sg, su, sd] = self.shared;
+        unsafe {
+            mlxcel_amdgpu_moe_block_shared_expert(
+                b.dtype,
+                b.shape,
+                b.m,
+                bits,
+                group_size,
+                b.activation,
+                b.norm_topk_prob,
+                b.x,
+                quantized(router),
+                quantized(self.expert_gate),
+                quantized(b.gate),
+                quantized(b.up),
+                quantized(b.down),
+                quantized(sg),
+                quantized(su),
+                quantized(sd),
+                b.out,
+                b.scratch,
+                b.scratch_len,
+                b.status,
+                null_mut(),
+            )
+        }
+    }
+
+    fn supported(self) -> bool {
+        let (bits, group_size, _) = self.router();
+        mlxcel_amdgpu_moe_block_shared_expert_supports(self.blk.dtype, self.blk.shape, self.blk.m, bits, group_size)
+    }
+
+    /// Refused naming `argument`; a bad size or router format is also one
+    /// `_supports` declines.
+    fn refused(self, argument: &str) -> String {
+        let _cpu = cpu();
+        let message = refused(self.call(), argument);
+        let sizes = ["m", "n_experts", "k", "din", "dff", "bits", "group_size", "router_bits", "router_group_size"];
+        if sizes.contains(&argument) {
+            assert!(!self.supported(), "moe_block_shared_expert_supports takes what the launch refused: {message}");
+        }
+        message
+    }
+}
+
+#[test]
+fn moe_block_shared_expert_supports_qwen3_nexts_layer_for_1_to_8_tokens() {
+    let _cpu = cpu();
+    for dtype in 0..3 {
+        assert!(mlxcel_amdgpu_moe_block_shared_expert_available(dtype, 0));
+        assert!(mlxcel_amdgpu_moe_block_shared_expert_available(dtype, 8));
+        for m in 1..=MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS {
+            for base in [SHARED, Q_SHARED] {
+                assert!(SharedBlk { blk: Blk { dtype, m, ..base.blk }, ..base }.supported());
+            }
+        }
+    }
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_router_scales_beside_a_dense_router() {
+    let blk = Blk { quantized_router: None, ..Q_SHARED.blk };
+    let dense_with_scales = SharedBlk { blk, expert_gate: [at(16), at(26), null()], ..Q_SHARED };
+    let why = dense_with_scales.refused("expert_gate.scales");
+    assert!(why.contains("router_bits 0"), "{why}");
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_a_router_group_size_beside_a_dense_router() {
+    let _cpu = cpu();
+    let (shape, m) = (QWEN3_NEXT, 2);
+    assert!(!mlxcel_amdgpu_moe_block_shared_expert_supports(2, shape, m, 0, 64));
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_a_null_gate_row() {
+    let expert_gate = [null(), null(), null()];
+    assert_eq!(
+        SharedBlk { expert_gate, ..SHARED }.refused("ws"),
+        "is a null pointer; a shared expert needs all its buffers"
+    );
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_null_quantized_gate_row_biases() {
+    let expert_gate = [Q_SHARED.expert_gate[0], Q_SHARED.expert_gate[1], null()];
+    assert!(SharedBlk { expert_gate, ..Q_SHARED }.refused("bsq").starts_with("is a null pointer"));
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_null_shared_down_scales() {
+    let mut shared = SHARED.shared;
+    shared[2][1] = null();
+    assert!(SharedBlk { shared, ..SHARED }.refused("s2s").starts_with("is a null pointer"));
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_the_scratch_of_the_block_without_it() {
+    let _cpu = cpu();
+    let (mut without, mut with) = (0usize, 0usize);
+    assert_eq!(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(QWEN3_NEXT, 2, &mut without) }, MLXCEL_AMDGPU_OK);
+    assert_eq!(
+        unsafe { mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(QWEN3_NEXT, 2, &mut with) },
+        MLXCEL_AMDGPU_OK
+    );
+    assert!(without < with, "{without} < {with}");
+    drop(_cpu);
+    let why = SharedBlk { blk: Blk { scratch_len: without, ..SHARED.blk }, ..SHARED }.refused("scratch");
+    assert!(why.starts_with(&format!("holds {without} bytes, needs {with}")), "{why}");
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_nine_tokens() {
+    let blk = Blk { m: 9, ..SHARED.blk };
+    assert_eq!(SharedBlk { blk, ..SHARED }.refused("m"), "9 tokens is outside 1..=8");
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_out_over_the_gate_row() {
+    let blk = Blk { out: SHARED.expert_gate[0].cast_mut(), ..SHARED.blk };
+    let why = SharedBlk { blk, ..SHARED }.refused("out");
+    assert!(why.ends_with("overlaps `ws`; `out` may alias nothing"), "{why}");
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_a_status_over_the_quantized_gate_rows_scales() {
+    let blk = Blk { status: Q_SHARED.expert_gate[1].cast_mut().cast(), ..Q_SHARED.blk };
+    let why = SharedBlk { blk, ..Q_SHARED }.refused("status");
+    assert!(why.contains("overlaps `ssq`"), "{why}");
+}
+
+#[test]
+fn moe_block_shared_expert_refuses_6_router_bits() {
+    let blk = Q_SHARED.blk.with_quantized_router(|q| q.bits = 6);
+    assert_eq!(SharedBlk { blk, ..Q_SHARED }.refused("router_bits"), "6 is not supported for the router; use 4 or 8");
+}
+
 // ------------------------------------------------------- describe_device
 
 #[test]

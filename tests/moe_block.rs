@@ -7,13 +7,17 @@
 //!   testkit's router reference;
 //! - the same with the router quantized as mlx-lm quantizes it (8 bits,
 //!   group 64), against the dequantized router's reference;
+//! - with a shared expert (Qwen3-Next), dense or quantized router and gate
+//!   row, each token's output within the contract of the dense reference of
+//!   its experts plus the shared expert weighted by the sigmoid of its gate;
 //! - the refusals the block adds to its launches' (the scratch, `out` over an
-//!   input of an earlier launch, a quantized router's format).
+//!   input of an earlier launch, a quantized router's format, a shared
+//!   expert's gate row in another format than the router).
 
 mod common;
 
 use common::{Suite, assert_meets_dense, download_bits, download_values, label};
-use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers, RouterWeights};
+use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers, ExpertGate, RouterWeights, SharedExpertPointers};
 use mlxcel_amdgpu::kernels::moe::router::{
     QuantRouterBuffers, RouterQuant, RouterShape, run_router_logits, run_router_logits_q, run_topk,
 };
@@ -24,7 +28,9 @@ use mlxcel_amdgpu::kernels::moe::{
 use mlxcel_amdgpu::{Device, DeviceBuffer, Dtype, Element, Error, Stream};
 use mlxcel_amdgpu_testkit::fixtures::QuantizedUpload;
 use mlxcel_amdgpu_testkit::reference::data::normal;
-use mlxcel_amdgpu_testkit::reference::moe::{self as reference, GatedInputs, dense_gated_reference, gated_inputs};
+use mlxcel_amdgpu_testkit::reference::moe::{
+    self as reference, GatedInputs, Quantized, dense_gated_reference, gated_inputs,
+};
 
 const N_EXPERTS: usize = 8;
 const K: usize = 3;
@@ -41,7 +47,12 @@ struct Block {
 }
 
 fn block_inputs(dtype: Dtype, m: usize, bits: u32, seed: u64) -> Block {
-    let layer = gated_inputs(dtype, DIN, DFF, N_EXPERTS, K, bits, bits, 64, seed);
+    block_inputs_of(dtype, m, bits, seed, N_EXPERTS)
+}
+
+/// [`block_inputs`] with stacks of `stacked` experts, the router's `N_EXPERTS` first.
+fn block_inputs_of(dtype: Dtype, m: usize, bits: u32, seed: u64, stacked: usize) -> Block {
+    let layer = gated_inputs(dtype, DIN, DFF, stacked, K, bits, bits, 64, seed);
     let x = normal(dtype, seed ^ 0xB10C, m * DIN, 1.0);
     let wr = normal(dtype, seed ^ 0x7007, N_EXPERTS * DIN, 0.1);
     let shape =
@@ -96,6 +107,7 @@ fn pointers<T>(u: &Uploaded<T>, out: &DeviceBuffer<T>, scratch: &DeviceBuffer<u8
         gate: u.gate.pointers(),
         up: u.up.pointers(),
         down: u.down.pointers(),
+        shared: None,
         out: out.ptr(),
         scratch: scratch.ptr(),
         scratch_len: scratch.len(),
@@ -317,6 +329,192 @@ fn six_bits_are_refused() {
     refused(block::validate_block(1, &s), "bits");
 }
 
+/// A block with a shared expert: the stacks hold `N_EXPERTS + 1` experts, the
+/// last being the shared one (so the dense reference takes it as one more
+/// slot), and `ws [Din]` is its gate row.
+struct SharedBlock {
+    b: Block,
+    ws: Vec<f32>,
+}
+
+fn shared_block_inputs(dtype: Dtype, m: usize, bits: u32, seed: u64) -> SharedBlock {
+    let b = block_inputs_of(dtype, m, bits, seed, N_EXPERTS + 1);
+    let ws = normal(dtype, seed ^ 0x5A7E, DIN, 0.1);
+    SharedBlock { b, ws }
+}
+
+/// Expert `e`'s matrices in an uploaded stack of `q`'s format with `rows` rows an expert.
+fn expert_pointers<T>(u: &QuantizedUpload<T>, q: &Quantized, e: usize, rows: usize) -> QuantizedPointers {
+    let (words, groups) = ((e * rows * q.words_per_row()) as u64, (e * rows * q.groups_per_row()) as u64);
+    let size = std::mem::size_of::<T>() as u64;
+    let p = u.pointers();
+    QuantizedPointers { w: p.w + 4 * words, scales: p.scales + size * groups, biases: p.biases + size * groups }
+}
+
+/// The gate row on the device: dense `T`, or quantized at [`ROUTER_QUANT`] beside a quantized router.
+enum GateUpload<T> {
+    Dense(DeviceBuffer<T>),
+    Quantized(Box<(Quantized, QuantizedUpload<T>)>),
+}
+
+/// Runs the block with its shared expert; returns `out` and the gate row as
+/// the reference takes it (dequantized when quantized).
+fn run_shared_block<T: Element>(
+    dev: &Device,
+    sb: &SharedBlock,
+    quantized_router: bool,
+    act: Activation,
+    renorm: bool,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (b, m) = (&sb.b, sb.b.m as u32);
+    let u = if quantized_router { upload_quantized_router::<T>(dev, b) } else { upload::<T>(dev, b) };
+    let gate = if quantized_router {
+        let q = reference::quantize(T::DTYPE, &sb.ws, 1, DIN, ROUTER_QUANT.bits, ROUTER_QUANT.group_size as usize);
+        let on_device = QuantizedUpload::new(dev, &q).unwrap();
+        GateUpload::Quantized(Box::new((q, on_device)))
+    } else {
+        GateUpload::Dense(upload_as::<T>(dev, &sb.ws))
+    };
+    let expert_gate = match &gate {
+        GateUpload::Dense(ws) => ExpertGate::Dense(ws.ptr()),
+        GateUpload::Quantized(q) => ExpertGate::Quantized(q.1.pointers()),
+    };
+    let l = &b.layer;
+    let shared = SharedExpertPointers {
+        expert_gate,
+        gate: expert_pointers(&u.gate, &l.gate, N_EXPERTS, DFF),
+        up: expert_pointers(&u.up, &l.up, N_EXPERTS, DFF),
+        down: expert_pointers(&u.down, &l.down, N_EXPERTS, DIN),
+    };
+    let out = poisoned::<T>(dev, b.m * DIN);
+    let scratch = poisoned::<u8>(dev, block::block_shared_scratch_bytes(m, &b.shape).unwrap());
+    let status = dev.upload(&[0u32]).unwrap();
+    let p = BlockPointers { shared: Some(shared), status: status.ptr(), ..pointers(&u, &out, &scratch) };
+    // SAFETY: the buffers hold the shapes of `sb`, and the scratch its size.
+    unsafe { block::block(dev, T::DTYPE, p, &b.shape, m, act, renorm, Stream::DEFAULT) }.unwrap();
+    dev.synchronize().unwrap();
+    assert_eq!(status.download().unwrap()[0], 0, "every slot's id is in range");
+    let wr = match &u.qr {
+        Some((q, _)) => reference::dequantize(q),
+        None => b.wr.clone(),
+    };
+    let ws = match &gate {
+        GateUpload::Dense(_) => sb.ws.clone(),
+        GateUpload::Quantized(q) => reference::dequantize(&q.0),
+    };
+    (download_values(&out), wr, ws)
+}
+
+/// With a shared expert, each token's output against the dense f64
+/// reference of its routed experts (chosen by the router reference) plus the
+/// shared expert weighted by `sigmoid(x . ws)` (computed in f64).
+fn shared_expert_block_meets_the_dense_reference<T: Element>(dev: &Device) {
+    for quantized_router in [false, true] {
+        for (case, &(bits, m, act, renorm)) in CASES.iter().enumerate() {
+            let sb = shared_block_inputs(T::DTYPE, m, bits, seed_of::<T>(600, case));
+            let (out, wr, ws) = run_shared_block::<T>(dev, &sb, quantized_router, act, renorm);
+            let b = &sb.b;
+            let (ids, scores) =
+                reference::topk(&reference::router_logits(&b.x, &wr, m, N_EXPERTS, DIN), m, N_EXPERTS, K, renorm);
+            let router = if quantized_router { "8-bit router and gate" } else { "dense router and gate" };
+            let what = format!("{} {bits}-bit m {m} {act:?} renorm {renorm}, shared expert, {router}", label::<T>(dev));
+            for t in 0..m {
+                let x = &b.x[t * DIN..(t + 1) * DIN];
+                let logit: f64 = x.iter().zip(&ws).map(|(&a, &w)| a as f64 * w as f64).sum();
+                let mut idx = ids[t * K..(t + 1) * K].to_vec();
+                let mut weights = scores[t * K..(t + 1) * K].to_vec();
+                idx.push(N_EXPERTS as u32);
+                weights.push((1.0 / (1.0 + (-logit).exp())) as f32);
+                let token = GatedInputs { x: x.to_vec(), idx, scores: weights, ..b.layer.clone() };
+                let exact = dense_gated_reference(Dtype::F32, &token, act as u32);
+                let got = &out[t * DIN..(t + 1) * DIN];
+                let (nrms, nmax) = assert_meets_dense(T::DTYPE, got, &exact, &format!("{what} token {t}"));
+                eprintln!("{what} token {t} vs dense: nrms {nrms:.2e} nmax {nmax:.2e}");
+            }
+        }
+    }
+}
+
+/// The shared expert is not ignored: the same block without it differs from
+/// the reference with it (a negative control for the test above).
+fn the_shared_expert_changes_the_output() {
+    let dev = Device::cpu();
+    let sb = shared_block_inputs(Dtype::F32, 2, 4, 9);
+    let (with, _, _) = run_shared_block::<f32>(&dev, &sb, false, Activation::SwiGlu, true);
+    let u = upload::<f32>(&dev, &sb.b);
+    let without = download_values(&run_block(&dev, &sb.b, &u, Activation::SwiGlu, true));
+    let rms = |v: &[f32]| (v.iter().map(|&a| (a as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+    let diff: Vec<f32> = with.iter().zip(&without).map(|(a, b)| a - b).collect();
+    assert!(rms(&diff) > 0.05 * rms(&with), "the shared expert moved the output by only {:e}", rms(&diff));
+}
+
+/// The block with a shared expert on the CPU backend, its pointers changed by `change`.
+fn shared_launch_changed(change: impl Fn(&mut BlockPointers, &Uploaded<f32>)) -> Result<(), Error> {
+    let dev = Device::cpu();
+    let sb = shared_block_inputs(Dtype::F32, 2, 4, 7);
+    let u = upload::<f32>(&dev, &sb.b);
+    let ws = upload_as::<f32>(&dev, &sb.ws);
+    let out = poisoned::<f32>(&dev, 2 * DIN);
+    let scratch = poisoned::<u8>(&dev, block::block_shared_scratch_bytes(2, &sb.b.shape).unwrap());
+    let l = &sb.b.layer;
+    let shared = SharedExpertPointers {
+        expert_gate: ExpertGate::Dense(ws.ptr()),
+        gate: expert_pointers(&u.gate, &l.gate, N_EXPERTS, DFF),
+        up: expert_pointers(&u.up, &l.up, N_EXPERTS, DFF),
+        down: expert_pointers(&u.down, &l.down, N_EXPERTS, DIN),
+    };
+    let mut p = BlockPointers { shared: Some(shared), ..pointers(&u, &out, &scratch) };
+    change(&mut p, &u);
+    // SAFETY: every refused case is refused before a launch; none is launched.
+    unsafe { block::block(&dev, Dtype::F32, p, &sb.b.shape, 2, Activation::SwiGlu, true, Stream::DEFAULT) }
+}
+
+/// A shared expert's gate row quantized beside a dense router is refused, naming it.
+fn a_gate_row_in_another_format_than_the_router_is_refused() {
+    let why = refused(
+        shared_launch_changed(|p, u| {
+            let gate = ExpertGate::Quantized(u.gate.pointers());
+            p.shared = Some(SharedExpertPointers { expert_gate: gate, ..p.shared.unwrap() });
+        }),
+        "expert_gate",
+    );
+    assert!(why.contains("the router is dense"), "{why}");
+}
+
+/// The scratch of the block without a shared expert is too short with one.
+fn a_scratch_without_the_shared_slots_is_refused() {
+    let shape = block_inputs(Dtype::F32, 2, 4, 7).shape;
+    let short = block::block_scratch_bytes(2, &shape).unwrap();
+    assert!(short < block::block_shared_scratch_bytes(2, &shape).unwrap());
+    let why = refused(shared_launch_changed(|p, _| p.scratch_len = short), "scratch");
+    assert!(why.contains("needs"), "{why}");
+}
+
+/// A shared expert's down matrix missing its scales is refused, naming them.
+fn a_shared_expert_missing_a_matrix_is_refused() {
+    let why = refused(
+        shared_launch_changed(|p, _| {
+            let sh = p.shared.unwrap();
+            p.shared = Some(SharedExpertPointers { down: QuantizedPointers { scales: 0, ..sh.down }, ..sh });
+        }),
+        "s2s",
+    );
+    assert!(why.contains("null pointer"), "{why}");
+}
+
+/// `out` over the shared expert's gate row, which only the router reads.
+fn out_over_the_gate_row_is_refused() {
+    let why = refused(
+        shared_launch_changed(|p, _| {
+            if let Some(SharedExpertPointers { expert_gate: ExpertGate::Dense(ws), .. }) = p.shared {
+                p.out = ws;
+            }
+        }),
+        "out",
+    );
+    assert!(why.contains("overlaps `ws`"), "{why}");
+}
+
 fn availability_matches_the_backends<T: Element>(dev: &Device) {
     assert!(block::block_available(dev, T::DTYPE), "{}: every kernel of the block is built", label::<T>(dev));
 }
@@ -332,6 +530,18 @@ fn main() {
             "quantized_router_block_is_its_launches_and_meets_the_dense_reference",
             typed!(quantized_router_block_is_its_launches_and_meets_the_dense_reference),
         )
+        .per_backend_and_dtype(
+            "shared_expert_block_meets_the_dense_reference",
+            typed!(shared_expert_block_meets_the_dense_reference),
+        )
+        .single("the_shared_expert_changes_the_output", the_shared_expert_changes_the_output)
+        .single(
+            "a_gate_row_in_another_format_than_the_router_is_refused",
+            a_gate_row_in_another_format_than_the_router_is_refused,
+        )
+        .single("a_scratch_without_the_shared_slots_is_refused", a_scratch_without_the_shared_slots_is_refused)
+        .single("a_shared_expert_missing_a_matrix_is_refused", a_shared_expert_missing_a_matrix_is_refused)
+        .single("out_over_the_gate_row_is_refused", out_over_the_gate_row_is_refused)
         .single("a_short_scratch_is_refused", a_short_scratch_is_refused)
         .single("a_bad_quantized_router_is_refused", a_bad_quantized_router_is_refused)
         .single("a_scratch_over_the_router_weights_is_refused", a_scratch_over_the_router_weights_is_refused)

@@ -538,6 +538,19 @@ fn enqueue_routed(
     }
 }
 
+/// Whether a launch has the optional buffers `pointers` (a shared expert's
+/// matrices): all given, or none; one given without the others is refused,
+/// naming the first missing.
+fn all_or_none(pointers: &[(&'static str, u64)]) -> Result<bool> {
+    let given = pointers.iter().filter(|(_, p)| *p != 0).count();
+    if given == 0 || given == pointers.len() {
+        return Ok(given != 0);
+    }
+    let (missing, _) = pointers.iter().find(|(_, p)| *p == 0).expect("one pointer is null");
+    let (present, _) = pointers.iter().find(|(_, p)| *p != 0).expect("one pointer is given");
+    Err(Error::invalid(missing, format!("is a null pointer while `{present}` is given; give all of them or none")))
+}
+
 /// `refuse(name)` for the first buffer of `launches` that `range` overlaps,
 /// other than those named in `except`.
 fn refuse_overlap(

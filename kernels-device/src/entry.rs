@@ -531,7 +531,8 @@ families! {
     }
 
     /// `moe_gateup_batch`: `moe_gateup` for `m` tokens of `k` slots each, one
-    /// slot a workgroup.
+    /// slot a workgroup; id `n_experts` names the shared expert (`wgs` to
+    /// `bus`) where the launch has one.
     family MoeGateUpBatchArgs (MoeGateUpBatch<T>) {
         instances { moe_gateup_batch_f32, moe_gateup_batch_f16, moe_gateup_batch_bf16 => crate::moe::batch::moe_gateup_batch::<T>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
@@ -544,6 +545,12 @@ families! {
             wu: read u32 [n_experts, dff, din / values_per_word(bits)],
             su: read T [n_experts, dff, din / group_size],
             bu: read T [n_experts, dff, din / group_size],
+            wgs: read_nullable u32 [dff, din / values_per_word(bits)],
+            sgs: read_nullable T [dff, din / group_size],
+            bgs: read_nullable T [dff, din / group_size],
+            wus: read_nullable u32 [dff, din / values_per_word(bits)],
+            sus: read_nullable T [dff, din / group_size],
+            bus: read_nullable T [dff, din / group_size],
             act: write f32 [m, k, dff],
             activation: value u32,
             m: value u32,
@@ -551,7 +558,8 @@ families! {
     }
 
     /// `moe_down_batch`: `moe_down` (4 and 8 bits) for `m` tokens of `k` slots
-    /// each, one slot a workgroup.
+    /// each, one slot a workgroup; id `n_experts` names the shared expert
+    /// (`w2s` to `b2s`) where the launch has one.
     family MoeDownBatchArgs (MoeDownBatch<T>) {
         instances { moe_down_batch_f32, moe_down_batch_f16, moe_down_batch_bf16 => crate::moe::batch::moe_down_batch::<T, { crate::moe::TENSOR_CORES }>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
@@ -560,6 +568,9 @@ families! {
             w2: read u32 [n_experts, din, dff / values_per_word(bits)],
             s2: read T [n_experts, din, dff / group_size],
             b2: read T [n_experts, din, dff / group_size],
+            w2s: read_nullable u32 [din, dff / values_per_word(bits)],
+            s2s: read_nullable T [din, dff / group_size],
+            b2s: read_nullable T [din, dff / group_size],
             act: read f32 [m, k, dff],
             scores: read f32 [m, k],
             part: write f32 [m, k, din],
@@ -580,14 +591,18 @@ families! {
         }
     }
 
-    /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens.
+    /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens,
+    /// and the shared expert's gate `gate_logits[t] = x[t] . ws` where the
+    /// launch has one.
     family MoeRouterLogitsArgs (MoeRouterLogits<T>) {
         instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }
         workgroup_mem(geometry::moe_router::LOGITS_WORKGROUP_MEM_BYTES)
         params {
             x: read T [m, din],
             wr: read T [n_experts, din],
+            ws: read_nullable T [din],
             logits: write f32 [m, n_experts],
+            gate_logits: write_nullable f32 [m],
             m: value u32,
             n_experts: value u32,
             din: value u32,
@@ -595,7 +610,9 @@ families! {
     }
 
     /// `moe_router_logits_q`: `logits[t, e] = x[t] . dequantize(wq, sq, bq)[e]`
-    /// (f32) for `m` tokens, the router quantized as MLX quantizes a linear layer.
+    /// (f32) for `m` tokens, the router quantized as MLX quantizes a linear
+    /// layer; the shared expert's gate (quantized the same way) as
+    /// `moe_router_logits`'s.
     family MoeRouterLogitsQArgs (MoeRouterLogitsQ<T>) {
         instances { moe_router_logits_q_f32, moe_router_logits_q_f16, moe_router_logits_q_bf16 => crate::moe::router::moe_router_logits_q::<T>; }
         workgroup_mem(geometry::moe_router::LOGITS_WORKGROUP_MEM_BYTES)
@@ -604,7 +621,11 @@ families! {
             wq: read u32 [n_experts, din / values_per_word(bits)],
             sq: read T [n_experts, din / group_size],
             bq: read T [n_experts, din / group_size],
+            wsq: read_nullable u32 [din / values_per_word(bits)],
+            ssq: read_nullable T [din / group_size],
+            bsq: read_nullable T [din / group_size],
             logits: write f32 [m, n_experts],
+            gate_logits: write_nullable f32 [m],
             m: value u32,
             n_experts: value u32,
             din: value u32,
@@ -614,18 +635,22 @@ families! {
     }
 
     /// `moe_topk`: per token, the softmax of its logits and the `k` most
-    /// probable experts with their (optionally renormalized) probabilities.
+    /// probable experts with their (optionally renormalized) probabilities,
+    /// then, with `shared` 1, the shared expert's slot (id `n_experts`, score
+    /// `sigmoid(gate_logits[t])`).
     family MoeTopKArgs (MoeTopK) {
         instances { moe_topk: f32 => crate::moe::router::moe_topk; }
         workgroup_mem(geometry::moe_router::topk_workgroup_mem_bytes(geometry::moe_router::MAX_EXPERTS))
         params {
             logits: read f32 [m, n_experts],
-            ids: write u32 [m, k],
-            scores: write f32 [m, k],
+            gate_logits: read_nullable f32 [m],
+            ids: write u32 [m, k + shared],
+            scores: write f32 [m, k + shared],
             m: value u32,
             n_experts: value u32,
             k: value u32,
             renorm: value u32,
+            shared: value u32,
         }
     }
 

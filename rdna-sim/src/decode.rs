@@ -194,7 +194,9 @@ pub fn decode(words: &[u32], addr: u64) -> Result<Inst, DecodeError> {
             }
         } else {
             name!(Enc::Sop2, opcodes::SOP2, "SOP2", bits(w0, 29, 23));
-            want_lit = bits(w0, 7, 0) == 255 || bits(w0, 15, 8) == 255;
+            // s_fmaak_f32 and s_fmamk_f32 always carry their constant K as a literal.
+            want_lit =
+                bits(w0, 7, 0) == 255 || bits(w0, 15, 8) == 255 || matches!(inst.name, "s_fmaak_f32" | "s_fmamk_f32");
         }
     } else {
         // 64-bit encodings.

@@ -302,6 +302,36 @@ fn scalar_carry_chain_and_saveexec() {
 }
 
 #[test]
+fn scalar_fused_multiply_adds_round_once() {
+    // a * b = 1 + 2^-24 - 2^-47 exactly; rounded to f32 first it is 1.0, and
+    // plus -1 it would be 0.
+    let (a, b, c) = (1.0 + f32::EPSILON, 1.0 - f32::EPSILON / 2.0, -1.0f32);
+    let exact = a.mul_add(b, c);
+    assert_ne!(exact, a * b + c, "the case separates fused from unfused");
+    let mut r = Run::new();
+    r.w.s[0] = f(a);
+    r.w.s[1] = f(b);
+    r.w.s[5] = f(c);
+    // s_fmaak_f32 s2 = s0 * s1 + K; s_fmamk_f32 s3 = s0 * K + s1; s_fmac_f32 s5 = s0 * s1 + s5.
+    r.ok(&[sop2("s_fmaak_f32", 2, 0, 1), f(c), sop2("s_fmamk_f32", 3, 0, 5), f(b), sop2("s_fmac_f32", 5, 0, 1)]);
+    assert_eq!([r.w.s[2], r.w.s[3], r.w.s[5]], [f(exact); 3]);
+    // The literal is consumed: the instruction after it ran.
+    r.ok(&[sop2("s_fmaak_f32", 4, 0, 1), f(0.0), sop2("s_add_f32", 6, 4, 4)]);
+    assert_eq!(f32::from_bits(r.w.s[6]), 2.0 * a * b);
+}
+
+#[test]
+fn scalar_float_rounding_to_integral_values() {
+    let mut r = Run::new();
+    r.w.s[0] = f(2.5);
+    r.w.s[1] = f(-1.5);
+    r.ok(&[sop1("s_rndne_f32", 2, 0), sop1("s_rndne_f32", 3, 1), sop1("s_floor_f32", 4, 1)]);
+    r.ok(&[sop1("s_ceil_f32", 5, 1), sop1("s_trunc_f32", 6, 1)]);
+    let got: Vec<f32> = (2..7).map(|i| f32::from_bits(r.w.s[i])).collect();
+    assert_eq!(got, [2.0, -2.0, -2.0, -1.0, -1.0]);
+}
+
+#[test]
 fn scalar_shift_and_add() {
     let mut r = Run::new();
     r.w.s[0] = 0x4000_0001;

@@ -322,19 +322,23 @@ fn moe_combine(ty: &str) -> Case {
 
 /// moe_router_logits of dtype `ty`: 3 tokens, 13 rows of 40 values (whole
 /// chunks: a few lanes of wave 0), 37 (single values) or 2112 (whole chunks:
-/// every wave, two or three batches a lane).
+/// every wave, two or three batches a lane), and a shared expert's gate row
+/// (one more workgroup).
 fn router_logits(ty: &str, din: u32) -> Case {
     use kernels_device::geometry::moe_router::{LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, logits_workgroups};
     let (m, e) = (3u32, 13u32);
     let bufs = vec![
         enc(ty, &noise((m * din) as usize, 51, 1.0)),
         enc(ty, &noise((e * din) as usize, 52, 0.1)),
+        enc(ty, &noise(din as usize, 54, 0.1)),
         zeros((m * e) as usize, 4),
+        zeros(m as usize, 4),
     ];
-    let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(m), Arg::U32(e), Arg::U32(din)];
+    let args =
+        vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::Buf(4), Arg::U32(m), Arg::U32(e), Arg::U32(din)];
     Case::new(
         &format!("moe_router_logits_{ty}"),
-        [logits_workgroups(e), 1, 1],
+        [logits_workgroups(e + 1), 1, 1],
         LOGITS_WORKGROUP_SIZE,
         LOGITS_WORKGROUP_MEM_BYTES,
         args,
@@ -343,15 +347,26 @@ fn router_logits(ty: &str, din: u32) -> Case {
 }
 
 /// moe_topk: 3 tokens of 70 experts (lanes with two and three each), K 5,
-/// renormalized; token 1 has a tie at its top.
+/// renormalized, with a shared expert's slot; token 1 has a tie at its top.
 fn topk() -> Case {
     use kernels_device::geometry::moe_router::{TOPK_WORKGROUP_SIZE, topk_workgroup_mem_bytes};
     let (m, e, k) = (3u32, 70u32, 5u32);
     let mut logits = noise((m * e) as usize, 53, 2.0);
     logits[(e + 4) as usize] = 9.0;
     logits[(e + 37) as usize] = 9.0;
-    let bufs = vec![enc("f32", &logits), zeros((m * k) as usize, 4), zeros((m * k) as usize, 4)];
-    let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::U32(m), Arg::U32(e), Arg::U32(k), Arg::U32(1)];
+    let slots = (m * (k + 1)) as usize;
+    let bufs = vec![enc("f32", &logits), enc("f32", &noise(m as usize, 55, 2.0)), zeros(slots, 4), zeros(slots, 4)];
+    let args = vec![
+        Arg::Buf(0),
+        Arg::Buf(1),
+        Arg::Buf(2),
+        Arg::Buf(3),
+        Arg::U32(m),
+        Arg::U32(e),
+        Arg::U32(k),
+        Arg::U32(1),
+        Arg::U32(1),
+    ];
     Case::new("moe_topk", [m, 1, 1], TOPK_WORKGROUP_SIZE, topk_workgroup_mem_bytes(e), args, bufs)
 }
 

@@ -16,7 +16,8 @@
 
 use kernels_device::args::{KernelSpec, MAX_PARAMS};
 use kernels_device::entry::{
-    MoeCombineBatch, MoeDownBatch, MoeGateUpBatch, moe_combine_batch_f32, moe_down_batch_f32, moe_gateup_batch_f32,
+    MoeCombineBatch, MoeDownBatch, MoeGateUpBatch, moe_combine_batch_f32, moe_combine_f32, moe_down_batch_f32,
+    moe_down_f32, moe_gateup_batch_f32, moe_gateup_f32,
 };
 pub use kernels_device::entry::{MoeCombineBatchArgs, MoeDownBatchArgs, MoeGateUpBatchArgs};
 use kernels_device::geometry::moe::SIX_BITS;
@@ -24,8 +25,8 @@ pub use kernels_device::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS};
 
 use super::{
     Activation, COMBINE_KERNEL, DOWN_KERNEL, GATEUP_KERNEL, GatedBuffers, GatedPointers, MoeCombineArgs, MoeDownArgs,
-    MoeGateUpArgs, MoeShape, QuantizedBuffers, QuantizedPointers, check_combine_shape, combine_dims, down_dims,
-    fc1_dims,
+    MoeGateUpArgs, MoeShape, QuantizedBuffers, QuantizedPointers, all_or_none, check_combine_shape, combine_dims,
+    down_dims, fc1_dims,
 };
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
@@ -90,39 +91,20 @@ pub fn combine_batch_dims(din: u32, m: u32) -> LaunchDims {
     LaunchDims { grid: [dims.grid[0], m, 1], ..dims }
 }
 
-/// The buffer sizes of a batch launch without the entry of its `m` (at
-/// `m_at`): those of the single-token launch, whose parameters are the batch
-/// kernel's less `m`.
-fn without_m(capacity: Capacity, m_at: usize) -> ([Option<usize>; MAX_PARAMS], usize) {
+/// The buffer sizes of a batch launch (`capacity`, one entry a parameter of
+/// `batch`) that the single-token launch of `single` takes: those of the
+/// parameters `single` has too (all but `m` and the shared expert's).
+fn held_by_single(capacity: Capacity, batch: &KernelSpec, single: &KernelSpec) -> ([Option<usize>; MAX_PARAMS], usize) {
     let mut out = [None; MAX_PARAMS];
     let mut n = 0;
-    for (i, &c) in capacity.iter().enumerate() {
-        if i != m_at && n < MAX_PARAMS {
+    for (param, &c) in batch.params.iter().zip(capacity) {
+        if single.params.iter().any(|p| p.name == param.name) && n < MAX_PARAMS {
             out[n] = c;
             n += 1;
         }
     }
     (out, n)
 }
-
-/// Where `m` is among the parameters of `spec`, a batch kernel's declaration:
-/// evaluated at compile time (a batch family without `m` does not build).
-const fn m_index(spec: &KernelSpec) -> usize {
-    let mut i = 0;
-    while i < spec.params.len() {
-        let name = spec.params[i].name.as_bytes();
-        if name.len() == 1 && name[0] == b'm' {
-            return i;
-        }
-        i += 1;
-    }
-    panic!("every batch kernel takes m")
-}
-
-// The instances of a family share its parameters: the f32 one stands for all three.
-const GATEUP_BATCH_M: usize = m_index(&moe_gateup_batch_f32::SPEC);
-const DOWN_BATCH_M: usize = m_index(&moe_down_batch_f32::SPEC);
-const COMBINE_BATCH_M: usize = m_index(&moe_combine_batch_f32::SPEC);
 
 impl CheckedArgs for MoeGateUpBatchArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
@@ -135,6 +117,12 @@ impl CheckedArgs for MoeGateUpBatchArgs {
             wu,
             su,
             bu,
+            wgs,
+            sgs,
+            bgs,
+            wus,
+            sus,
+            bus,
             act,
             activation,
             m,
@@ -146,7 +134,9 @@ impl CheckedArgs for MoeGateUpBatchArgs {
             group_size,
             status,
         } = self;
-        if m == 1 {
+        let shared =
+            all_or_none(&[("wgs", wgs), ("sgs", sgs), ("bgs", bgs), ("wus", wus), ("sus", sus), ("bus", bus)])?;
+        if m == 1 && !shared {
             let single = MoeGateUpArgs {
                 x,
                 idx,
@@ -166,7 +156,7 @@ impl CheckedArgs for MoeGateUpBatchArgs {
                 group_size,
                 status,
             };
-            let (held, n) = without_m(capacity, GATEUP_BATCH_M);
+            let (held, n) = held_by_single(capacity, &moe_gateup_batch_f32::SPEC, &moe_gateup_f32::SPEC);
             return single.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, GATEUP_BATCH_KERNEL, dtype)?;
@@ -186,6 +176,9 @@ impl CheckedArgs for MoeDownBatchArgs {
             w2,
             s2,
             b2,
+            w2s,
+            s2s,
+            b2s,
             act,
             scores,
             part,
@@ -198,7 +191,11 @@ impl CheckedArgs for MoeDownBatchArgs {
             group_size,
             status,
         } = self;
-        if m == 1 || (bits == SIX_BITS && check_batch(m, k).is_ok()) {
+        let shared = all_or_none(&[("w2s", w2s), ("s2s", s2s), ("b2s", b2s)])?;
+        if shared && bits == SIX_BITS {
+            return Err(Error::invalid("bits", "6-bit codes are not supported with a shared expert; use 4 or 8"));
+        }
+        if (m == 1 && !shared) || (bits == SIX_BITS && check_batch(m, k).is_ok()) {
             // One token, or 6-bit codes: the single-token kernel over the m * k flat
             // slots (`moe_down6` computes each slot on its own).
             let slots = m * k;
@@ -218,7 +215,7 @@ impl CheckedArgs for MoeDownBatchArgs {
                 group_size,
                 status,
             };
-            let (held, n) = without_m(capacity, DOWN_BATCH_M);
+            let (held, n) = held_by_single(capacity, &moe_down_batch_f32::SPEC, &moe_down_f32::SPEC);
             return single.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, DOWN_BATCH_KERNEL, dtype)?;
@@ -235,7 +232,7 @@ impl CheckedArgs for MoeCombineBatchArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         let MoeCombineBatchArgs { part, out, m, k, din } = self;
         if m == 1 {
-            let (held, n) = without_m(capacity, COMBINE_BATCH_M);
+            let (held, n) = held_by_single(capacity, &moe_combine_batch_f32::SPEC, &moe_combine_f32::SPEC);
             return MoeCombineArgs { part, out, k, din }.enqueue_checked(device, dtype, &held[..n], stream);
         }
         let kernel = kernel_for(device, COMBINE_BATCH_KERNEL, dtype)?;
@@ -280,6 +277,12 @@ impl MoeShape {
             wu,
             su,
             bu,
+            wgs: 0,
+            sgs: 0,
+            bgs: 0,
+            wus: 0,
+            sus: 0,
+            bus: 0,
             act,
             activation,
             m,
@@ -308,7 +311,26 @@ impl MoeShape {
     ) -> MoeDownBatchArgs {
         let MoeShape { n_experts, k, din, dff, bits, group_size } = *self;
         let QuantizedPointers { w: w2, scales: s2, biases: b2 } = w2;
-        MoeDownBatchArgs { idx, w2, s2, b2, act, scores, part, m, n_experts, k, din, dff, bits, group_size, status }
+        MoeDownBatchArgs {
+            idx,
+            w2,
+            s2,
+            b2,
+            w2s: 0,
+            s2s: 0,
+            b2s: 0,
+            act,
+            scores,
+            part,
+            m,
+            n_experts,
+            k,
+            din,
+            dff,
+            bits,
+            group_size,
+            status,
+        }
     }
 }
 
@@ -362,6 +384,12 @@ pub fn run_gateup_batch<T: Element>(
         wu: up.w,
         su: up.scales,
         bu: up.biases,
+        wgs: None,
+        sgs: None,
+        bgs: None,
+        wus: None,
+        sus: None,
+        bus: None,
         act,
         activation: activation as u32,
         m,
@@ -401,8 +429,27 @@ pub fn run_down_batch<T: Element>(
     let MoeShape { n_experts, k, din, dff, bits, group_size } = *shape;
     let DownBatchBuffers { idx, w2, act, scores, part, status } = bufs;
     let QuantizedBuffers { w: w2, scales: s2, biases: b2 } = w2;
-    MoeDownBatchLaunch { idx, w2, s2, b2, act, scores, part, m, n_experts, k, din, dff, bits, group_size, status }
-        .run(device, stream)
+    MoeDownBatchLaunch {
+        idx,
+        w2,
+        s2,
+        b2,
+        w2s: None,
+        s2s: None,
+        b2s: None,
+        act,
+        scores,
+        part,
+        m,
+        n_experts,
+        k,
+        din,
+        dff,
+        bits,
+        group_size,
+        status,
+    }
+    .run(device, stream)
 }
 
 /// [`MoeCombineBatchLaunch`] of these buffers, run: `part [m, k, din]` into

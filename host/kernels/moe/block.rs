@@ -7,6 +7,16 @@
 //!
 //! Each launch is the one its own launcher makes on the same inputs, so the
 //! block's output is bit for bit the router followed by the batch launches.
+//!
+//! # The shared expert
+//!
+//! Qwen3-Next adds a gated expert that every token takes, weighted by
+//! `sigmoid(x . expert_gate)` ([`SharedExpertPointers`]). It rides in the same
+//! five launches as one more slot per token: the router computes the gate's
+//! logit as one more row, `moe_topk` appends slot `K` (id `E`, score the
+//! sigmoid) to each token's ids and scores, the batch kernels (at every `m`,
+//! one included) take id `E` as the shared expert, and the combine sums `K +
+//! 1` slots, the shared one last.
 
 use kernels_device::args::{ArgValue, BufferExtent};
 
@@ -71,19 +81,51 @@ pub fn validate_block(m: u32, shape: &MoeShape) -> Result<()> {
     block_scratch_bytes(m, shape).map(|_| ())
 }
 
+/// The checks [`block`] makes of its sizes with a shared expert: those of
+/// [`validate_block`], and the experts' launches of `K + 1` slots a token.
+pub fn validate_block_shared(m: u32, shape: &MoeShape) -> Result<()> {
+    validate_block(m, shape)?;
+    let experts = MoeShape { k: shape.k + 1, ..*shape };
+    check_batch(m, experts.k)?;
+    experts.validate()?;
+    block_shared_scratch_bytes(m, shape).map(|_| ())
+}
+
+/// Whether [`block`] with a shared expert for `dtype` takes `m` tokens of
+/// this shape on `device`, with a dense router (`router` `None`) or one
+/// quantized as `router`.
+pub fn block_shared_supports(
+    device: &Device,
+    dtype: Dtype,
+    m: u32,
+    shape: &MoeShape,
+    router: Option<RouterQuant>,
+) -> bool {
+    let available = match router {
+        None => block_available(device, dtype),
+        Some(quant) => {
+            block_quantized_router_available(device, dtype) && validate_router_quant(quant, shape.din).is_ok()
+        }
+    };
+    available && validate_block_shared(m, shape).is_ok()
+}
+
 /// Whether [`block`] for `dtype` takes `m` tokens of this shape on `device`.
 pub fn block_supports(device: &Device, dtype: Dtype, m: u32, shape: &MoeShape) -> bool {
     block_available(device, dtype) && validate_block(m, shape).is_ok()
 }
 
-/// Byte offsets in the scratch of `logits [m, E]`, `ids [m, K]`, `scores [m,
-/// K]`, `act [m, K, Dff]` and `part [m, K, Din]` (f32, u32, f32, f32, f32),
-/// each starting on 256 bytes, and the total.
-fn layout(m: u32, shape: &MoeShape) -> Result<([u64; 5], u64)> {
-    let (m, e, k, din, dff) =
-        (m as u128, shape.n_experts as u128, shape.k as u128, shape.din as u128, shape.dff as u128);
-    let sizes = [m * e * 4, m * k * 4, m * k * 4, m * k * dff * 4, m * k * din * 4];
-    let (mut offsets, mut at) = ([0u64; 5], 0u128);
+/// Byte offsets in the scratch of `logits [m, E]`, `ids [m, S]`, `scores [m,
+/// S]`, `act [m, S, Dff]`, `part [m, S, Din]` and `gate_logits [m]` (f32, u32,
+/// f32, f32, f32, f32; `S` is `K`, or `K + 1` with a shared expert, whose
+/// `gate_logits` are otherwise empty), each starting on 256 bytes, and the
+/// total.
+fn layout(m: u32, shape: &MoeShape, shared: bool) -> Result<([u64; 6], u64)> {
+    let (m, e, din, dff) = (m as u128, shape.n_experts as u128, shape.din as u128, shape.dff as u128);
+    let slots = shape.k as u128 + shared as u128;
+    let sizes =
+        [m * e * 4, m * slots * 4, m * slots * 4, m * slots * dff * 4, m * slots * din * 4, m * shared as u128 * 4];
+    let (mut offsets, mut at) = ([0u64; 6], 0u128);
     for (offset, size) in offsets.iter_mut().zip(sizes) {
         at = at.next_multiple_of(256);
         *offset = at as u64;
@@ -100,7 +142,14 @@ fn layout(m: u32, shape: &MoeShape) -> Result<([u64; 5], u64)> {
 /// Bytes of the scratch of [`block`] for `m` tokens of this shape: `logits`,
 /// `ids`, `scores`, `act` and `part`, in that order, each on 256 bytes.
 pub fn block_scratch_bytes(m: u32, shape: &MoeShape) -> Result<usize> {
-    Ok(layout(m, shape)?.1 as usize)
+    Ok(layout(m, shape, false)?.1 as usize)
+}
+
+/// Bytes of the scratch of [`block`] with a shared expert: `logits`, `ids`,
+/// `scores`, `act` and `part` of `K + 1` slots a token, and the shared gate's
+/// logits, in that order, each on 256 bytes.
+pub fn block_shared_scratch_bytes(m: u32, shape: &MoeShape) -> Result<usize> {
+    Ok(layout(m, shape, true)?.1 as usize)
 }
 
 /// The router's weights.
@@ -114,6 +163,34 @@ pub enum RouterWeights {
     Quantized { w: QuantizedPointers, quant: RouterQuant },
 }
 
+/// A shared expert's gate row `[Din]` (`shared_expert_gate`, a linear layer
+/// of one output), in the router's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertGate {
+    /// `[Din]` of `T`, beside a [`RouterWeights::Dense`] router.
+    Dense(u64),
+    /// Codes `[Din * bits / 32]` u32, scales and biases `[Din / group_size]`
+    /// of `T`, quantized as the router is, beside a
+    /// [`RouterWeights::Quantized`] router (mlx-lm quantizes both at 8 bits,
+    /// group 64).
+    Quantized(QuantizedPointers),
+}
+
+/// Device pointers of a shared expert (Qwen3-Next): a gated expert every
+/// token takes, `sigmoid(x . expert_gate) * down(a(gate(x)) * up(x))`, its
+/// matrices of the routed experts' shape and format (one expert, not a stack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedExpertPointers {
+    /// The gate's row, in the router's format.
+    pub expert_gate: ExpertGate,
+    /// `[Dff, Din * bits / 32]` codes, `[Dff, Din / group_size]` scales and biases.
+    pub gate: QuantizedPointers,
+    /// As `gate`.
+    pub up: QuantizedPointers,
+    /// `[Din, Dff * bits / 32]` codes, `[Din, Dff / group_size]` scales and biases.
+    pub down: QuantizedPointers,
+}
+
 /// Device pointers of one [`block`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockPointers {
@@ -124,13 +201,17 @@ pub struct BlockPointers {
     pub gate: QuantizedPointers,
     pub up: QuantizedPointers,
     pub down: QuantizedPointers,
+    /// The shared expert, where the model has one.
+    pub shared: Option<SharedExpertPointers>,
     /// `[m, Din]` of `T`.
     pub out: u64,
-    /// At least [`block_scratch_bytes`] bytes (`scratch_len`).
+    /// At least [`block_scratch_bytes`] bytes, or [`block_shared_scratch_bytes`]
+    /// with a shared expert (`scratch_len`).
     pub scratch: u64,
     pub scratch_len: usize,
-    /// One u32 or 0: `1 + t * K + j` of the first slot whose id is out of
-    /// range (a token whose logits hold a NaN gets ids `u32::MAX`).
+    /// One u32 or 0: `1 + t * S + j` of the first slot whose id is out of
+    /// range (`S` is `K`, or `K + 1` with a shared expert; a token whose
+    /// logits hold a NaN gets ids `u32::MAX`).
     pub status: u64,
 }
 
@@ -150,9 +231,11 @@ impl Stage {
 
 /// The block: `out[t] = T(sum_j scores[t, j] * down_{ids[t, j]}(a(gate(x[t])) *
 /// up(x[t])))` with the router's top-k `ids` and `scores` (renormalized when
-/// `renorm`). Enqueues five launches in order on `stream`; everything (the
-/// kernels, the shape, every buffer of every launch, the overlaps between
-/// launches) is checked before the first.
+/// `renorm`), plus, with a shared expert, `sigmoid(x[t] . expert_gate) *
+/// down_s(a(gate_s(x[t])) * up_s(x[t]))` as the last term of the sum.
+/// Enqueues five launches in order on `stream`; everything (the kernels, the
+/// shape, every buffer of every launch, the overlaps between launches) is
+/// checked before the first.
 ///
 /// # Safety
 /// The pointers are device pointers of `device` to buffers of the shapes in
@@ -169,7 +252,8 @@ pub unsafe fn block(
     renorm: bool,
     stream: Stream,
 ) -> Result<()> {
-    let single = m == 1;
+    // With a shared expert the batch kernels run at every m: only they take it.
+    let single = m == 1 && p.shared.is_none();
     let pick = |batch: &str, one: &str| kernel_for(device, if single { one } else { batch }, dtype);
     let logits_kernel = match p.router {
         RouterWeights::Dense(_) => kernel_for(device, LOGITS_KERNEL, dtype)?,
@@ -179,14 +263,22 @@ pub unsafe fn block(
     let gateup_kernel = pick(GATEUP_BATCH_KERNEL, GATEUP_KERNEL)?;
     let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
     let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
-    validate_block(m, shape)?;
+    match p.shared {
+        None => validate_block(m, shape)?,
+        Some(_) => validate_block_shared(m, shape)?,
+    }
     if let RouterWeights::Quantized { quant, .. } = p.router {
         validate_router_quant(quant, shape.din)?;
     }
+    // The experts' launches see one more slot a token with a shared expert.
+    let experts = MoeShape { k: shape.k + p.shared.is_some() as u32, ..*shape };
     if p.scratch == 0 {
         return Err(Error::invalid("scratch", "is a null pointer"));
     }
-    let (offsets, need) = layout(m, shape)?;
+    if let Some(sh) = p.shared {
+        shared_pointers_given(&sh)?;
+    }
+    let (offsets, need) = layout(m, shape, p.shared.is_some())?;
     if (p.scratch_len as u64) < need {
         return Err(Error::invalid(
             "scratch",
@@ -196,44 +288,43 @@ pub unsafe fn block(
     let end = p.scratch.checked_add(need).ok_or_else(|| {
         Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
     })?;
-    let [logits, ids, scores, act, part] = offsets.map(|o| p.scratch + o);
+    let [logits, ids, scores, act, part, gate_logits] = offsets.map(|o| p.scratch + o);
 
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
-    let logits_dims = router::logits_dims(shape.n_experts);
-    let logits_stage = match p.router {
-        RouterWeights::Dense(wr) => {
-            let la = rshape.logits_args(p.x, wr, logits);
-            Stage::new(logits_kernel, logits_dims, &la.values(), &la.extents())
-        }
-        RouterWeights::Quantized { w, quant } => {
-            let la = rshape.logits_q_args(p.x, w.w, w.scales, w.biases, logits, quant);
-            Stage::new(logits_kernel, logits_dims, &la.values(), &la.extents())
-        }
-    };
-    let ta = rshape.topk_args(logits, ids, scores, renorm);
+    let mut ta = rshape.topk_args(logits, ids, scores, renorm);
+    if p.shared.is_some() {
+        (ta.gate_logits, ta.shared) = (gate_logits, 1);
+    }
+    let mut stages = vec![
+        router_stage(logits_kernel, rshape, &p, logits, gate_logits)?,
+        Stage::new(topk_kernel, router::topk_dims(m, shape.n_experts), &ta.values(), &ta.extents()),
+    ];
     let gated = GatedPointers { x: p.x, idx: ids, gate: p.gate, up: p.up, act, status: p.status };
-    let mut stages =
-        vec![logits_stage, Stage::new(topk_kernel, router::topk_dims(m, shape.n_experts), &ta.values(), &ta.extents())];
     if single {
-        let g = shape.gateup_args(gated, activation);
-        let d = shape.down_args(ids, p.down, act, scores, part, p.status);
-        let c = MoeCombineArgs { part, out: p.out, k: shape.k, din: shape.din };
-        stages.push(Stage::new(gateup_kernel, fc1_dims(shape), &g.values(), &g.extents()));
-        stages.push(Stage::new(down_kernel, down_dims(shape), &d.values(), &d.extents()));
-        stages.push(Stage::new(combine_kernel, combine_dims(shape.din), &c.values(), &c.extents()));
+        let g = experts.gateup_args(gated, activation);
+        let d = experts.down_args(ids, p.down, act, scores, part, p.status);
+        let c = MoeCombineArgs { part, out: p.out, k: experts.k, din: experts.din };
+        stages.push(Stage::new(gateup_kernel, fc1_dims(&experts), &g.values(), &g.extents()));
+        stages.push(Stage::new(down_kernel, down_dims(&experts), &d.values(), &d.extents()));
+        stages.push(Stage::new(combine_kernel, combine_dims(experts.din), &c.values(), &c.extents()));
     } else {
-        let g = shape.gateup_batch_args(m, gated, activation);
-        let d = shape.down_batch_args(m, ids, p.down, act, scores, part, p.status);
-        let c = MoeCombineBatchArgs { part, out: p.out, m, k: shape.k, din: shape.din };
-        stages.push(Stage::new(gateup_kernel, gateup_batch_dims(shape, m), &g.values(), &g.extents()));
-        stages.push(Stage::new(down_kernel, down_batch_dims(shape, m), &d.values(), &d.extents()));
-        stages.push(Stage::new(combine_kernel, combine_batch_dims(shape.din, m), &c.values(), &c.extents()));
+        let mut g = experts.gateup_batch_args(m, gated, activation);
+        let mut d = experts.down_batch_args(m, ids, p.down, act, scores, part, p.status);
+        if let Some(sh) = p.shared {
+            (g.wgs, g.sgs, g.bgs) = (sh.gate.w, sh.gate.scales, sh.gate.biases);
+            (g.wus, g.sus, g.bus) = (sh.up.w, sh.up.scales, sh.up.biases);
+            (d.w2s, d.s2s, d.b2s) = (sh.down.w, sh.down.scales, sh.down.biases);
+        }
+        let c = MoeCombineBatchArgs { part, out: p.out, m, k: experts.k, din: experts.din };
+        stages.push(Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()));
+        stages.push(Stage::new(down_kernel, down_batch_dims(&experts, m), &d.values(), &d.extents()));
+        stages.push(Stage::new(combine_kernel, combine_batch_dims(experts.din, m), &c.values(), &c.extents()));
     }
     let launches: Vec<_> = stages.iter().map(|s| (&s.kernel, &s.extents[..])).collect();
     // The scratch holds the buffers the launches pass each other; no other
     // buffer of any launch may lie inside it. Checked first, so that the
     // message names the caller's `scratch` rather than a buffer inside it.
-    let internal = ["logits", "ids", "scores", "idx", "act", "part"];
+    let internal = ["logits", "gate_logits", "ids", "scores", "idx", "act", "part"];
     refuse_overlap(&launches, (p.scratch, end), &internal, |name| {
         Error::invalid("scratch", format!("overlaps `{name}`; the scratch must be a buffer of its own"))
     })?;
@@ -262,4 +353,67 @@ pub unsafe fn block(
         unsafe { device.launch(&s.kernel, s.dims, &s.values, stream)? };
     }
     Ok(())
+}
+
+/// Refuses a null pointer of a shared expert, named as its launch names it:
+/// the launches would take the shared slot's id as out of range.
+fn shared_pointers_given(sh: &SharedExpertPointers) -> Result<()> {
+    let gate_row = match sh.expert_gate {
+        ExpertGate::Dense(ws) => [("ws", ws), ("ws", ws), ("ws", ws)],
+        ExpertGate::Quantized(q) => [("wsq", q.w), ("ssq", q.scales), ("bsq", q.biases)],
+    };
+    let (g, u, d) = (sh.gate, sh.up, sh.down);
+    let matrices = [
+        ("wgs", g.w),
+        ("sgs", g.scales),
+        ("bgs", g.biases),
+        ("wus", u.w),
+        ("sus", u.scales),
+        ("bus", u.biases),
+        ("w2s", d.w),
+        ("s2s", d.scales),
+        ("b2s", d.biases),
+    ];
+    match gate_row.iter().chain(&matrices).find(|(_, p)| *p == 0) {
+        Some((name, _)) => Err(Error::invalid(name, "is a null pointer; a shared expert needs all its buffers")),
+        None => Ok(()),
+    }
+}
+
+/// The router's product, over the experts' rows and, with a shared expert,
+/// its gate's row (given in the router's format).
+fn router_stage(
+    kernel: Kernel,
+    rshape: RouterShape,
+    p: &BlockPointers,
+    logits: u64,
+    gate_logits: u64,
+) -> Result<Stage> {
+    let gate = p.shared.map(|sh| sh.expert_gate);
+    let dims = router::logits_dims(rshape.n_experts + gate.is_some() as u32);
+    let mismatch = |gate: &str, router: &str| {
+        Error::invalid("expert_gate", format!("is {gate} but the router is {router}; give both in one format"))
+    };
+    match p.router {
+        RouterWeights::Dense(wr) => {
+            let mut la = rshape.logits_args(p.x, wr, logits);
+            match gate {
+                None => {}
+                Some(ExpertGate::Dense(ws)) => (la.ws, la.gate_logits) = (ws, gate_logits),
+                Some(ExpertGate::Quantized(_)) => return Err(mismatch("quantized", "dense")),
+            }
+            Ok(Stage::new(kernel, dims, &la.values(), &la.extents()))
+        }
+        RouterWeights::Quantized { w, quant } => {
+            let mut la = rshape.logits_q_args(p.x, w.w, w.scales, w.biases, logits, quant);
+            match gate {
+                None => {}
+                Some(ExpertGate::Quantized(g)) => {
+                    (la.wsq, la.ssq, la.bsq, la.gate_logits) = (g.w, g.scales, g.biases, gate_logits)
+                }
+                Some(ExpertGate::Dense(_)) => return Err(mismatch("dense", "quantized")),
+            }
+            Ok(Stage::new(kernel, dims, &la.values(), &la.extents()))
+        }
+    }
 }

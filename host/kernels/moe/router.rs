@@ -16,7 +16,7 @@ use kernels_device::geometry::moe_router::{
     logits_workgroups, topk_workgroup_mem_bytes,
 };
 
-use super::refuse_overlap;
+use super::{all_or_none, refuse_overlap};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::kernels::{Capacity, CheckedArgs, Run, check_buffers, enqueue, kernel_for, symbol};
@@ -164,7 +164,8 @@ impl CheckedArgs for MoeRouterLogitsArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         let kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
         check_logits_shape(self.m, self.n_experts, self.din)?;
-        let dims = logits_dims(self.n_experts);
+        let shared = all_or_none(&[("ws", self.ws), ("gate_logits", self.gate_logits)])?;
+        let dims = logits_dims(self.n_experts + shared as u32);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
@@ -175,7 +176,9 @@ impl CheckedArgs for MoeRouterLogitsQArgs {
         let kernel = kernel_for(device, LOGITS_Q_KERNEL, dtype)?;
         check_logits_shape(self.m, self.n_experts, self.din)?;
         RouterQuant { bits: self.bits, group_size: self.group_size }.validate(self.din)?;
-        let dims = logits_dims(self.n_experts);
+        let shared =
+            all_or_none(&[("wsq", self.wsq), ("ssq", self.ssq), ("bsq", self.bsq), ("gate_logits", self.gate_logits)])?;
+        let dims = logits_dims(self.n_experts + shared as u32);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
@@ -193,6 +196,13 @@ impl CheckedArgs for MoeTopKArgs {
         if self.renorm > 1 {
             return Err(Error::invalid("renorm", format!("{} is not 0 or 1", self.renorm)));
         }
+        if self.shared > 1 {
+            return Err(Error::invalid("shared", format!("{} is not 0 or 1", self.shared)));
+        }
+        if (self.shared == 1) != (self.gate_logits != 0) {
+            let why = if self.shared == 1 { "is a null pointer with `shared` 1" } else { "is given with `shared` 0" };
+            return Err(Error::invalid("gate_logits", why));
+        }
         let dims = topk_dims(self.m, self.n_experts);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
@@ -204,7 +214,7 @@ impl RouterShape {
     /// [`router_logits`] takes; `k` is not used).
     pub fn logits_args(&self, x: u64, wr: u64, logits: u64) -> MoeRouterLogitsArgs {
         let RouterShape { m, n_experts, din, .. } = *self;
-        MoeRouterLogitsArgs { x, wr, logits, m, n_experts, din }
+        MoeRouterLogitsArgs { x, wr, ws: 0, logits, gate_logits: 0, m, n_experts, din }
     }
 
     /// The arguments of `moe_router_logits_q` of this shape (the raw form
@@ -220,14 +230,29 @@ impl RouterShape {
     ) -> MoeRouterLogitsQArgs {
         let RouterShape { m, n_experts, din, .. } = *self;
         let RouterQuant { bits, group_size } = quant;
-        MoeRouterLogitsQArgs { x, wq, sq, bq, logits, m, n_experts, din, bits, group_size }
+        MoeRouterLogitsQArgs {
+            x,
+            wq,
+            sq,
+            bq,
+            wsq: 0,
+            ssq: 0,
+            bsq: 0,
+            logits,
+            gate_logits: 0,
+            m,
+            n_experts,
+            din,
+            bits,
+            group_size,
+        }
     }
 
     /// The arguments of `moe_topk` of this shape (the raw form [`topk`] takes;
     /// `din` is not used).
     pub fn topk_args(&self, logits: u64, ids: u64, scores: u64, renorm: bool) -> MoeTopKArgs {
         let RouterShape { m, n_experts, k, .. } = *self;
-        MoeTopKArgs { logits, ids, scores, m, n_experts, k, renorm: renorm as u32 }
+        MoeTopKArgs { logits, gate_logits: 0, ids, scores, m, n_experts, k, renorm: renorm as u32, shared: 0 }
     }
 }
 
@@ -335,7 +360,7 @@ pub fn run_router_logits<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let RouterShape { m, n_experts, din, .. } = *shape;
-    MoeRouterLogitsLaunch { x, wr, logits, m, n_experts, din }.run(device, stream)
+    MoeRouterLogitsLaunch { x, wr, ws: None, logits, gate_logits: None, m, n_experts, din }.run(device, stream)
 }
 
 /// The buffers of a quantized router: codes, scales and biases.
@@ -362,7 +387,23 @@ pub fn run_router_logits_q<T: Element>(
     let RouterShape { m, n_experts, din, .. } = *shape;
     let RouterQuant { bits, group_size } = quant;
     let QuantRouterBuffers { wq, sq, bq } = w;
-    MoeRouterLogitsQLaunch { x, wq, sq, bq, logits, m, n_experts, din, bits, group_size }.run(device, stream)
+    MoeRouterLogitsQLaunch {
+        x,
+        wq,
+        sq,
+        bq,
+        wsq: None,
+        ssq: None,
+        bsq: None,
+        logits,
+        gate_logits: None,
+        m,
+        n_experts,
+        din,
+        bits,
+        group_size,
+    }
+    .run(device, stream)
 }
 
 /// [`MoeTopKLaunch`] of these buffers and this shape, run.
@@ -376,5 +417,6 @@ pub fn run_topk(
     stream: Stream,
 ) -> Result<()> {
     let RouterShape { m, n_experts, k, .. } = *shape;
-    MoeTopKLaunch { logits, ids, scores, m, n_experts, k, renorm: renorm as u32 }.run(device, stream)
+    MoeTopKLaunch { logits, gate_logits: None, ids, scores, m, n_experts, k, renorm: renorm as u32, shared: 0 }
+        .run(device, stream)
 }

@@ -48,12 +48,15 @@ fn batch_slots(m: u32, k: u32) -> Option<u32> {
 }
 
 /// This workgroup's slot and its expert; `None` past the last slot, and for
-/// a bad id after the out-of-range path ([`bad_expert`] on `out [slots, rows]`).
+/// a bad id after the out-of-range path ([`bad_expert`] on `out [slots,
+/// rows]`). Id `n_experts` is the shared expert's when `shared` (the launch has
+/// its weights), and out of range otherwise.
 #[inline(always)]
 unsafe fn slot_expert(
     idx: *const u32,
     slots: u32,
     n_experts: u32,
+    shared: bool,
     out: *mut f32,
     rows: u32,
     status: *mut u32,
@@ -63,8 +66,10 @@ unsafe fn slot_expert(
         return None;
     }
     let e = unsafe { idx.add(slot as usize).read() };
-    if e >= n_experts {
-        unsafe { bad_expert(idx, n_experts, slot, out, rows, status) };
+    // Wrapping: at n_experts = u32::MAX every id is out of range, still safe.
+    let ids = n_experts.wrapping_add(shared as u32);
+    if e >= ids {
+        unsafe { bad_expert(idx, ids, slot, out, rows, status) };
         return None;
     }
     Some((slot, e))
@@ -82,14 +87,17 @@ fn token_of(s: u32, k: u32, m: u32) -> u32 {
 }
 
 /// `act[s, f] = a(x[s / k] . wg[idx[s], f]) * (x[s / k] . wu[idx[s], f])` for
-/// every flat slot `s < m k` (see [`super::moe_gateup`]).
+/// every flat slot `s < m k` (see [`super::moe_gateup`]). With the shared
+/// expert's matrices (`wgs` to `bus` not null), a slot whose id is
+/// `n_experts` takes them instead of a routed expert's.
 ///
 /// # Safety
 /// `x [m, din]`, `idx [m, k]`, `wg, wu [n_experts, dff, din*bits/32]` (u32),
-/// `sg, bg, su, bu [n_experts, dff, din/group_size]`, `act [m, k, dff]` (f32),
-/// `status` null or one u32. Launched with grid `(workgroups(dff), 1, m k)`,
-/// `WORKGROUP_SIZE` threads and `workgroup_mem_bytes(din, bits)` bytes of
-/// workgroup memory.
+/// `sg, bg, su, bu [n_experts, dff, din/group_size]`, `wgs, wus` null or `[dff,
+/// din*bits/32]`, `sgs, bgs, sus, bus` null or `[dff, din/group_size]`, `act
+/// [m, k, dff]` (f32), `status` null or one u32. Launched with grid
+/// `(workgroups(dff), 1, m k)`, `WORKGROUP_SIZE` threads and
+/// `workgroup_mem_bytes(din, bits)` bytes of workgroup memory.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn moe_gateup_batch<T: Elem>(
@@ -101,6 +109,12 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
     wu: *const u32,
     su: *const T,
     bu: *const T,
+    wgs: *const u32,
+    sgs: *const T,
+    bgs: *const T,
+    wus: *const u32,
+    sus: *const T,
+    bus: *const T,
     act: *mut f32,
     activation: u32,
     m: u32,
@@ -114,8 +128,11 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
 ) {
     let Some(l) = row_layout(din, bits, group_size) else { return };
     let Some(slots) = batch_slots(m, k) else { return };
+    let shared = !(wgs.is_null() || sgs.is_null() || bgs.is_null() || wus.is_null() || sus.is_null() || bus.is_null());
     unsafe {
-        let Some((slot, e)) = slot_expert(idx, slots, n_experts, act, dff, status) else { return };
+        let Some((slot, e)) = slot_expert(idx, slots, n_experts, shared, act, dff, status) else { return };
+        let (wg, sg, bg, wu, su, bu, e) =
+            if e == n_experts { (wgs, sgs, bgs, wus, sus, bus, 0) } else { (wg, sg, bg, wu, su, bu, e) };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let x = x.add(token_of(slot, k, m) as usize * din as usize);
         gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
@@ -124,11 +141,14 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
 
 /// `part[s, h] = scores[s] * (act[s] . w2[idx[s], h])` for every flat slot
 /// `s < m k` (see [`super::moe_down`]), at 4 or 8 bits; `TENSOR` as there.
+/// With the shared expert's matrix (`w2s`, `s2s`, `b2s` not null), a slot
+/// whose id is `n_experts` takes it instead of a routed expert's.
 ///
 /// # Safety
 /// `idx [m, k]`, `w2 [n_experts, din, dff*bits/32]` (u32), `s2, b2
-/// [n_experts, din, dff/group_size]`, `act [m, k, dff]`, `scores [m, k]`,
-/// `part [m, k, din]` (f32), `status` null or one u32. Launched with grid
+/// [n_experts, din, dff/group_size]`, `w2s` null or `[din, dff*bits/32]`,
+/// `s2s, b2s` null or `[din, dff/group_size]`, `act [m, k, dff]`, `scores [m,
+/// k]`, `part [m, k, din]` (f32), `status` null or one u32. Launched with grid
 /// `(workgroups(din), 1, m k)`, `WORKGROUP_SIZE` threads and
 /// `workgroup_mem_bytes(dff, bits)` bytes of workgroup memory.
 #[allow(clippy::too_many_arguments)]
@@ -138,6 +158,9 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
     w2: *const u32,
     s2: *const T,
     b2: *const T,
+    w2s: *const u32,
+    s2s: *const T,
+    b2s: *const T,
     act: *const f32,
     scores: *const f32,
     part: *mut f32,
@@ -152,8 +175,10 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
 ) {
     let Some(l) = row_layout(dff, bits, group_size) else { return };
     let Some(slots) = batch_slots(m, k) else { return };
+    let shared = !(w2s.is_null() || s2s.is_null() || b2s.is_null());
     unsafe {
-        let Some((slot, e)) = slot_expert(idx, slots, n_experts, part, din, status) else { return };
+        let Some((slot, e)) = slot_expert(idx, slots, n_experts, shared, part, din, status) else { return };
+        let (w2, s2, b2, e) = if e == n_experts { (w2s, s2s, b2s, 0) } else { (w2, s2, b2, e) };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         expert_slot! {
             T, TENSOR, e, l, lds; cols dff, rows din, bits;
@@ -229,6 +254,9 @@ mod tests {
                 wp as _,
                 sp as _,
                 bp as _,
+                core::ptr::null(),
+                core::ptr::null(),
+                core::ptr::null(),
                 ap as _,
                 scp as _,
                 pp as _,

@@ -49,29 +49,36 @@ use crate::wave;
 /// One aligned chunk of a row: [`CHUNK`] values (16 bytes of a 16-bit type).
 type Chunk<T> = Vector<T, { CHUNK as usize }>;
 
-/// `logits[t, e] = sum_i x[t, i] * wr[e, i]` (f32) for `t < m`, `e < n_experts`.
+/// `logits[t, e] = sum_i x[t, i] * wr[e, i]` (f32) for `t < m`, `e < n_experts`,
+/// and, when `ws` and `gate_logits` are not null, the shared expert's gate
+/// `gate_logits[t] = sum_i x[t, i] * ws[i]` by one more workgroup
+/// ([`Rows`]).
 ///
-/// Launch: grid `n_experts` workgroups (one a row) of `WAVES_PER_ROW * 32`
-/// threads and `LOGITS_WORKGROUP_MEM_BYTES` of workgroup memory
-/// (`geometry::moe_router`); `1 <= m <= MAX_TOKENS`.
+/// Launch: grid `n_experts` (plus one with the shared gate) workgroups (one a
+/// row) of `WAVES_PER_ROW * 32` threads and `LOGITS_WORKGROUP_MEM_BYTES` of
+/// workgroup memory (`geometry::moe_router`); `1 <= m <= MAX_TOKENS`.
 ///
 /// # Safety
-/// `x` holds `m * din` values, `wr` `n_experts * din`, `logits` `m * n_experts`.
+/// `x` holds `m * din` values, `wr` `n_experts * din`, `logits` `m *
+/// n_experts`; `ws` null or `din` values, `gate_logits` null or `m`.
 #[inline(always)]
 pub unsafe fn moe_router_logits<T: Elem>(
     x: *const T,
     wr: *const T,
+    ws: *const T,
     logits: *mut f32,
+    gate_logits: *mut f32,
     m: u32,
     n_experts: u32,
     din: u32,
 ) {
-    let row = wave::workgroup_id_x();
     // Uniform over the workgroup: either every wave returns here or none does.
-    if row >= n_experts || m == 0 || m as usize > MAX_TOKENS {
+    let Some(out) = Rows::of_this_workgroup(logits, gate_logits, !ws.is_null(), n_experts) else { return };
+    if m == 0 || m as usize > MAX_TOKENS {
         return;
     }
-    let w_row = unsafe { wr.add(row as usize * din as usize) };
+    let row = wave::workgroup_id_x();
+    let w_row = if out.shared { ws } else { unsafe { wr.add(row as usize * din as usize) } };
     let acc = match m {
         1 => unsafe { row_part::<T, 1>(x, w_row, din as usize) },
         2 => unsafe { row_part::<T, 2>(x, w_row, din as usize) },
@@ -82,17 +89,46 @@ pub unsafe fn moe_router_logits<T: Elem>(
         7 => unsafe { row_part::<T, 7>(x, w_row, din as usize) },
         _ => unsafe { row_part::<T, 8>(x, w_row, din as usize) },
     };
-    unsafe { store_row(acc, logits, m, n_experts, row) };
+    unsafe { store_row(acc, out.first, out.stride, m) };
 }
 
-/// `logits[t, row]` for `t < m` from each lane's partial sums `acc`: each
+/// Where a router workgroup's row goes: row `e < n_experts` to `logits[t,
+/// e]`, and the shared expert's gate (workgroup `n_experts`, when the
+/// launch has one) to `gate_logits[t]`.
+#[derive(Clone, Copy)]
+struct Rows {
+    /// The row's value of token 0.
+    first: *mut f32,
+    /// Values between one token's and the next's.
+    stride: usize,
+    /// The row is the shared expert's gate.
+    shared: bool,
+}
+
+impl Rows {
+    /// This workgroup's row, or `None` past the last (the shared gate's row
+    /// exists when `shared_gate` and `gate_logits` is not null).
+    #[inline(always)]
+    fn of_this_workgroup(logits: *mut f32, gate_logits: *mut f32, shared_gate: bool, n_experts: u32) -> Option<Rows> {
+        let row = wave::workgroup_id_x();
+        if row < n_experts {
+            Some(Rows { first: unsafe { logits.add(row as usize) }, stride: n_experts as usize, shared: false })
+        } else if row == n_experts && shared_gate && !gate_logits.is_null() {
+            Some(Rows { first: gate_logits, stride: 1, shared: true })
+        } else {
+            None
+        }
+    }
+}
+
+/// `first[t * stride]` for `t < m` from each lane's partial sums `acc`: each
 /// wave's sums, then the row's, the waves' sums in wave order (through
 /// workgroup memory). Every thread of the workgroup calls it.
 ///
 /// # Safety
-/// `logits` holds `m * n_experts` values and `row < n_experts`.
+/// `first` holds `(m - 1) * stride + 1` values.
 #[inline(always)]
-unsafe fn store_row(acc: [f32; MAX_TOKENS], logits: *mut f32, m: u32, n_experts: u32, row: u32) {
+unsafe fn store_row(acc: [f32; MAX_TOKENS], first: *mut f32, stride: usize, m: u32) {
     let sums = wave::workgroup_mem::<f32>();
     let lane = wave::lane_id();
     let w = wave::wave_id() as usize;
@@ -113,7 +149,7 @@ unsafe fn store_row(acc: [f32; MAX_TOKENS], logits: *mut f32, m: u32, n_experts:
             total = total + unsafe { *sums.add(v * MAX_TOKENS + t) };
             v += 1;
         }
-        unsafe { *logits.add(t * n_experts as usize + row as usize) = total };
+        unsafe { *first.add(t * stride) = total };
     }
 }
 
@@ -130,6 +166,10 @@ type Quad = Vector<u32, 4>;
 /// fma chain in value order) and `sx = sum_j x_j`, then `acc = fma(s, dot, acc)`
 /// and `acc = fma(b, sx, acc)`; the lanes' sums as [`moe_router_logits`].
 ///
+/// With `wsq`, `ssq`, `bsq` and `gate_logits` not null, one more workgroup
+/// takes the shared expert's gate, a row quantized the same way, into
+/// `gate_logits[t]`, as [`moe_router_logits`] does.
+///
 /// Launch: as [`moe_router_logits`]; `group_size` 32, 64 or 128, `din` a
 /// multiple of it (the host checks; the kernel returns without touching memory
 /// otherwise). Codes 16-byte aligned are read a quad at a time, others (MLX's
@@ -138,44 +178,52 @@ type Quad = Vector<u32, 4>;
 ///
 /// # Safety
 /// `x` holds `m * din` values, `wq` `n_experts * din * bits / 32` words, `sq`
-/// and `bq` `n_experts * din / group_size` values, `logits` `m * n_experts`.
+/// and `bq` `n_experts * din / group_size` values, `logits` `m * n_experts`;
+/// `wsq` null or `din * bits / 32` words, `ssq` and `bsq` null or `din /
+/// group_size` values, `gate_logits` null or `m` values.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn moe_router_logits_q<T: Elem>(
     x: *const T,
     wq: *const u32,
     sq: *const T,
     bq: *const T,
+    wsq: *const u32,
+    ssq: *const T,
+    bsq: *const T,
     logits: *mut f32,
+    gate_logits: *mut f32,
     m: u32,
     n_experts: u32,
     din: u32,
     bits: u32,
     group_size: u32,
 ) {
-    let row = wave::workgroup_id_x();
     let group_shift = match group_size {
         32 => 5,
         64 => 6,
         128 => 7,
         _ => return,
     };
+    let shared_gate = !(wsq.is_null() || ssq.is_null() || bsq.is_null());
     // Uniform over the workgroup: either every wave returns here or none does.
-    if row >= n_experts
-        || m == 0
-        || m as usize > MAX_TOKENS
-        || !(bits == 4 || bits == 8)
-        || !din.is_multiple_of(group_size)
-    {
+    let Some(out) = Rows::of_this_workgroup(logits, gate_logits, shared_gate, n_experts) else { return };
+    if m == 0 || m as usize > MAX_TOKENS || !(bits == 4 || bits == 8) || !din.is_multiple_of(group_size) {
         return;
     }
+    let row = wave::workgroup_id_x() as usize;
     let (row_words, row_groups) = (din as usize * bits as usize / 32, (din >> group_shift) as usize);
-    // A row is a whole number of quads (din is a multiple of 32), so every row is aligned if wq is.
-    let w_row = unsafe { wq.add(row as usize * row_words) };
-    let wide = (wq as usize).is_multiple_of(align_of::<Quad>());
-    let (s_row, b_row) = unsafe { (sq.add(row as usize * row_groups), bq.add(row as usize * row_groups)) };
-    let q = QuantRow { x, w: w_row, wide, s: s_row, b: b_row, din: din as usize, group_shift };
+    let (w, s, b) = if out.shared {
+        (wsq, ssq, bsq)
+    } else {
+        unsafe { (wq.add(row * row_words), sq.add(row * row_groups), bq.add(row * row_groups)) }
+    };
+    // A row is a whole number of quads (din is a multiple of 32), so a row of
+    // `wq` is aligned if `wq` is.
+    let wide = (w as usize).is_multiple_of(align_of::<Quad>());
+    let q = QuantRow { x, w, wide, s, b, din: din as usize, group_shift };
     let acc = if bits == 4 { unsafe { q.by_tokens::<4>(m) } } else { unsafe { q.by_tokens::<8>(m) } };
-    unsafe { store_row(acc, logits, m, n_experts, row) };
+    unsafe { store_row(acc, out.first, out.stride, m) };
 }
 
 /// One quantized router row and the tokens, for [`moe_router_logits_q`].
@@ -382,35 +430,43 @@ fn wave_max(v: f32) -> f32 {
 }
 
 /// For each token `t < m` (workgroup `t`): the softmax of `logits[t, :]`, the
-/// `k` experts of largest probability in `ids[t, :]` (larger first, the lower
-/// index on equal probabilities) and their probabilities in `scores[t, :]`,
-/// divided by their sum when `renorm` is not 0.
+/// `k` experts of largest probability in `ids[t, :k]` (larger first, the lower
+/// index on equal probabilities) and their probabilities in `scores[t, :k]`,
+/// divided by their sum when `renorm` is not 0. With `shared` 1, each token's
+/// row of `ids` and `scores` has one more slot, the shared expert: id
+/// `n_experts` and score `sigmoid(gate_logits[t])`, never renormalized.
 ///
 /// Launch: grid `m` workgroups of 32 threads (one wave) and `4 * n_experts`
 /// bytes of workgroup memory; `n_experts <= MAX_EXPERTS`, `1 <= k <= MAX_TOPK`,
-/// `k <= n_experts`.
+/// `k <= n_experts`, `shared` 0 or 1 (the kernel returns without touching
+/// memory otherwise).
 ///
 /// # Safety
-/// `logits` holds `m * n_experts` values, `ids` and `scores` `m * k`.
+/// `logits` holds `m * n_experts` values, `ids` and `scores` `m * (k +
+/// shared)`, `gate_logits` `m` when `shared` is 1.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn moe_topk(
     logits: *const f32,
+    gate_logits: *const f32,
     ids: *mut u32,
     scores: *mut f32,
     m: u32,
     n_experts: u32,
     k: u32,
     renorm: u32,
+    shared: u32,
 ) {
     let lane = wave::lane_id();
     let t = wave::workgroup_id_x();
-    if t >= m {
+    if t >= m || shared > 1 || (shared == 1 && gate_logits.is_null()) {
         return;
     }
     let e = n_experts as usize;
     let row = unsafe { logits.add(t as usize * e) };
-    let ids = unsafe { ids.add((t * k) as usize) };
-    let scores = unsafe { scores.add((t * k) as usize) };
+    let slots = k + shared;
+    let ids = unsafe { ids.add((t * slots) as usize) };
+    let scores = unsafe { scores.add((t * slots) as usize) };
     let p = wave::workgroup_mem::<f32>();
 
     // The row into workgroup memory and its maximum (NaN skipped: a NaN logit
@@ -491,8 +547,14 @@ pub unsafe fn moe_topk(
             *ids.add(lane as usize) = round_expert;
             *scores.add(lane as usize) = score;
         }
+    } else if lane == k && shared == 1 {
+        let gate = unsafe { *gate_logits.add(t as usize) };
+        unsafe {
+            *ids.add(lane as usize) = n_experts;
+            *scores.add(lane as usize) = 1.0 / (1.0 + exp(-gate));
+        }
     }
 }
 
-// Lane r keeps round r of `moe_topk`.
-const _: () = assert!(MAX_TOPK <= WAVE_SIZE);
+// Lane r keeps round r of `moe_topk`, and lane k the shared expert's slot.
+const _: () = assert!(MAX_TOPK < WAVE_SIZE);

@@ -112,6 +112,11 @@ impl Wave {
                     "s_cvt_i32_f32" => f32v(s0) as i32 as u32,
                     "s_cvt_f16_f32" => cvt_f16(f32v(s0)) as u32,
                     "s_cvt_f32_f16" => nan32(f16::from_bits(s0 as u16).to_f32(), &[]).to_bits(),
+                    // RDNA 3.5 SALU float rounding to an integral value, as their VALU twins.
+                    "s_rndne_f32" => nan32(f32v(s0).round_ties_even(), &[f32v(s0)]).to_bits(),
+                    "s_floor_f32" => nan32(f32v(s0).floor(), &[f32v(s0)]).to_bits(),
+                    "s_ceil_f32" => nan32(f32v(s0).ceil(), &[f32v(s0)]).to_bits(),
+                    "s_trunc_f32" => nan32(f32v(s0).trunc(), &[f32v(s0)]).to_bits(),
                     n => return Err(Fault::new(format!("{n} is not implemented"))),
                 };
                 self.swrite(sdst, r)?;
@@ -246,6 +251,13 @@ impl Wave {
                     "s_add_f32" => nan32(a + b, &[a, b]).to_bits(),
                     "s_sub_f32" => nan32(a - b, &[a, b]).to_bits(),
                     "s_mul_f32" => nan32(a * b, &[a, b]).to_bits(),
+                    // Fused, one rounding, as their VALU twins.
+                    "s_fmaak_f32" => super::lanes::fma3(a, b, f32v(literal(lit)?)).to_bits(),
+                    "s_fmamk_f32" => super::lanes::fma3(a, f32v(literal(lit)?), b).to_bits(),
+                    "s_fmac_f32" => {
+                        let d = f32v(self.s.get(sdst as usize).copied().unwrap_or(0));
+                        super::lanes::fma3(a, b, d).to_bits()
+                    }
                     "s_min_f32" => fminmax32(a, b, true, false).to_bits(),
                     "s_max_f32" => fminmax32(a, b, true, true).to_bits(),
                     n => return Err(Fault::new(format!("{n} is not implemented"))),
@@ -286,4 +298,9 @@ impl Wave {
         }
         Ok(())
     }
+}
+
+/// The literal constant of an instruction that always carries one.
+fn literal(lit: Option<u32>) -> Result<u32, Fault> {
+    lit.ok_or_else(|| Fault::new("an instruction that takes a literal was decoded without one".to_string()))
 }
