@@ -50,7 +50,7 @@ using mx::Shape;
 using TemplateArgs = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
 
 enum class Kernel { Xielu, Add3LayerNorm, Mamba1Scan, MoeFc1Relu2, MoeGateUp, MoeDown, MoeRoutedForward, MoeRouter, MoeBlock,
-                    MoeBlockQuantizedRouter };
+                    MoeBlockQuantizedRouter, MoeBlockSharedExpert, MoeBlockSharedExpertQuantizedRouter };
 
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -64,6 +64,8 @@ const char* kernel_name(Kernel k) {
     case Kernel::MoeRouter: return "moe_router";
     case Kernel::MoeBlock: return "moe_block";
     case Kernel::MoeBlockQuantizedRouter: return "moe_block_quantized_router";
+    case Kernel::MoeBlockSharedExpert: return "moe_block_shared_expert";
+    case Kernel::MoeBlockSharedExpertQuantizedRouter: return "moe_block_shared_expert_quantized_router";
   }
   return "?";
 }
@@ -340,6 +342,20 @@ MlxcelAmdgpuStatus call_abi(const Launch& l, const std::vector<void*>& in, const
           static_cast<const uint32_t*>(in[1]), in[2], in[3], static_cast<const uint32_t*>(in[4]), in[5], in[6],
           static_cast<const uint32_t*>(in[7]), in[8], in[9], static_cast<const uint32_t*>(in[10]), in[11], in[12],
           out[0], scratch, l.scratch_bytes, nullptr, stream);
+    case Kernel::MoeBlockSharedExpert:
+    case Kernel::MoeBlockSharedExpertQuantizedRouter: {
+      // The router and the gate row take one input each when dense, three when quantized.
+      const bool q = l.kernel == Kernel::MoeBlockSharedExpertQuantizedRouter;
+      auto matrix = [&](size_t i) {
+        return MlxcelAmdgpuQuantized{static_cast<const uint32_t*>(in[i]), in[i + 1], in[i + 2]};
+      };
+      auto row = [&](size_t i) { return q ? matrix(i) : MlxcelAmdgpuQuantized{static_cast<const uint32_t*>(in[i]), nullptr, nullptr}; };
+      const size_t gate_row = q ? 4 : 2, stacks = q ? 7 : 3;
+      return mlxcel_amdgpu_moe_block_shared_expert(
+          l.dtype, l.moe, l.router.m, l.router.bits, l.router.group_size, l.activation, l.router.norm_topk_prob, in[0],
+          row(1), row(gate_row), matrix(stacks), matrix(stacks + 3), matrix(stacks + 6), matrix(stacks + 9),
+          matrix(stacks + 12), matrix(stacks + 15), out[0], scratch, l.scratch_bytes, nullptr, stream);
+    }
   }
   return MLXCEL_AMDGPU_INTERNAL;
 }
@@ -515,6 +531,8 @@ class AbiKernel : public mx::Primitive {
       case Kernel::MoeRouter: return "MlxcelAmdgpuMoeRouter";
       case Kernel::MoeBlock: return "MlxcelAmdgpuMoeBlock";
       case Kernel::MoeBlockQuantizedRouter: return "MlxcelAmdgpuMoeBlockQuantizedRouter";
+      case Kernel::MoeBlockSharedExpert: return "MlxcelAmdgpuMoeBlockSharedExpert";
+      case Kernel::MoeBlockSharedExpertQuantizedRouter: return "MlxcelAmdgpuMoeBlockSharedExpertQuantizedRouter";
     }
     return "MlxcelAmdgpu";
   }
@@ -782,6 +800,15 @@ void expect_stack(Kernel k, const std::vector<array>& in, size_t at, const char*
   expect_input(k, in[at + 2], b, m.T, {E, rows, int(cols / m.shape.group_size)});
 }
 
+// One expert's matrix at in[at..at + 3] (a shared expert's): codes [rows,
+// cols*bits/32] u32, scales and biases [rows, cols/group_size] T.
+void expect_matrix(Kernel k, const std::vector<array>& in, size_t at, const char* w, const char* s, const char* b,
+                   const MoeArgs& m, int rows, int cols) {
+  expect_input(k, in[at], w, mx::uint32, {rows, int(cols * m.shape.bits / 32)});
+  expect_input(k, in[at + 1], s, m.T, {rows, int(cols / m.shape.group_size)});
+  expect_input(k, in[at + 2], b, m.T, {rows, int(cols / m.shape.group_size)});
+}
+
 // The inputs moe_fc1_relu2 and moe_routed_forward begin with: x [Din],
 // indices [K] and the fc1 stack; their shape and dtype.
 MoeArgs fc1_inputs(Call& c) {
@@ -893,12 +920,19 @@ std::vector<array> moe_router(Call& c) {
 // shapes. The router is W_r [E, Din] T, or with `quantized_router` three
 // inputs router_w [E, Din*router_bits/32] u32, router_s and router_b [E,
 // Din/router_group_size] T and the template arguments "router_bits" and
-// "router_group_size". The router's logits, ids and scores and the experts'
-// act and part are the launch's scratch.
-std::vector<array> moe_block_of(Call& c, bool quantized_router) {
+// "router_group_size". With `shared` (Qwen3-Next's shared expert), the
+// shared expert's gate row follows the router in its format (W_sg [1, Din] T,
+// or expert_gate_w [1, Din*router_bits/32] u32, expert_gate_s and
+// expert_gate_b [1, Din/router_group_size] T), and its matrices follow the
+// routed stacks: shared_gate_w, _s, _b and shared_up_w, _s, _b [Dff, ...],
+// shared_down_w, _s, _b [Din, ...], one expert of the stacks' format. The
+// router's logits, ids and scores and the experts' act and part are the
+// launch's scratch.
+std::vector<array> moe_block_of(Call& c, bool quantized_router, bool shared) {
   const Kernel k = c.k;
   const std::vector<array>& in = c.inputs;
-  const size_t stacks = quantized_router ? 4 : 2;  // the first input after the router's
+  const size_t router_inputs = quantized_router ? 3 : 1;
+  const size_t stacks = 1 + router_inputs * (shared ? 2 : 1);  // the first input after the router's (and gate row's)
   mx::Dtype T = activation_dtype(c);
   const array& x = in[0];
   const array& wr = in[1];
@@ -926,19 +960,29 @@ std::vector<array> moe_block_of(Call& c, bool quantized_router) {
   l.activation = uint32_t(act);
   l.router.m = to_u32(k, "M", M);
   l.router.norm_topk_prob = uint32_t(norm);
-  std::string router_limits;
   if (quantized_router) {
     l.router.bits = to_u32(k, "router_bits", rbits);
     l.router.group_size = to_u32(k, "router_group_size", rgs);
-    if (!mlxcel_amdgpu_moe_block_quantized_router_available(l.dtype)) unavailable(k, T);
-    if (!mlxcel_amdgpu_moe_block_quantized_router_supports(l.dtype, l.moe, l.router.m, l.router.bits,
-                                                           l.router.group_size))
-      router_limits = ", router_bits " + std::to_string(rbits) + " (4 or 8), router_group_size " +
-                      std::to_string(rgs) + " (32, 64 or 128, dividing Din)";
-  } else if (!mlxcel_amdgpu_moe_block_available(l.dtype)) {
-    unavailable(k, T);
   }
-  if (!router_limits.empty() || !mlxcel_amdgpu_moe_block_supports(l.dtype, l.moe, l.router.m))
+  bool available, supported;
+  if (shared) {
+    available = mlxcel_amdgpu_moe_block_shared_expert_available(l.dtype, l.router.bits);
+    supported = mlxcel_amdgpu_moe_block_shared_expert_supports(l.dtype, l.moe, l.router.m, l.router.bits,
+                                                               l.router.group_size);
+  } else if (quantized_router) {
+    available = mlxcel_amdgpu_moe_block_quantized_router_available(l.dtype);
+    supported = mlxcel_amdgpu_moe_block_quantized_router_supports(l.dtype, l.moe, l.router.m, l.router.bits,
+                                                                  l.router.group_size);
+  } else {
+    available = mlxcel_amdgpu_moe_block_available(l.dtype);
+    supported = mlxcel_amdgpu_moe_block_supports(l.dtype, l.moe, l.router.m);
+  }
+  if (!available) unavailable(k, T);
+  if (!supported) {
+    const std::string router_limits =
+        quantized_router ? ", router_bits " + std::to_string(rbits) + " (4 or 8), router_group_size " +
+                               std::to_string(rgs) + " (32, 64 or 128, dividing Din)"
+                         : "";
     refuse(k, "shape not supported: M " + std::to_string(M) + " (1.." +
                   std::to_string(MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS) + "), K " + std::to_string(K) + " (1.." +
                   std::to_string(MLXCEL_AMDGPU_MOE_ROUTER_MAX_K) + ", at most E), E " + std::to_string(E) + " (1.." +
@@ -946,29 +990,54 @@ std::vector<array> moe_block_of(Call& c, bool quantized_router) {
                   " (4 or 8), group_size " + std::to_string(gs) + " (32, 64 or 128), Din " + std::to_string(din) +
                   " and Dff " + std::to_string(dff) + " (multiples of group_size, at most " +
                   std::to_string(MLXCEL_AMDGPU_MOE_MAX_COLS) + ")" + router_limits);
-  if (quantized_router) {
-    expect_input(k, wr, "router_w", mx::uint32, {E, din * rbits / 32});
-    expect_input(k, in[2], "router_s", T, {E, din / rgs});
-    expect_input(k, in[3], "router_b", T, {E, din / rgs});
-  } else {
-    expect_input(k, wr, "W_r", T, {E, din});
+  }
+  // The router's rows and, with a shared expert, its gate's one row, in the router's format.
+  auto expect_router_rows = [&](size_t at, int rows, const char* w, const char* s, const char* b) {
+    if (quantized_router) {
+      expect_input(k, in[at], w, mx::uint32, {rows, din * rbits / 32});
+      expect_input(k, in[at + 1], s, T, {rows, din / rgs});
+      expect_input(k, in[at + 2], b, T, {rows, din / rgs});
+    } else {
+      expect_input(k, in[at], w, T, {rows, din});
+    }
+  };
+  expect_router_rows(1, E, wr_name, "router_s", "router_b");
+  if (shared) {
+    if (quantized_router)
+      expect_router_rows(4, 1, "expert_gate_w", "expert_gate_s", "expert_gate_b");
+    else
+      expect_router_rows(2, 1, "W_sg", "", "");
   }
   MoeArgs m{T, l.moe};
   expect_stack(k, in, stacks, "gate_w", "gate_s", "gate_b", m, dff, din);
   expect_stack(k, in, stacks + 3, "up_w", "up_s", "up_b", m, dff, din);
   expect_stack(k, in, stacks + 6, "down_w", "down_s", "down_b", m, din, dff);
+  if (shared) {
+    expect_matrix(k, in, stacks + 9, "shared_gate_w", "shared_gate_s", "shared_gate_b", m, dff, din);
+    expect_matrix(k, in, stacks + 12, "shared_up_w", "shared_up_s", "shared_up_b", m, dff, din);
+    expect_matrix(k, in, stacks + 15, "shared_down_w", "shared_down_s", "shared_down_b", m, din, dff);
+  }
   expect_outputs(k, c.shapes, c.dtypes, {{M, din}}, {T});
-  if (mlxcel_amdgpu_moe_block_scratch_bytes(l.moe, l.router.m, &l.scratch_bytes) != MLXCEL_AMDGPU_OK)
-    refuse(k, std::string("no scratch size: ") + mlxcel_amdgpu_last_error());
+  MlxcelAmdgpuStatus sized = shared ? mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(l.moe, l.router.m, &l.scratch_bytes)
+                                    : mlxcel_amdgpu_moe_block_scratch_bytes(l.moe, l.router.m, &l.scratch_bytes);
+  if (sized != MLXCEL_AMDGPU_OK) refuse(k, std::string("no scratch size: ") + mlxcel_amdgpu_last_error());
   return c.outputs(l, in);
 }
 
 std::vector<array> moe_block(Call& c) {
-  return moe_block_of(c, false);
+  return moe_block_of(c, false, false);
 }
 
 std::vector<array> moe_block_quantized_router(Call& c) {
-  return moe_block_of(c, true);
+  return moe_block_of(c, true, false);
+}
+
+std::vector<array> moe_block_shared_expert(Call& c) {
+  return moe_block_of(c, false, true);
+}
+
+std::vector<array> moe_block_shared_expert_quantized_router(Call& c) {
+  return moe_block_of(c, true, true);
 }
 
 bool predicate(mx::Dtype t, bool (*f)(uint32_t)) {
@@ -996,6 +1065,8 @@ MLXCEL_AMDGPU_GETTER(moe_routed_forward, MoeRoutedForward, 9)
 MLXCEL_AMDGPU_GETTER(moe_router, MoeRouter, 2)
 MLXCEL_AMDGPU_GETTER(moe_block, MoeBlock, 11)
 MLXCEL_AMDGPU_GETTER(moe_block_quantized_router, MoeBlockQuantizedRouter, 13)
+MLXCEL_AMDGPU_GETTER(moe_block_shared_expert, MoeBlockSharedExpert, 21)
+MLXCEL_AMDGPU_GETTER(moe_block_shared_expert_quantized_router, MoeBlockSharedExpertQuantizedRouter, 25)
 #undef MLXCEL_AMDGPU_GETTER
 
 bool xielu_available(Dtype t) {
@@ -1081,6 +1152,22 @@ bool moe_block_quantized_router_supports(Dtype t, int64_t m, int64_t n_experts, 
                                                            uint32_t(router_group_size));
 }
 
+bool moe_block_shared_expert_available(Dtype t, int router_bits) {
+  auto code = abi_dtype(t);
+  return code && router_bits >= 0 && mlxcel_amdgpu_moe_block_shared_expert_available(*code, uint32_t(router_bits));
+}
+bool moe_block_shared_expert_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff,
+                                      int bits, int group_size, int router_bits, int router_group_size) {
+  auto code = abi_dtype(t);
+  if (!code || !fits_u32(m) || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 ||
+      group_size < 0 || router_bits < 0 || router_group_size < 0)
+    return false;
+  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
+                         uint32_t(group_size)};
+  return mlxcel_amdgpu_moe_block_shared_expert_supports(*code, s, uint32_t(m), uint32_t(router_bits),
+                                                        uint32_t(router_group_size));
+}
+
 bool xielu_available() {
   return xielu_available(mx::float32) && xielu_available(mx::float16) && xielu_available(mx::bfloat16);
 }
@@ -1108,6 +1195,12 @@ bool moe_block_available() {
 bool moe_block_quantized_router_available() {
   return moe_block_quantized_router_available(mx::float32) && moe_block_quantized_router_available(mx::float16) &&
          moe_block_quantized_router_available(mx::bfloat16);
+}
+bool moe_block_shared_expert_available() {
+  for (Dtype t : {mx::float32, mx::float16, mx::bfloat16})
+    for (int router_bits : {0, 8})
+      if (!moe_block_shared_expert_available(t, router_bits)) return false;
+  return true;
 }
 
 }  // namespace mlxcel_amdgpu::shim

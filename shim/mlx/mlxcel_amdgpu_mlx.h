@@ -99,6 +99,26 @@ CustomKernelFunction& moe_block_kernel();
 // 64 or 128)}.
 CustomKernelFunction& moe_block_quantized_router_kernel();
 
+// moe_block_kernel() with a shared expert (Qwen3-Next): out = routed(x) +
+// sigmoid(x . W_sg) * down_s(silu(gate_s(x)) * up_s(x)), in the same five
+// launches. Inputs {x, W_r, W_sg [1, Din] T (shared_expert_gate), the nine
+// expert inputs of moe_block_kernel(), then shared_gate_w, shared_gate_s,
+// shared_gate_b, shared_up_w, shared_up_s, shared_up_b [Dff, ...] and
+// shared_down_w, shared_down_s, shared_down_b [Din, ...]: one expert of the
+// stacks' shape and format}; output and template args those of
+// moe_block_kernel().
+CustomKernelFunction& moe_block_shared_expert_kernel();
+
+// moe_block_shared_expert_kernel() with the router and the shared expert's
+// gate row quantized alike (mlx-lm quantizes Qwen3-Next's mlp.gate and
+// shared_expert_gate at 8 bits, group 64): inputs {x, router_w, router_s,
+// router_b (as for moe_block_quantized_router_kernel()), expert_gate_w [1,
+// Din*router_bits/32] u32, expert_gate_s, expert_gate_b [1,
+// Din/router_group_size] T, then the eighteen expert inputs of
+// moe_block_shared_expert_kernel()}; template args those of
+// moe_block_quantized_router_kernel().
+CustomKernelFunction& moe_block_shared_expert_quantized_router_kernel();
+
 // Availability, answered by the C ABI's predicates (so a gate and the shim
 // cannot disagree): the kernel for `dtype` can run on the library's device.
 bool xielu_available(Dtype dtype);
@@ -126,6 +146,11 @@ bool moe_block_quantized_router_available(Dtype dtype);
 bool moe_block_quantized_router_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din,
                                          int64_t dff, int bits, int group_size, int router_bits,
                                          int router_group_size);
+// The block with a shared expert: the block's limits with k + 1 slots a token, and, with router_bits not 0, the
+// quantized router's format (router_bits 0 and router_group_size 0: a dense router and gate row).
+bool moe_block_shared_expert_available(Dtype dtype, int router_bits);
+bool moe_block_shared_expert_supports(Dtype dtype, int64_t m, int64_t n_experts, int64_t k, int64_t din,
+                                      int64_t dff, int bits, int group_size, int router_bits, int router_group_size);
 
 // The same for every activation dtype (float32, float16 and bfloat16), for a
 // gate that is asked before the dtype is known.
@@ -137,5 +162,7 @@ bool moe_gated_available();
 bool moe_router_available();
 bool moe_block_available();
 bool moe_block_quantized_router_available();
+// Both routers: dense, and quantized at 8 bits.
+bool moe_block_shared_expert_available();
 
 }  // namespace mlxcel_amdgpu::shim

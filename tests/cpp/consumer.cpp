@@ -386,6 +386,50 @@ int main() {
                                                       block_scratch.data(), block_bytes, &status, nullptr);
         CHECK(st == MLXCEL_AMDGPU_INVALID_ARGUMENT, "moe block, 6-bit router: status %d", (int)st);
         CHECK(std::strstr(mlxcel_amdgpu_last_error(), "`router_bits`") != nullptr, "message: %s", mlxcel_amdgpu_last_error());
+        // The block with a shared expert: expert E - 1 of the stacks as the shared one (its
+        // matrices' pointers), the router's row 0 as its gate row, both quantized (8 bits);
+        // out = the routed block's + sigmoid(x . row 0) * expert E - 1.
+        CHECK(mlxcel_amdgpu_moe_block_shared_expert_available(MLXCEL_AMDGPU_F32, 8), "moe block, shared expert: unavailable");
+        CHECK(mlxcel_amdgpu_moe_block_shared_expert_supports(MLXCEL_AMDGPU_F32, shape, M, 8, gs),
+              "moe block, shared expert: 8-bit router, group 32");
+        size_t shared_bytes = 0;
+        st = mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(shape, M, &shared_bytes);
+        CHECK(st == MLXCEL_AMDGPU_OK && shared_bytes > block_bytes, "moe block, shared expert, scratch bytes: %s",
+              mlxcel_amdgpu_last_error());
+        std::vector<float> shared_scratch((shared_bytes + 3) / 4), out_s(M * Din, -1.0f);
+        const uint32_t last = E - 1;
+        auto matrix = [&](const std::vector<uint32_t>& w, const std::vector<float>& sc, const std::vector<float>& bi,
+                          size_t expert, size_t rows, size_t cols) {
+            return MlxcelAmdgpuQuantized{w.data() + expert * rows * cols / 4, sc.data() + expert * rows * cols / gs,
+                                         bi.data() + expert * rows * cols / gs};
+        };
+        st = mlxcel_amdgpu_moe_block_shared_expert(
+            MLXCEL_AMDGPU_F32, shape, M, 8, gs, 0, 1, bx.data(), matrix(wrq, srq, brq, 0, E, Din),
+            matrix(wrq, srq, brq, 0, 1, Din), matrix(wg, sg, bg, 0, E * Dff, Din), matrix(wu, su, bu, 0, E * Dff, Din),
+            matrix(w2, s2, b2, 0, E * Din, Dff), matrix(wg, sg, bg, last, Dff, Din), matrix(wu, su, bu, last, Dff, Din),
+            matrix(w2, s2, b2, last, Din, Dff), out_s.data(), shared_scratch.data(), shared_bytes, &status, nullptr);
+        CHECK(st == MLXCEL_AMDGPU_OK && status == 0, "moe block, shared expert: %s (status %u)", mlxcel_amdgpu_last_error(),
+              status);
+        for (uint32_t t = 0; t < M; ++t) {
+            double gate = 0;
+            for (uint32_t i = 0; i < Din; ++i) gate += double(bx[t * Din + i]) * wr[i];
+            std::vector<double> act(Dff);
+            for (uint32_t f = 0; f < Dff; ++f) {
+                double g = 0, u = 0;
+                for (uint32_t i = 0; i < Din; ++i) {
+                    g += bx[t * Din + i] * weight(wg, sg, bg, last * Dff + f, i, Din);
+                    u += bx[t * Din + i] * weight(wu, su, bu, last * Dff + f, i, Din);
+                }
+                act[f] = g / (1 + std::exp(-g)) * u;
+            }
+            for (uint32_t h = 0; h < Din; ++h) {
+                double part = 0;
+                for (uint32_t f = 0; f < Dff; ++f) part += act[f] * weight(w2, s2, b2, last * Din + h, f, Dff);
+                double want = want_out[t * Din + h] + part / (1 + std::exp(-gate));
+                CHECK(std::fabs(want - out_s[t * Din + h]) < 1e-4 * (1 + std::fabs(want)),
+                      "moe block, shared expert, out[%u]: got %g want %g", t * Din + h, out_s[t * Din + h], want);
+            }
+        }
         // Refusals: a status and a message naming the argument, nothing written.
         size_t untouched = 7;
         st = mlxcel_amdgpu_moe_block_scratch_bytes(shape, MLXCEL_AMDGPU_MOE_MAX_BATCH_TOKENS + 1, &untouched);

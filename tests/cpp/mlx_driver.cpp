@@ -1090,6 +1090,153 @@ static void test_block_quantized_router() {
   }
 }
 
+// Qwen3-Next's shared expert: a gated expert of the routed experts' format
+// {gate, up [dff, din], down [din, dff], each {codes, scales, biases}} and its
+// gate row W_sg [1, din] of T, or quantized as the router is (then W_sg holds
+// the dequantized values in f32).
+struct SharedExpert {
+  std::vector<array> gate, up, down;
+  array w_sg;
+  std::optional<std::vector<array>> w_sg_q = std::nullopt;
+};
+
+static SharedExpert make_shared(const Gated& m, uint32_t seed) {
+  auto q = [&](int rows, int cols, uint32_t s) {
+    return mx::quantize(make(values(size_t(rows) * cols, s, 0.05f), {rows, cols}, m.t), m.gs, m.gu_bits);
+  };
+  SharedExpert e{q(m.dff, m.din, seed), q(m.dff, m.din, seed + 1), q(m.din, m.dff, seed + 2),
+                 make(values(m.din, seed + 3, 0.3f), {1, m.din}, m.t)};
+  if (m.router_q) {
+    e.w_sg_q = mx::quantize(e.w_sg, m.router_gs, m.router_bits);
+    auto f32 = [](const array& a) { return mx::astype(a, mx::float32); };
+    const auto& r = *e.w_sg_q;
+    // The values the kernels compute from the codes, kept in f32 for the dense reference.
+    e.w_sg = mx::dequantize(r[0], f32(r[1]), f32(r[2]), m.router_gs, m.router_bits);
+  }
+  return e;
+}
+
+// The block with its shared expert through moe_block_shared_expert_kernel(), or
+// moe_block_shared_expert_quantized_router_kernel() with m.router_q: [M, din] of T.
+static array block_shared_kernel(const Gated& m, const SharedExpert& e, const array& x) {
+  const int M = x.shape(0);
+  TemplateArgs ta = {{"T", m.t},     {"K", m.K},   {"bits", m.gu_bits}, {"group_size", m.gs},
+                     {"act", m.act}, {"norm_topk_prob", 1}};
+  std::vector<array> in{x};
+  if (m.router_q) {
+    ta.push_back({"router_bits", m.router_bits});
+    ta.push_back({"router_group_size", m.router_gs});
+    for (const auto& a : *m.router_q) in.push_back(a);
+    for (const auto& a : *e.w_sg_q) in.push_back(a);
+  } else {
+    in.push_back(m.router_w);
+    in.push_back(e.w_sg);
+  }
+  for (const auto& a : {m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd}) in.push_back(a);
+  for (const auto* w : {&e.gate, &e.up, &e.down})
+    for (const auto& a : *w) in.push_back(a);
+  auto& kernel = m.router_q ? shim::moe_block_shared_expert_quantized_router_kernel()
+                            : shim::moe_block_shared_expert_kernel();
+  return kernel(in, {Shape{M, m.din}}, {m.t}, kAnyGrid, kAnyGrid, ta, std::nullopt, false, {})[0];
+}
+
+// mlx-lm's Qwen3NextSparseMoeBlock: the routed block's graph plus sigmoid(x . W_sg) times the shared
+// expert's quantized_matmul SwiGLU, every step in T as the model runs it.
+static array block_shared_graph(const Gated& m, const SharedExpert& e, const array& x) {
+  auto qmm = [&](const array& a, const std::vector<array>& w) {
+    return mx::quantized_matmul(a, w[0], w[1], w[2], true, m.gs, m.gu_bits);
+  };
+  array g = qmm(x, e.gate), u = qmm(x, e.up);
+  array shared = qmm(mx::multiply(mx::multiply(g, mx::sigmoid(g)), u), e.down);
+  array gate = e.w_sg_q ? mx::quantized_matmul(x, (*e.w_sg_q)[0], (*e.w_sg_q)[1], (*e.w_sg_q)[2], true, m.router_gs,
+                                               m.router_bits)
+                        : mx::matmul(x, mx::transpose(e.w_sg));
+  return mx::add(block_graph(m, x).out, mx::multiply(mx::sigmoid(gate), shared));
+}
+
+// The dense f32 reference: block_dense_f32's routed part plus sigmoid(x . W_sg) times the shared
+// expert over its dequantized weights, every step in f32 on the CPU stream.
+static array block_shared_dense_f32(const Gated& m, const SharedExpert& e, const array& x) {
+  array routed = block_dense_f32(m, x);
+  DefaultDevice on_cpu(mx::Device::cpu);
+  auto f32 = [](const array& a) { return mx::astype(a, mx::float32); };
+  auto deq = [&](const std::vector<array>& w) { return mx::dequantize(w[0], f32(w[1]), f32(w[2]), m.gs, m.gu_bits); };
+  array xf = f32(x);
+  array g = mx::matmul(xf, mx::transpose(deq(e.gate))), u = mx::matmul(xf, mx::transpose(deq(e.up)));
+  array shared = mx::matmul(mx::multiply(mx::multiply(g, mx::sigmoid(g)), u), mx::transpose(deq(e.down)));
+  array gate = mx::sigmoid(mx::matmul(xf, mx::transpose(f32(e.w_sg))));  // [M, 1]
+  array out = mx::add(routed, mx::multiply(gate, shared));
+  mx::eval(out);
+  return out;
+}
+
+// The shared-expert block through the C ABI called directly: the output's bytes.
+static Bytes block_shared_abi(const Gated& m, const SharedExpert& e, const array& x, const std::string& name) {
+  const int M = x.shape(0);
+  Device d;
+  MlxcelAmdgpuMoeShape s{uint32_t(m.E),   uint32_t(m.K),       uint32_t(m.din),
+                         uint32_t(m.dff), uint32_t(m.gu_bits), uint32_t(m.gs)};
+  size_t scratch_bytes = 0;
+  abi_ok(mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(s, uint32_t(M), &scratch_bytes), name + " scratch bytes");
+  auto matrix = [&](const array& w, const array& sc, const array& b) {
+    return MlxcelAmdgpuQuantized{static_cast<const uint32_t*>(d.up(w)), d.up(sc), d.up(b)};
+  };
+  auto of = [&](const std::vector<array>& w) { return matrix(w[0], w[1], w[2]); };
+  auto dense = [&](const array& w) { return MlxcelAmdgpuQuantized{static_cast<const uint32_t*>(d.up(w)), nullptr, nullptr}; };
+  const size_t out_bytes = size_t(M) * m.din * mx::size_of(m.t);
+  void *dout = d.alloc(out_bytes), *scratch = d.alloc(scratch_bytes);
+  MlxcelAmdgpuQuantized router = m.router_q ? of(*m.router_q) : dense(m.router_w);
+  MlxcelAmdgpuQuantized gate_row = e.w_sg_q ? of(*e.w_sg_q) : dense(e.w_sg);
+  abi_ok(mlxcel_amdgpu_moe_block_shared_expert(
+             abi(m.t), s, uint32_t(M), uint32_t(m.router_bits), uint32_t(m.router_gs), uint32_t(m.act), 1, d.up(x),
+             router, gate_row, matrix(m.wg, m.sg, m.bg), matrix(m.wu, m.su, m.bu), matrix(m.wd, m.sd, m.bd),
+             of(e.gate), of(e.up), of(e.down), dout, scratch, scratch_bytes, nullptr, nullptr),
+         name + " block");
+  return d.down(dout, out_bytes);
+}
+
+// The block with Qwen3-Next's shared expert, dense or 8-bit router and gate row: within the
+// contract of the dense f32 reference, near mlx-lm's graph, bit for bit the C ABI, and a negative
+// control (the gate row negated).
+static void test_block_shared_expert() {
+  struct Case {
+    int E, K, M, din, dff, bits, router_bits;
+  };
+  const Case cases[] = {{32, 10, 1, 256, 128, 4, 0}, {32, 10, 4, 256, 128, 4, 8}, {32, 10, 8, 256, 128, 8, 8}};
+  for (const auto& c : cases) {
+    std::string name = "Qwen3-Next block bf16, shared expert, " +
+                       (c.router_bits ? std::to_string(c.router_bits) + "-bit router and gate row" : "bf16 router") +
+                       ", E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) + " M=" + std::to_string(c.M) + " " +
+                       std::to_string(c.bits) + "-bit experts";
+    Gated m = make_block(c.E, c.K, c.din, c.dff, c.bits);
+    m.router_w = make(values(size_t(c.E) * c.din, 25, 0.3f), {c.E, c.din}, m.t);
+    if (c.router_bits) quantize_router(m, c.router_bits, 64, mx::float32);
+    SharedExpert e = make_shared(m, 700);
+    ok(shim::moe_block_shared_expert_supports(m.t, c.M, c.E, c.K, c.din, c.dff, c.bits, m.gs, c.router_bits,
+                                              c.router_bits ? 64 : 0),
+       name + ": supported");
+    array x = untied_input(m, c.M, 400);
+    auto got = floats_of(block_shared_kernel(m, e, x));
+    auto dense = floats_of(mx::astype(block_shared_dense_f32(m, e, x), m.t));
+    auto theirs = floats_of(block_shared_graph(m, e, x));
+    close(name + " ours vs dense f32", got, dense, 5e-4, 2e-2);
+    Deviation graph_err = deviation(theirs, dense);
+    std::cout << "  " << name << ": MLX's graph vs dense f32: nRMS " << graph_err.nrms << ", nMAX " << graph_err.nmax
+              << std::endl;
+    ok(graph_err.nrms < 0.1, name + ": MLX's graph is far from the dense reference");
+    close(name + " ours vs MLX's graph", got, theirs, std::max(5e-4, 1.5 * graph_err.nrms),
+          std::max(2e-1, 1.5 * graph_err.nmax));
+    same_bytes(name + " moe_block_shared_expert kernel vs the C ABI", bytes_of(block_shared_kernel(m, e, x)),
+               block_shared_abi(m, e, x, name), 2);
+    // Negative control: the gate row negated (sigmoid(-s) for sigmoid(s)) fails the contract.
+    SharedExpert flipped = e;
+    flipped.w_sg = mx::negative(e.w_sg);
+    if (e.w_sg_q) flipped.w_sg_q = mx::quantize(mx::astype(flipped.w_sg, m.t), m.router_gs, m.router_bits);
+    Deviation wrong = deviation(floats_of(block_shared_kernel(m, flipped, x)), dense);
+    ok(!(wrong.nrms < 5e-4 && wrong.nmax < 2e-2), name + ": a negated gate row went unnoticed");
+  }
+}
+
 static void test_moe() {
   struct Case {
     mx::Dtype t;
@@ -1721,6 +1868,7 @@ int main(int argc, char** argv) {
                  Step{"moe router vs the testkit reference", test_router_reference},
                  Step{"Qwen3 MoE block", test_block},
                  Step{"Qwen3 MoE block, quantized router", test_block_quantized_router},
+                 Step{"Qwen3-Next MoE block, shared expert", test_block_shared_expert},
                  Step{"refusals", test_refusals}}) {
     int before = g_failures;
     auto t0 = std::chrono::steady_clock::now();

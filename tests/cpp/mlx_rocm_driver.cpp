@@ -7,7 +7,7 @@
 // inputs on the CPU stream; every buffer is the double's.
 //
 // Checks, each against the C ABI called directly on the same inputs, bit for
-// bit: the seven getters in every dtype; with HIP graphs on (kernel nodes), also
+// bit: every getter in every dtype; with HIP graphs on (kernel nodes), also
 // when ROCm rejects the nodes (the fork's commit-then-launch fallback); with
 // pool buffers whose host shadow the host wrote; a decode capture of several
 // getters replayed many times after the memory around it was poisoned; the
@@ -130,7 +130,7 @@ static void abi_ok(MlxcelAmdgpuStatus s, const std::string& what) {
   ok(s == MLXCEL_AMDGPU_OK, what + ": the C ABI returned " + std::to_string(s) + ": " + mlxcel_amdgpu_last_error());
 }
 
-// ---- the seven getters, called as mlxcel calls them, and their C ABI twins
+// ---- the getters, called as mlxcel calls them, and their C ABI twins
 
 static const std::tuple<int, int, int> kGrid{7, 7, 7};  // ignored by the shim
 
@@ -148,6 +148,9 @@ struct Inputs {
   array rx, rwr;                                        // moe_router
   array bx, bwr;                                        // moe_block (with the MoE stacks)
   array bqw, bqs, bqb;                                  // moe_block_quantized_router: bwr at 8 bits
+  std::vector<array> shared_gu, shared_down;            // the shared expert's gate (and up) and down matrices
+  array bsg;                                            // its gate row [1, Din]
+  std::vector<array> bsg_q;                             // the gate row at 8 bits
 };
 
 static constexpr int kRows = 3, kD = 256;
@@ -161,7 +164,11 @@ static Inputs make_inputs(mx::Dtype t) {
   auto q2 = mx::quantize(make(values(size_t(kE) * kDin * kDff, 12, 0.05f), {kE, kDin, kDff}, t), kGs, kBits);
   array bwr = make(values(size_t(kE) * kDin, 21, 0.1f), {kE, kDin}, t);
   auto qr = mx::quantize(bwr, kRouterGs, kRouterBits);
-  for (auto* q : {&q1, &q2, &qr}) mx::eval(*q);
+  auto shared_gu = mx::quantize(make(values(size_t(kDff) * kDin, 22, 0.05f), {kDff, kDin}, t), kGs, kBits);
+  auto shared_down = mx::quantize(make(values(size_t(kDin) * kDff, 23, 0.05f), {kDin, kDff}, t), kGs, kBits);
+  array bsg = make(values(kDin, 24, 0.1f), {1, kDin}, t);
+  auto bsg_q = mx::quantize(bsg, kRouterGs, kRouterBits);
+  for (auto* q : {&q1, &q2, &qr, &shared_gu, &shared_down, &bsg_q}) mx::eval(*q);
   std::vector<uint32_t> ids = {3, 1};
   array idx(ids.data(), {kK}, mx::uint32);
   size_t nx = size_t(kB) * kL * kDm, nb = size_t(kB) * kL * kN;
@@ -187,7 +194,8 @@ static Inputs make_inputs(mx::Dtype t) {
           make(values(size_t(kRouterE) * kRouterDin, 19, 0.1f), {kRouterE, kRouterDin}, t),
           make(values(size_t(kBlockM) * kDin, 20), {kBlockM, kDin}, t),
           bwr,
-          qr[0], qr[1], qr[2]};
+          qr[0], qr[1], qr[2],
+          shared_gu, shared_down, bsg, bsg_q};
 }
 
 static TemplateArgs moe_ta(mx::Dtype t) {
@@ -215,6 +223,33 @@ static std::vector<Bytes> block_direct(const Inputs& in, bool quantized_router) 
                                    d.up(in.s1), d.up(in.b1), u32(in.w1), d.up(in.s1), d.up(in.b1), u32(in.w2),
                                    d.up(in.s2), d.up(in.b2), out, scratch, scratch_bytes, nullptr, nullptr),
            "moe_block");
+  return {d.down(out, out_bytes)};
+}
+
+// The block with a shared expert (its gate and up matrices one array, as the stacks' w1 is both)
+// through the C ABI: mlxcel_amdgpu_moe_block_shared_expert, dense or with the 8-bit router and
+// gate row.
+static std::vector<Bytes> block_shared_direct(const Inputs& in, bool quantized_router) {
+  Direct d;
+  MlxcelAmdgpuMoeShape shape{kE, kK, kDin, kDff, kBits, kGs};
+  size_t scratch_bytes = 0;
+  abi_ok(mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(shape, kBlockM, &scratch_bytes),
+         "moe_block_shared_expert_scratch_bytes");
+  const size_t out_bytes = size_t(kBlockM) * kDin * mx::size_of(in.t);
+  void *out = d.out(out_bytes), *scratch = d.out(scratch_bytes);
+  auto m = [&](const array& w, const array& sc, const array& b) {
+    return MlxcelAmdgpuQuantized{static_cast<const uint32_t*>(d.up(w)), d.up(sc), d.up(b)};
+  };
+  auto of = [&](const std::vector<array>& w) { return m(w[0], w[1], w[2]); };
+  auto dense = [&](const array& w) { return MlxcelAmdgpuQuantized{static_cast<const uint32_t*>(d.up(w)), nullptr, nullptr}; };
+  const uint32_t bits = quantized_router ? kRouterBits : 0, gs = quantized_router ? kRouterGs : 0;
+  abi_ok(mlxcel_amdgpu_moe_block_shared_expert(
+             abi(in.t), shape, kBlockM, bits, gs, 0, 1, d.up(in.bx),
+             quantized_router ? m(in.bqw, in.bqs, in.bqb) : dense(in.bwr),
+             quantized_router ? of(in.bsg_q) : dense(in.bsg), m(in.w1, in.s1, in.b1), m(in.w1, in.s1, in.b1),
+             m(in.w2, in.s2, in.b2), of(in.shared_gu), of(in.shared_gu), of(in.shared_down), out, scratch,
+             scratch_bytes, nullptr, nullptr),
+         "moe_block_shared_expert");
   return {d.down(out, out_bytes)};
 }
 
@@ -356,6 +391,31 @@ static std::vector<Case> cases(const Inputs& in) {
                      {{kBlockM, kDin}}, {t}, kGrid, kGrid, ta, std::nullopt, false, g_gpu);
                },
                [=] { return block_direct(in, true); }});
+  // The block with a shared expert, dense, then with the 8-bit router and gate row.
+  for (bool q : {false, true}) {
+    c.push_back({q ? "moe_block_shared_expert_quantized_router" : "moe_block_shared_expert",
+                 [=] {
+                   TemplateArgs ta = {{"T", t}, {"K", kK}, {"bits", kBits}, {"group_size", kGs}, {"act", 0},
+                                      {"norm_topk_prob", 1}};
+                   std::vector<array> ins{in.bx};
+                   if (q) {
+                     ta.push_back({"router_bits", kRouterBits});
+                     ta.push_back({"router_group_size", kRouterGs});
+                     for (const auto& a : {in.bqw, in.bqs, in.bqb}) ins.push_back(a);
+                     for (const auto& a : in.bsg_q) ins.push_back(a);
+                   } else {
+                     ins.push_back(in.bwr);
+                     ins.push_back(in.bsg);
+                   }
+                   for (const auto& a : {in.w1, in.s1, in.b1, in.w1, in.s1, in.b1, in.w2, in.s2, in.b2}) ins.push_back(a);
+                   for (const auto* w : {&in.shared_gu, &in.shared_gu, &in.shared_down})
+                     for (const auto& a : *w) ins.push_back(a);
+                   auto& kernel = q ? shim::moe_block_shared_expert_quantized_router_kernel()
+                                    : shim::moe_block_shared_expert_kernel();
+                   return kernel(ins, {{kBlockM, kDin}}, {t}, kGrid, kGrid, ta, std::nullopt, false, g_gpu);
+                 },
+                 [=] { return block_shared_direct(in, q); }});
+  }
   return c;
 }
 
@@ -461,7 +521,7 @@ static void test_one_graph_of_several_launches(const Inputs& in) {
     poison_stack_and_heap();
     encoder.commit();
   } catch (const std::exception& e) {
-    ok(false, std::string("one graph of seven getters: ") + e.what());
+    ok(false, std::string("one graph of every getter: ") + e.what());
     return;
   }
   for (size_t k = 0; k < all.size(); ++k) {
@@ -515,7 +575,7 @@ int main() {
     // must come without creating a HIP queue.
     ok(shim::xielu_available() && shim::add3_layer_norm_available() && shim::mamba1_scan_available() &&
            shim::moe_available() && shim::moe_router_available() && shim::moe_block_available() &&
-           shim::moe_block_quantized_router_available(),
+           shim::moe_block_quantized_router_available() && shim::moe_block_shared_expert_available(),
        std::string("the gates answer true on the simulated gfx1151 before any GPU work: ") + mlxcel_amdgpu_last_error());
     ok(mlxcel_amdgpu_abi_version() == MLXCEL_AMDGPU_ABI_VERSION, "the library's ABI version is the header's");
 
