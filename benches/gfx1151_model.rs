@@ -321,23 +321,8 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     for (bits, tokens) in [(4u32, &[1u32, 2, 4, 8][..]), (8, &[1, 8])] {
         let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
         let (e, k, din, dff, gs) = (128usize, 8usize, 2048usize, 768usize, 64usize);
-        // All 128 experts, random words and scales: the kernels do the same work on any
-        // values, and quantizing 128 experts on the host would take longer than the run.
-        let stack = |r: usize, c: usize, seed: u64| {
-            let mut rng = NormalRng::new(seed);
-            let words: Vec<u32> = (0..e * r * c * bits as usize / 32).map(|_| rng.next_u64() as u32).collect();
-            let mut unit = |n: usize, lo: f32, span: f32| -> Vec<f32> {
-                (0..n).map(|_| lo + span * rng.next_uniform() as f32).collect()
-            };
-            let (scales, biases) = (unit(e * r * c / gs, 1e-3, 1e-2), unit(e * r * c / gs, -0.01, 0.02));
-            (dev.upload(&words).unwrap(), upload::<T>(dev, &scales), upload::<T>(dev, &biases))
-        };
+        let stack = |r: usize, c: usize, seed: u64| random_stack(dev, e, r, c, (bits, gs), seed);
         let (gate, up, down) = (stack(dff, din, 61), stack(dff, din, 62), stack(din, dff, 63));
-        let q = |(w, s, b): &(DeviceBuffer<u32>, DeviceBuffer<T>, DeviceBuffer<T>)| QuantizedPointers {
-            w: w.ptr(),
-            scales: s.ptr(),
-            biases: b.ptr(),
-        };
         let wr = upload::<T>(dev, &data::normal(dtype, 64, e * din, 0.05));
         for &m in tokens {
             let mu = m as usize;
@@ -356,9 +341,9 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
             let p = BlockPointers {
                 x: x.ptr(),
                 router: block::RouterWeights::Dense(wr.ptr()),
-                gate: q(&gate),
-                up: q(&up),
-                down: q(&down),
+                gate: pointers(&gate),
+                up: pointers(&up),
+                down: pointers(&down),
                 shared: None,
                 out: out.ptr(),
                 scratch: scratch.ptr(),
@@ -386,6 +371,99 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
                 let kernel = bf16_kernel_name(&l);
                 rows.push(Row { kernel, shape: label.clone(), launch: l, bytes: b, block: Some(label.clone()) });
             }
+        }
+    }
+}
+
+/// A quantized matrix's buffers: codes, scales and biases.
+type Stack = (DeviceBuffer<u32>, DeviceBuffer<bf16>, DeviceBuffer<bf16>);
+
+/// `e` experts of `rows x cols` at `(bits, group_size)`, random words and scales: the kernels do
+/// the same work on any values, and quantizing hundreds of experts on the host would take longer
+/// than the run.
+fn random_stack(dev: &Device, e: usize, rows: usize, cols: usize, (bits, gs): (u32, usize), seed: u64) -> Stack {
+    let mut rng = NormalRng::new(seed);
+    let words: Vec<u32> = (0..e * rows * cols * bits as usize / 32).map(|_| rng.next_u64() as u32).collect();
+    let mut unit =
+        |n: usize, lo: f32, span: f32| -> Vec<f32> { (0..n).map(|_| lo + span * rng.next_uniform() as f32).collect() };
+    let groups = e * rows * cols / gs;
+    let (scales, biases) = (unit(groups, 1e-3, 1e-2), unit(groups, -0.01, 0.02));
+    (dev.upload(&words).unwrap(), upload::<bf16>(dev, &scales), upload::<bf16>(dev, &biases))
+}
+
+fn pointers((w, s, b): &Stack) -> QuantizedPointers {
+    QuantizedPointers { w: w.ptr(), scales: s.ptr(), biases: b.ptr() }
+}
+
+/// Qwen3-Next-80B-A3B's whole block with its shared expert for one and eight tokens (E 512, K
+/// 10, Din 2048, Dff 512 for the routed and the shared expert, 4 bits, group 64, the router and
+/// the gate row at 8 bits, group 64, as mlx-lm's quantized checkpoints hold them): the same five
+/// launches with one more slot a token, each row with the bytes of the distinct chosen experts
+/// and the shared expert, each read once.
+fn shared_block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
+    type T = bf16;
+    let dtype = Dtype::Bf16;
+    let (e, k, din, dff, gs, bits) = (512usize, 10usize, 2048usize, 512usize, 64usize, 4u32);
+    let shape = MoeShape { n_experts: e as u32, k: k as u32, din: din as u32, dff: dff as u32, bits, group_size: 64 };
+    let quant = RouterQuant { bits: 8, group_size: 64 };
+    let stack = |n: usize, r: usize, c: usize, seed: u64| random_stack(dev, n, r, c, (bits, gs), seed);
+    let (gate, up, down) = (stack(e, dff, din, 81), stack(e, dff, din, 82), stack(e, din, dff, 83));
+    let shared = [stack(1, dff, din, 84), stack(1, dff, din, 85), stack(1, din, dff, 86)];
+    let (router, gate_row) = (random_stack(dev, e, 1, din, (8, 64), 87), random_stack(dev, 1, 1, din, (8, 64), 88));
+    for m in [1u32, 8] {
+        let mu = m as usize;
+        let x = upload::<T>(dev, &data::normal(dtype, 90 + m as u64, mu * din, 1.0));
+        // The routed experts the block will choose: its router launches are these, bit for bit.
+        let rshape = RouterShape { m, n_experts: e as u32, din: din as u32, k: k as u32 };
+        let mut logits = dev.alloc::<f32>(mu * e).unwrap();
+        let (mut ids, mut scores) = (dev.alloc::<u32>(mu * k).unwrap(), dev.alloc::<f32>(mu * k).unwrap());
+        let w = QuantRouterBuffers { wq: &router.0, sq: &router.1, bq: &router.2 };
+        router::run_router_logits_q::<T>(dev, &x, w, quant, &mut logits, &rshape, Stream::DEFAULT).unwrap();
+        router::run_topk(dev, &logits, &mut ids, &mut scores, &rshape, true, Stream::DEFAULT).unwrap();
+        let chosen = distinct(&ids.download().unwrap());
+
+        let scratch = dev.alloc::<u8>(block::block_shared_scratch_bytes(m, &shape).unwrap()).unwrap();
+        let out = dev.alloc::<T>(mu * din).unwrap();
+        let status = dev.upload(&[0u32]).unwrap();
+        let p = BlockPointers {
+            x: x.ptr(),
+            router: block::RouterWeights::Quantized { w: pointers(&router), quant },
+            gate: pointers(&gate),
+            up: pointers(&up),
+            down: pointers(&down),
+            shared: Some(block::SharedExpertPointers {
+                expert_gate: block::ExpertGate::Quantized(pointers(&gate_row)),
+                gate: pointers(&shared[0]),
+                up: pointers(&shared[1]),
+                down: pointers(&shared[2]),
+            }),
+            out: out.ptr(),
+            scratch: scratch.ptr(),
+            scratch_len: scratch.len(),
+            status: status.ptr(),
+        };
+        let launches = counts.launches(dev, || {
+            // SAFETY: every buffer above holds its shape, the scratch its size.
+            unsafe { block::block(dev, dtype, p, &shape, m, Activation::SwiGlu, true, Stream::DEFAULT) }.unwrap();
+        });
+        assert_eq!(status.download().unwrap()[0], 0, "every chosen expert id is in range");
+
+        let size = dtype.size();
+        let (slots, experts) = (k + 1, chosen + 1);
+        let weights = |r: usize, c: usize| (experts * r * (c * bits as usize / 8 + 2 * size * (c / gs))) as f64;
+        let router_row = din + 2 * size * din / 64;
+        let bytes = [
+            (mu * din * size + (e + 1) * router_row + mu * (e + 1) * 4) as f64,
+            (mu * (e + 1) * 4 + 2 * mu * slots * 4) as f64,
+            2.0 * weights(dff, din) + (mu * din * size + mu * slots * dff * 4) as f64,
+            weights(din, dff) + (mu * slots * dff * 4 + mu * slots * din * 4) as f64,
+            (mu * slots * din * 4 + mu * din * size) as f64,
+        ];
+        assert_eq!(launches.len(), 5, "the block with its shared expert is five launches");
+        let label = format!("Qwen3-Next-80B-A3B with its shared expert, 8-bit router, M={m} ({chosen} experts)");
+        for (l, b) in launches.into_iter().zip(bytes) {
+            let kernel = bf16_kernel_name(&l);
+            rows.push(Row { kernel, shape: label.clone(), launch: l, bytes: b, block: Some(label.clone()) });
         }
     }
 }
@@ -480,6 +558,7 @@ fn main() {
     }
     moe_rows(&counts, &dev, &mut rows);
     block_rows(&counts, &dev, &mut rows);
+    shared_block_rows(&counts, &dev, &mut rows);
     router_rows(&counts, &dev, &mut rows);
     quantized_router_rows(&counts, &dev, &mut rows);
 

@@ -447,7 +447,9 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
 /// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
 /// inputs share), beside `read_stream` in the same five dependent launches over the bytes those
 /// launches must read: the router's weights, the logits, each distinct chosen expert's gate/up
-/// and down once (their mean count over the inputs), and the partial sums.
+/// and down once (their mean count over the inputs), and the partial sums. With `shared`, the
+/// model's shared expert too (Qwen3-Next): its gate row in the router's format and its three
+/// matrices, read once.
 fn bench_block<T: Element>(
     dev: &Device,
     rows: &mut Vec<Row>,
@@ -455,6 +457,7 @@ fn bench_block<T: Element>(
     shape: MoeShape,
     m: u32,
     router_quant: Option<RouterQuant>,
+    shared: bool,
 ) {
     let (dtype, bits) = (T::DTYPE, shape.bits);
     let (e, k, din, dff) = (shape.n_experts as usize, shape.k as usize, shape.din as usize, shape.dff as usize);
@@ -509,7 +512,34 @@ fn bench_block<T: Element>(
     }
     let distinct = distinct as f64 / xs.len() as f64;
 
-    let scratch_len = moe::block::block_scratch_bytes(m, &shape).unwrap();
+    // The shared expert: one expert of the stacks' format, and its gate row as the router holds it.
+    let one = MoeShape { n_experts: 1, ..shape };
+    let shared_stacks = shared.then(|| {
+        let quant = router_quant.expect("the shared-expert rows take mlx-lm's quantized router and gate row");
+        let gate_row = data::normal(dtype, 55, din, 0.05);
+        let q = reference::moe::quantize(dtype, &gate_row, 1, din, quant.bits, quant.group_size as usize);
+        let row = (dev.upload(&q.words).unwrap(), upload::<T>(dev, &q.scales), upload::<T>(dev, &q.biases));
+        let matrices = [
+            random_stack::<T>(dev, &one, shape.dff, shape.din, 56),
+            random_stack::<T>(dev, &one, shape.dff, shape.din, 57),
+            random_stack::<T>(dev, &one, shape.din, shape.dff, 58),
+        ];
+        (row, matrices)
+    });
+    let shared_pointers = shared_stacks.as_ref().map(|(row, [g, u, d])| {
+        let q = |(w, s, b): &(DeviceBuffer<u32>, DeviceBuffer<T>, DeviceBuffer<T>)| QuantizedPointers {
+            w: w.ptr(),
+            scales: s.ptr(),
+            biases: b.ptr(),
+        };
+        let expert_gate = moe::block::ExpertGate::Quantized(q(row));
+        moe::block::SharedExpertPointers { expert_gate, gate: q(g), up: q(u), down: q(d) }
+    });
+
+    let scratch_len = match shared {
+        true => moe::block::block_shared_scratch_bytes(m, &shape).unwrap(),
+        false => moe::block::block_scratch_bytes(m, &shape).unwrap(),
+    };
     let scratch = dev.alloc::<u32>(scratch_len.div_ceil(4)).unwrap();
     let out = dev.alloc::<T>(m as usize * din).unwrap();
     let status = dev.upload(&[0u32]).unwrap();
@@ -528,7 +558,7 @@ fn bench_block<T: Element>(
             gate,
             up,
             down,
-            shared: None,
+            shared: shared_pointers,
             out: out.ptr(),
             scratch: scratch.ptr(),
             scratch_len,
@@ -540,19 +570,24 @@ fn bench_block<T: Element>(
 
     let size = dtype.size();
     let matrix = |r: usize, c: usize| r * (c * bits as usize / 8 + 2 * size * c / shape.group_size as usize);
+    // The router's rows, and the shared expert's gate row with them.
+    let rows_read = e + shared as usize;
     let router_bytes = m as usize * din * size
         + match router_quant {
-            Some(q) => e * (din * q.bits as usize / 8 + 2 * size * din / q.group_size as usize),
-            None => e * din * size,
+            Some(q) => rows_read * (din * q.bits as usize / 8 + 2 * size * din / q.group_size as usize),
+            None => rows_read * din * size,
         };
-    let logits_bytes = m as usize * e * 4;
-    let gateup_bytes = (distinct * (2 * matrix(dff, din)) as f64) as usize + m as usize * din * size;
-    let down_bytes = (distinct * matrix(din, dff) as f64) as usize;
-    let part_bytes = m as usize * k * din * 4;
+    let logits_bytes = m as usize * (e + shared as usize) * 4;
+    // The distinct experts, and the shared one.
+    let experts = distinct + shared as usize as f64;
+    let gateup_bytes = (experts * (2 * matrix(dff, din)) as f64) as usize + m as usize * din * size;
+    let down_bytes = (experts * matrix(din, dff) as f64) as usize;
+    let part_bytes = m as usize * (k + shared as usize) * din * 4;
     let parts = [router_bytes, logits_bytes, gateup_bytes, down_bytes, part_bytes].map(|b| b.div_ceil(16) * 16);
     let bytes = parts.iter().sum::<usize>() as f64;
     let router = router_quant.map_or(String::new(), |q| format!(", {}-bit router", q.bits));
-    let what = format!("{model} bits={bits}{router} M={m} ({distinct:.1} distinct experts)");
+    let with = if shared { ", shared expert" } else { "" };
+    let what = format!("{model} bits={bits}{router}{with} M={m} ({distinct:.1} distinct experts)");
     rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
@@ -633,19 +668,21 @@ fn main() {
         for bits in [4, 8] {
             for m in [1, 2, 4, 8] {
                 let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits, group_size: 64 };
-                bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m, None);
+                bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m, None, false);
             }
         }
         // mlx-lm's quantized checkpoints hold the router at 8 bits, group 64.
         for m in [1, 8] {
             let shape = MoeShape { n_experts: 128, k: 8, din: 2048, dff: 768, bits: 4, group_size: 64 };
             let quant = RouterQuant { bits: 8, group_size: 64 };
-            bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m, Some(quant));
+            bench_block::<bf16>(&dev, &mut rows, "Qwen3-30B-A3B", shape, m, Some(quant), false);
         }
-        // Qwen3-Next-80B-A3B's routed experts (its shared expert is not part of the block).
+        // Qwen3-Next-80B-A3B's block with its shared expert, the router and the shared expert's
+        // gate row at 8 bits, group 64, as mlx-lm's quantized checkpoints hold them.
         for m in [1, 8] {
             let shape = MoeShape { n_experts: 512, k: 10, din: 2048, dff: 512, bits: 4, group_size: 64 };
-            bench_block::<bf16>(&dev, &mut rows, "Qwen3-Next-80B-A3B routed", shape, m, None);
+            let quant = RouterQuant { bits: 8, group_size: 64 };
+            bench_block::<bf16>(&dev, &mut rows, "Qwen3-Next-80B-A3B", shape, m, Some(quant), true);
         }
     }
 

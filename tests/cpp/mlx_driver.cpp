@@ -1617,6 +1617,56 @@ static void block_timing(bool small) {
   }
 }
 
+// Qwen3-Next-80B-A3B's block with its shared expert: E 512, K 10, hidden 2048, expert 512 (the
+// shared expert's too), 4 bits, group 64, the router and shared_expert_gate at 8 bits, group 64,
+// as mlx-lm's quantized checkpoints hold them; tiny for `small`.
+static std::pair<Gated, SharedExpert> next_weights(bool small) {
+  Gated m = small ? make_block(32, 10, 128, 64, 4) : make_block(512, 10, 2048, 512, 4);
+  quantize_router(m, 8, 64, m.t);
+  SharedExpert e = make_shared(m, 900);
+  mx::eval(m.router_w, m.wg, m.sg, m.bg, m.wu, m.su, m.bu, m.wd, m.sd, m.bd, e.w_sg);
+  return {m, e};
+}
+
+static void block_shared_timing(bool small) {
+  std::printf("\nQwen3-Next-80B-A3B MoE block bf16 with its shared expert (E 512, K 10, hidden 2048, expert and "
+              "shared expert 512, 4-bit, group 64; router and shared_expert_gate at 8 bits, group 64): ours "
+              "(moe_block_shared_expert_quantized_router_kernel: one primitive) against mlx-lm's graph "
+              "(Qwen3NextSparseMoeBlock's ops: quantized_matmul, softmax, argpartition, gather_qmm, the shared "
+              "expert's quantized_matmul SwiGLU and sigmoid gate); per eval and amortized as above%s\n",
+              small ? " (time-smoke: E 32, hidden 128, expert 64, 2 inputs; the numbers mean nothing)" : "");
+  std::printf("| M | distinct experts | ours per eval (us) | graph per eval (us) | ratio | ours amortized (us) | "
+              "graph amortized (us) | ratio | primitives ours | primitives graph |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const int iters = small ? 1 : 200, batches = small ? 1 : 25, warm = small ? 1 : 10, warm_batches = small ? 0 : 1;
+  auto [m, e] = next_weights(small);
+  for (int M : block_tokens(small)) {
+    std::vector<array> xs = block_inputs(m, M, small);
+    double distinct = 0;
+    for (const auto& x : xs) {
+      std::vector<uint32_t> ids = expert_sets(router_shim(x, m.router_w, m.K, 1)[0]);
+      std::sort(ids.begin(), ids.end());
+      distinct += double(std::unique(ids.begin(), ids.end()) - ids.begin()) / xs.size();
+    }
+    auto out = [&](bool ours, const array& x) { return ours ? block_shared_kernel(m, e, x) : block_shared_graph(m, e, x); };
+    auto one = [&](bool ours) { return [&, ours](int i) { mx::eval(out(ours, xs[size_t(i) % xs.size()])); }; };
+    auto every_input = [&](bool ours) {
+      return [&, ours](int) {
+        std::vector<array> outs;
+        for (const auto& x : xs) outs.push_back(out(ours, x));
+        mx::eval(outs);
+      };
+    };
+    double ours = us_per_call(one(true), iters, warm), graph = us_per_call(one(false), iters, warm);
+    double ours_amortized = us_per_call(every_input(true), batches, warm_batches) / xs.size();
+    double graph_amortized = us_per_call(every_input(false), batches, warm_batches) / xs.size();
+    PrimitiveCount po = count_primitives({out(true, xs[0])}), pg = count_primitives({out(false, xs[0])});
+    std::printf("| %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %d / %d | %d / %d |\n", M, distinct, ours,
+                graph, graph / ours, ours_amortized, graph_amortized, graph_amortized / ours_amortized, po.all,
+                po.compute, pg.all, pg.compute);
+  }
+}
+
 // ---- GPU kernel launches per block, counted by CUPTI ----------------------
 
 // CUPTI's activity API, opened at run time (libcupti is not linked, and its
@@ -1745,6 +1795,27 @@ static void block_launches(bool small, KernelCounter* counter, const std::string
       std::printf("| %d | %d | %s | %s |\n", bits, M, cell(n[1]).c_str(), cell(n[0]).c_str());
     }
   }
+  std::printf("\nGPU kernels per Qwen3-Next-80B-A3B MoE block with its shared expert%s (4 bits, 8-bit router and "
+              "gate row; as above)\n| M | ours | graph |\n|---:|---:|---:|\n",
+              small ? " at tiny shapes" : "");
+  auto [m, e] = next_weights(small);
+  for (int M : block_tokens(small)) {
+    std::vector<array> xs = block_inputs(m, M, small);
+    long n[2] = {0, 0};
+    for (int ours : {1, 0}) {
+      auto block = [&](int i) {
+        const array& x = xs[size_t(i) % xs.size()];
+        mx::eval(ours ? block_shared_kernel(m, e, x) : block_shared_graph(m, e, x));
+      };
+      const int warm = small ? 0 : 3;
+      for (int i = 0; i < warm; ++i) block(i);
+      if (counter) counter->take();
+      block(warm);
+      if (counter) n[ours] = counter->take();
+    }
+    auto cell = [&](long v) { return !counter ? std::string("n/a") : v < 0 ? std::string("dropped") : std::to_string(v); };
+    std::printf("| %d | %s | %s |\n", M, cell(n[1]).c_str(), cell(n[0]).c_str());
+  }
 }
 
 // ---- timing: our kernels inside the MLX graph against MLX's graph ----------
@@ -1820,6 +1891,7 @@ static void timing(bool small) {
     row("Nemotron MoE block bf16 E=128 K=6 (routed forward)", time_us([&] { return block(1); }, it), gq);
   }
   block_timing(small);
+  block_shared_timing(small);
 }
 
 int main(int argc, char** argv) {
