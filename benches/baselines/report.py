@@ -69,6 +69,25 @@ for line in read("peers.log").splitlines():
 # ---- MLX (the driver's table: ours inside the MLX graph and MLX's own graph, both through eval)
 mlx_table = [l for l in read("mlx.log").splitlines() if l.startswith("|")]
 
+
+def mlx_tables():
+    """The driver's tables by title (the last line of text before each): each a list of rows of
+    cells, its header row and rule left out."""
+    tables, title = {}, ""
+    for line in read("mlx.log").splitlines():
+        if not line.startswith("|"):
+            if line.strip():
+                title = line.strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+            tables.setdefault(title, []).append(cells)
+    return {t: r[1:] for t, r in tables.items()}
+
+
+def mlx_table_titled(prefix):
+    return next((rows for title, rows in mlx_tables().items() if title.startswith(prefix)), [])
+
 # ---- host cost of a launch
 launch = {}
 for line in read("launch_cost.log").splitlines():
@@ -181,6 +200,41 @@ for bare_name, what in (("bare_cuLaunchKernel_empty", "an empty kernel"),
         rb, ra = min(h for h, _ in bare), min(h for h, _ in abi)
         target(f"C ABI xielu host cost per launch within 1.2x a bare cuLaunchKernel of {what} (best round each)",
                f"{ra:.2f} vs {rb:.2f} us = {ra / rb:.2f}x", ra / rb <= 1.2)
+
+# The MoE block (Qwen3-30B-A3B, the router in bf16): ours against MLX's amortized graph inside MLX,
+# against read_stream over its bytes in five launches, and the GPU kernels each runs per block.
+def block_row(kernel, prefix):
+    return next((r["us"] for r in rows if r["source"] == "ours" and r["kernel"] == kernel
+                 and r["shape"].startswith(prefix)), None)
+
+
+for cells in mlx_table_titled("Qwen3-30B-A3B MoE block bf16"):
+    bits, router, m = cells[0], cells[1], cells[2]
+    if router != "bf16" or len(cells) < 10:
+        continue
+    ours, graph = float(cells[7]), float(cells[8])
+    need = 5.0 if m == "1" else 3.0
+    target(f"MoE block {bits}-bit M={m}: >= {need:.0f}x MLX's amortized graph", f"{ours:.1f} vs {graph:.1f} us "
+           f"= {graph / ours:.2f}x", graph / ours >= need)
+for cells in mlx_table_titled("Qwen3-Next-80B-A3B MoE block bf16 with its shared expert"):
+    m, ours, graph = cells[0], float(cells[5]), float(cells[6])
+    need = 5.0 if m == "1" else 3.0
+    target(f"Qwen3-Next MoE block with its shared expert, 4-bit, 8-bit router, M={m}: >= {need:.0f}x MLX's "
+           "amortized graph", f"{ours:.1f} vs {graph:.1f} us = {graph / ours:.2f}x", graph / ours >= need)
+for bits in (4, 8):
+    a = block_row("moe_block", f"Qwen3-30B-A3B bits={bits} M=1 ")
+    y = block_row("read_stream_yardstick", f"Qwen3-30B-A3B bits={bits} M=1 ")
+    if a and y:
+        target(f"MoE block {bits}-bit M=1: >= 70% of read_stream over its bytes in 5 launches",
+               f"{a:.1f} us vs {y:.1f} us = {100 * y / a:.0f}%", y / a >= 0.7)
+for title, model in (("GPU kernels per Qwen3-30B-A3B MoE block", "Qwen3-30B-A3B"),
+                     ("GPU kernels per Qwen3-Next-80B-A3B MoE block", "Qwen3-Next-80B-A3B with its shared expert")):
+    for cells in mlx_table_titled(title):
+        label = f"{cells[0]}-bit M={cells[1]}" if len(cells) == 4 else f"M={cells[0]}"
+        ours, graph = cells[-2], cells[-1]
+        if ours.isdigit() and graph.isdigit():
+            target(f"GPU kernels per {model} MoE block {label}: ours fewer than MLX's graph", f"{ours} vs {graph}",
+                   int(ours) < int(graph))
 
 # add3_layer_norm's bytes moved with no arithmetic (stream_yardstick.cu): how near the floor the
 # kernels are, which bounds how far ahead of torch.compile either can be. Not one of the targets.

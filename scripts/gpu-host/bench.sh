@@ -18,7 +18,7 @@ gpu_info
 # The MLX step first: it unpacks the library (libmlxcel_amdgpu.so, --features cuda) that the C
 # program below links.
 step mlx env OUT="$OUT/mlx" ARCHIVE= bash scripts/gpu-host/mlx.sh
-cp "$OUT/mlx/driver.log" "$OUT/mlx.log" 2>/dev/null
+cat "$OUT/mlx/driver.log" "$OUT/mlx/launches.log" >"$OUT/mlx.log" 2>/dev/null
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 T=$(mktemp -d)
 printf 'extern "C" __global__ void empty() {}\n' >"$T/empty.cu"
