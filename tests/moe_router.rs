@@ -452,6 +452,77 @@ fn bad_quantized_routers_are_refused() {
     refused(unsafe { router::router_logits_q(&dev, Dtype::Bf16, args, Stream::DEFAULT) }, "wq");
 }
 
+/// The shared expert's gate row (one more workgroup of `moe_router_logits`,
+/// into `gate_logits`) and slot (`moe_topk` with `shared` 1: slot K of each
+/// token is id E with the sigmoid of its gate logit, never renormalized), through
+/// the raw launchers: the routed logits, ids and scores are those without it.
+fn the_shared_gate_row_and_slot(dev: &Device) {
+    let (m, e, din, k) = (3usize, 40usize, 200usize, 4usize);
+    let x = normal(Dtype::F32, 7, m * din, 1.0);
+    let wr = normal(Dtype::F32, 8, e * din, 0.1);
+    let ws = normal(Dtype::F32, 9, din, 0.1);
+    let (xd, wrd, wsd) = (upload_as::<f32>(dev, &x), upload_as::<f32>(dev, &wr), upload_as::<f32>(dev, &ws));
+    let logits = poisoned::<f32>(dev, m * e);
+    let gate_logits = poisoned::<f32>(dev, m);
+    let shape = RouterShape { m: m as u32, n_experts: e as u32, din: din as u32, k: k as u32 };
+    let mut la = shape.logits_args(xd.ptr(), wrd.ptr(), logits.ptr());
+    (la.ws, la.gate_logits) = (wsd.ptr(), gate_logits.ptr());
+    unsafe { router::router_logits(dev, Dtype::F32, la, Stream::DEFAULT) }.unwrap();
+    let (ids, scores) = (poisoned::<u32>(dev, m * (k + 1)), poisoned::<f32>(dev, m * (k + 1)));
+    let mut ta = shape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true);
+    (ta.gate_logits, ta.shared) = (gate_logits.ptr(), 1);
+    unsafe { router::topk(dev, ta, Stream::DEFAULT) }.unwrap();
+    dev.synchronize().unwrap();
+
+    let want_logits = moe::router_logits(&x, &wr, m, e, din);
+    assert!(error_over_largest(&download_values(&logits), &want_logits) < 1e-5, "{}: routed logits", dev.backend());
+    let want_gate = moe::router_logits(&x, &ws, m, 1, din);
+    let got_gate = download_values(&gate_logits);
+    assert!(error_over_largest(&got_gate, &want_gate) < 1e-5, "{}: gate logits {got_gate:?}", dev.backend());
+    let (want_ids, want_scores) = moe::topk(&want_logits, m, e, k, true);
+    let (got_ids, got_scores) = (ids.download().unwrap(), download_values(&scores));
+    for t in 0..m {
+        let row = t * (k + 1);
+        assert_eq!(got_ids[row..row + k], want_ids[t * k..(t + 1) * k], "{}: token {t}'s routed ids", dev.backend());
+        assert_eq!(got_ids[row + k], e as u32, "{}: token {t}'s shared slot is id E", dev.backend());
+        for j in 0..k {
+            let (g, w) = (got_scores[row + j], want_scores[t * k + j]);
+            assert!((g - w).abs() <= 1e-6 * w.abs(), "{}: token {t} score {j}: {g} vs {w}", dev.backend());
+        }
+        let sigmoid = 1.0 / (1.0 + (-(want_gate[t] as f64)).exp());
+        let g = got_scores[row + k] as f64;
+        assert!((g - sigmoid).abs() < 1e-6, "{}: token {t}'s shared score {g} vs sigmoid {sigmoid}", dev.backend());
+    }
+}
+
+/// The shared slot's arguments: `shared` above 1, `gate_logits` missing with
+/// `shared` 1 or given with 0, and a gate row without its output (or the
+/// reverse) are named errors before any launch.
+fn bad_shared_slot_arguments_are_refused() {
+    let dev = Device::cpu();
+    let shape = RouterShape { m: 2, n_experts: 16, din: 8, k: 4 };
+    let (x, wr, ws) = (dev.alloc::<f32>(16).unwrap(), dev.alloc::<f32>(128).unwrap(), dev.alloc::<f32>(8).unwrap());
+    let (logits, gate_logits) = (dev.alloc::<f32>(32).unwrap(), dev.alloc::<f32>(2).unwrap());
+    let (ids, scores) = (dev.alloc::<u32>(10).unwrap(), dev.alloc::<f32>(10).unwrap());
+    let topk = |gate: u64, shared: u32| {
+        let mut ta = shape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true);
+        (ta.gate_logits, ta.shared) = (gate, shared);
+        unsafe { router::topk(&dev, ta, Stream::DEFAULT) }
+    };
+    refused(topk(gate_logits.ptr(), 2), "shared");
+    refused(topk(0, 1), "gate_logits");
+    refused(topk(gate_logits.ptr(), 0), "gate_logits");
+    let logits_with = |ws_ptr: u64, gate: u64| {
+        let mut la = shape.logits_args(x.ptr(), wr.ptr(), logits.ptr());
+        (la.ws, la.gate_logits) = (ws_ptr, gate);
+        unsafe { router::router_logits(&dev, Dtype::F32, la, Stream::DEFAULT) }
+    };
+    refused(logits_with(ws.ptr(), 0), "gate_logits");
+    refused(logits_with(0, gate_logits.ptr()), "ws");
+    // The same calls with every argument right run.
+    assert!(topk(gate_logits.ptr(), 1).is_ok() && logits_with(ws.ptr(), gate_logits.ptr()).is_ok());
+}
+
 fn availability_matches_the_backends<T: Element>(dev: &Device) {
     assert!(router::router_available(dev, T::DTYPE), "{}: the router is built for every dtype", label::<T>(dev));
     assert!(
@@ -483,6 +554,8 @@ fn main() {
         .per_backend("the_pair_in_one_call_is_the_two_launches", the_pair_in_one_call_is_the_two_launches)
         .single("bad_router_shapes_are_refused", bad_router_shapes_are_refused)
         .single("bad_quantized_routers_are_refused", bad_quantized_routers_are_refused)
+        .per_backend("the_shared_gate_row_and_slot", the_shared_gate_row_and_slot)
+        .single("bad_shared_slot_arguments_are_refused", bad_shared_slot_arguments_are_refused)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
         .run()
 }

@@ -275,9 +275,6 @@ pub unsafe fn block(
     if p.scratch == 0 {
         return Err(Error::invalid("scratch", "is a null pointer"));
     }
-    if let Some(sh) = p.shared {
-        shared_pointers_given(&sh)?;
-    }
     let (offsets, need) = layout(m, shape, p.shared.is_some())?;
     if (p.scratch_len as u64) < need {
         return Err(Error::invalid(
@@ -288,6 +285,10 @@ pub unsafe fn block(
     let end = p.scratch.checked_add(need).ok_or_else(|| {
         Error::invalid("scratch", format!("pointer {:#x} plus its {need} bytes wraps the address space", p.scratch))
     })?;
+    // After the scratch's length, as every other pointer's checks.
+    if let Some(sh) = p.shared {
+        shared_pointers_given(&sh)?;
+    }
     let [logits, ids, scores, act, part, gate_logits] = offsets.map(|o| p.scratch + o);
 
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
