@@ -942,7 +942,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block(
     let router = block::RouterWeights::Dense(wr as u64);
     let experts = [quantized(wg, sg, bg), quantized(wu, su, bu), quantized(w2, s2, b2)];
     let io = BlockIo { x, out, scratch, scratch_len, status };
-    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, None, io, stream) }
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, || Ok((router, None)), experts, io, stream) }
 }
 
 /// Whether every kernel of [`mlxcel_amdgpu_moe_block_quantized_router`] for
@@ -1015,7 +1015,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_quantized_router(
     let router = block::RouterWeights::Quantized { w: quantized(wq, sq, bq), quant };
     let experts = [quantized(wg, sg, bg), quantized(wu, su, bu), quantized(w2, s2, b2)];
     let io = BlockIo { x, out, scratch, scratch_len, status };
-    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, None, io, stream) }
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, || Ok((router, None)), experts, io, stream) }
 }
 
 /// One quantized matrix (or stack) of the C ABI: codes, scales and biases.
@@ -1169,19 +1169,14 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_shared_expert(
     status: *mut u32,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
-    let (router, expert_gate) = match shared_router(router_bits, router_group_size, router, expert_gate) {
-        Ok(r) => r,
-        Err(e) => return guarded(|| Err(e)),
-    };
-    let shared = block::SharedExpertPointers {
-        expert_gate,
-        gate: shared_gate.pointers(),
-        up: shared_up.pointers(),
-        down: shared_down.pointers(),
+    let routers = || {
+        let (router, expert_gate) = shared_router(router_bits, router_group_size, router, expert_gate)?;
+        let (gate, up, down) = (shared_gate.pointers(), shared_up.pointers(), shared_down.pointers());
+        Ok((router, Some(block::SharedExpertPointers { expert_gate, gate, up, down })))
     };
     let experts = [gate.pointers(), up.pointers(), down.pointers()];
     let io = BlockIo { x, out, scratch, scratch_len, status };
-    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, router, experts, Some(shared), io, stream) }
+    unsafe { launch_block(dtype, shape, m, activation, norm_topk_prob, routers, experts, io, stream) }
 }
 
 /// The block's buffers besides the weights.
@@ -1193,7 +1188,8 @@ struct BlockIo {
     status: *mut u32,
 }
 
-/// The two block functions' shared body: the codes checked, then
+/// The block functions' shared body: the codes checked, then the router and
+/// the shared expert (`routers`, whose own checks come after the codes'), then
 /// [`block::block`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch_block(
@@ -1202,9 +1198,8 @@ unsafe fn launch_block(
     m: u32,
     activation: u32,
     norm_topk_prob: u32,
-    router: block::RouterWeights,
+    routers: impl FnOnce() -> Result<(block::RouterWeights, Option<block::SharedExpertPointers>)>,
     [gate, up, down]: [QuantizedPointers; 3],
-    shared: Option<block::SharedExpertPointers>,
     io: BlockIo,
     stream: *mut c_void,
 ) -> MlxcelAmdgpuStatus {
@@ -1217,6 +1212,7 @@ unsafe fn launch_block(
             1 => true,
             v => return Err(Error::invalid("norm_topk_prob", format!("{v} is not 0 or 1"))),
         };
+        let (router, shared) = routers()?;
         let p = BlockPointers {
             x: io.x as u64,
             router,

@@ -17,7 +17,8 @@
 //!   the argument (`invalid argument `name`: ...`);
 //! - a valid call returns `OK`, with the result checked where a reference is
 //!   cheap (xielu bit for bit, the combines' sums, the MoE status word, the
-//!   block bit for bit the router and the batch launches it is made of);
+//!   block, with or without a shared expert, bit for bit the router and the
+//!   batch launches it is made of);
 //! - a call with one defect is refused, naming the argument the defect is in;
 //! - the shape predicates (`*_supports`) agree with the launches, and
 //!   `mlxcel_amdgpu_moe_scratch_bytes` and `mlxcel_amdgpu_moe_block_scratch_bytes`
@@ -724,13 +725,15 @@ fn check_router(t: Dtype, bufs: &Buffers, x: &[u8], wr: &[u8], [m, e, k, din]: [
     }
 }
 
-/// The batch launches, the whole block (its router dense or quantized) and its
-/// scratch size, by the next byte: 250 to 255, added later, the block with a
-/// quantized router, and the rest modulo 5 (250 = 50 * 5 keeps the five
-/// equally likely) what they always selected.
+/// The batch launches, the whole block (its router dense or quantized, with a
+/// shared expert or not) and its scratch size, by the next byte: 250 to 252,
+/// added later, the block with a quantized router, 253 to 255, added last, the
+/// block with a shared expert, and the rest modulo 5 (250 = 50 * 5 keeps the
+/// five equally likely) what they always selected.
 fn moe_batch(input: &mut Input) {
     match input.u8() {
-        250..=255 => moe_block(input, true),
+        250..=252 => moe_block(input, true),
+        253..=255 => moe_block_shared(input),
         b => match b % 5 {
             0 => moe_gateup_batch(input),
             1 => moe_down_batch(input),
@@ -1145,6 +1148,195 @@ unsafe fn quantized_router(
     let args = shape.logits_q_args(q(0), q(1), q(2), q(3), lp, quant);
     unsafe { router::router_logits_q(&dev, t, args, Stream::DEFAULT) }.expect("block's moe_router_logits_q");
     unsafe { router::topk(&dev, shape.topk_args(lp, ip, sp, renorm), Stream::DEFAULT) }.expect("block's moe_topk");
+}
+
+/// The scratch of the block with a shared expert as its contract lays it out:
+/// the block's of `K + 1` slots a token, then `gate_logits [m]`.
+fn shared_block_scratch(s: &MoeShape, m: u32) -> u128 {
+    let (m, e, k) = (m as u128, s.n_experts as u128, s.k as u128 + 1);
+    let sizes = [m * e, m * k, m * k, m * k * s.dff as u128, m * k * s.din as u128, m];
+    sizes.iter().fold(0u128, |at, &n| at.next_multiple_of(256) + 4 * n)
+}
+
+/// `mlxcel_amdgpu_moe_block_shared_expert`: the block with a shared expert
+/// (one expert of the stacks' format), its router and gate row dense or
+/// quantized alike (by the next byte's low bit).
+fn moe_block_shared(input: &mut Input) {
+    let quantized = input.u8() % 2 == 1;
+    let dtype = input.dtype();
+    let size = dtype_of(dtype).map_or(4, Dtype::size);
+    let (s, valid) = moe_shape(input);
+    let m = tokens(input);
+    let (activation, norm) = (code(input), code(input));
+    let quant = quantized.then(|| router_format(input));
+    let format_ok = quant.is_none_or(|q| q.validate(s.din).is_ok());
+    let shape_ok = valid;
+    let valid = valid && block_ok(&s, m) && format_ok;
+    let need = shared_block_scratch(&s, m);
+    let (mm, din, e) = (m as u128, s.din as u128, s.n_experts as u128);
+    let mut params = vec![p("x", size, mm * din)];
+    // The router's rows and the gate row, in one format: the counts of a valid
+    // format (else of 8 bits, group 32: any size will do).
+    let (bits, group_size) = match quant {
+        Some(q) if format_ok => (q.bits as u128, q.group_size as u128),
+        _ => (8, 32),
+    };
+    match quant {
+        Some(_) => params.extend([
+            p("wq", 4, e * din * bits / 32),
+            p("sq", size, e * din / group_size),
+            p("bq", size, e * din / group_size),
+            p("wsq", 4, din * bits / 32),
+            p("ssq", size, din / group_size),
+            p("bsq", size, din / group_size),
+        ]),
+        None => params.extend([p("wr", size, e * din), p("ws", size, din)]),
+    }
+    let r = params.len();
+    let one = MoeShape { n_experts: 1, ..s };
+    params.extend(stack(&s, ["wg", "sg", "bg"], size, s.dff, s.din));
+    params.extend(stack(&s, ["wu", "su", "bu"], size, s.dff, s.din));
+    params.extend(stack(&s, ["w2", "s2", "b2"], size, s.din, s.dff));
+    params.extend(stack(&one, ["wgs", "sgs", "bgs"], size, s.dff, s.din));
+    params.extend(stack(&one, ["wus", "sus", "bus"], size, s.dff, s.din));
+    params.extend(stack(&one, ["w2s", "s2s", "b2s"], size, s.din, s.dff));
+    params.push(w("out", size, mm * din, &[]));
+    params.push(w("scratch", 4, need.div_ceil(4), &[]));
+    params.push(Param { nullable: true, ..w("status", 4, 1, &[]) });
+    let heavy = experts_heavy(&MoeShape { k: s.k.saturating_add(1), ..s }, m);
+    let mut bufs = Buffers::new(&params, input, valid, &[], heavy);
+    let (out, scratch, st) = (r + 18, r + 19, r + 20);
+    bufs.storage[st][0] = 0;
+    let short = input.u8().is_multiple_of(8);
+    let scratch_len = if short { need.saturating_sub(1) } else { need }.min(usize::MAX as u128) as usize;
+    let (stream, bad_stream) = stream_of(input);
+    let exp = if dtype_of(dtype).is_none() {
+        Err(vec!["dtype"])
+    } else if activation > 1 {
+        Err(vec!["activation"])
+    } else if norm > 1 {
+        Err(vec!["norm_topk_prob"])
+    } else {
+        let mut exp = expected(dtype, valid, true, &bufs, bad_stream, valid);
+        if let (Err(names), Some(_)) = (&mut exp, bufs.refused) {
+            names.extend(["scratch", "logits", "gate_logits", "ids", "scores", "idx", "act", "part"]);
+        } else if short && valid {
+            exp = Err(vec!["scratch"]);
+        }
+        exp
+    };
+    let q = |i: usize| bufs.ptr(i);
+    let matrix = |i: usize| MlxcelAmdgpuQuantized { w: q(i) as _, scales: q(i + 1), biases: q(i + 2) };
+    let dense = |i: usize| MlxcelAmdgpuQuantized { w: q(i) as _, scales: std::ptr::null(), biases: std::ptr::null() };
+    let (router, gate_row, rbits, rgs) = match quant {
+        Some(f) => (matrix(1), matrix(4), f.bits, f.group_size),
+        None => (dense(1), dense(2), 0, 0),
+    };
+    let status = unsafe {
+        mlxcel_amdgpu_moe_block_shared_expert(
+            dtype,
+            s,
+            m,
+            rbits,
+            rgs,
+            activation,
+            norm,
+            q(0),
+            router,
+            gate_row,
+            matrix(r),
+            matrix(r + 3),
+            matrix(r + 6),
+            matrix(r + 9),
+            matrix(r + 12),
+            matrix(r + 15),
+            q(out),
+            q(scratch),
+            scratch_len,
+            q(st) as _,
+            stream,
+        )
+    };
+    check("moe_block_shared_expert", status, &exp);
+    // The predicate sees the format, not the pointers: router_bits 0 and router_group_size 0 are a
+    // dense router to it, which the launch refused above for the quantized router's scales.
+    let dense_format = quant.is_some_and(|q| (q.bits, q.group_size) == (0, 0));
+    let supported = mlxcel_amdgpu_moe_block_shared_expert_supports(dtype, s, m, rbits, rgs);
+    let supported_shape = valid || (dense_format && shape_ok && block_ok(&s, m));
+    assert_eq!(
+        supported,
+        dtype_of(dtype).is_some() && supported_shape,
+        "moe_block_shared_expert supports({dtype}, {s:?}, {m}, {rbits}, {rgs})"
+    );
+    if status == MLXCEL_AMDGPU_OK && bufs.storage_of(out) == Some(out) {
+        let got = bufs.bytes_of(out, (mm * din) as usize * size);
+        let launches = unsafe { shared_block_launches(&bufs, dtype, s, m, [activation, norm], quant, r) };
+        assert!(got == launches, "moe_block_shared_expert {dtype} m {m} {s:?}: not bit for bit its launches");
+        if bufs.storage_of(st) == Some(st) {
+            assert_eq!(bufs.storage[st][0] as u32, 0, "moe_block_shared_expert status word for m {m}, {s:?}");
+        }
+    }
+}
+
+/// The launches of the block with a shared expert on its inputs in `bufs`
+/// (the stacks from `r`, the shared expert's after them), through the Rust
+/// API's raw forms on a CPU device: the router with the gate row, `moe_topk`
+/// with the shared slot, and the batch launches of `K + 1` slots a token.
+#[allow(clippy::too_many_arguments)]
+unsafe fn shared_block_launches(
+    bufs: &Buffers,
+    dtype: u32,
+    s: MoeShape,
+    m: u32,
+    [activation, norm]: [u32; 2],
+    quant: Option<RouterQuant>,
+    r: usize,
+) -> Vec<u8> {
+    use mlxcel_amdgpu::kernels::moe::{self, Activation, GatedPointers, QuantizedPointers};
+    let dev = Device::cpu();
+    let t = dtype_of(dtype).unwrap();
+    let (mm, e, k, din, dff) = (m as usize, s.n_experts as usize, s.k as usize + 1, s.din as usize, s.dff as usize);
+    let (mut logits, mut gate_logits, mut scores) = (vec![0f32; mm * e], vec![0f32; mm], vec![0f32; mm * k]);
+    let (mut ids, mut act, mut part) = (vec![0u32; mm * k], vec![0f32; mm * k * dff], vec![0f32; mm * k * din]);
+    let bytes = mm * din * t.size();
+    let mut out = vec![0u32; bytes.div_ceil(4)];
+    // The buffers the launches write, as device pointers of the CPU backend.
+    let (lp, gp, sp) = (logits.as_mut_ptr() as u64, gate_logits.as_mut_ptr() as u64, scores.as_mut_ptr() as u64);
+    let (idx, ap, pp) = (ids.as_mut_ptr() as u64, act.as_mut_ptr() as u64, part.as_mut_ptr() as u64);
+    let op = out.as_mut_ptr() as u64;
+    let q = |i: usize| bufs.ptr(i) as u64;
+    let matrix = |i: usize| QuantizedPointers { w: q(i), scales: q(i + 1), biases: q(i + 2) };
+    let shape = RouterShape { m, n_experts: s.n_experts, din: s.din, k: s.k };
+    unsafe {
+        match quant {
+            Some(f) => {
+                let mut la = shape.logits_q_args(q(0), q(1), q(2), q(3), lp, f);
+                (la.wsq, la.ssq, la.bsq, la.gate_logits) = (q(4), q(5), q(6), gp);
+                router::router_logits_q(&dev, t, la, Stream::DEFAULT)
+            }
+            None => {
+                let mut la = shape.logits_args(q(0), q(1), lp);
+                (la.ws, la.gate_logits) = (q(2), gp);
+                router::router_logits(&dev, t, la, Stream::DEFAULT)
+            }
+        }
+        .expect("shared block's router logits");
+        let mut ta = shape.topk_args(lp, idx, sp, norm == 1);
+        (ta.gate_logits, ta.shared) = (gp, 1);
+        router::topk(&dev, ta, Stream::DEFAULT).expect("shared block's moe_topk");
+        let experts = MoeShape { k: s.k + 1, ..s };
+        let activation = if activation == 0 { Activation::SwiGlu } else { Activation::GeGlu };
+        let gated = GatedPointers { x: q(0), idx, gate: matrix(r), up: matrix(r + 3), act: ap, status: 0 };
+        let mut g = experts.gateup_batch_args(m, gated, activation);
+        (g.wgs, g.sgs, g.bgs, g.wus, g.sus, g.bus) = (q(r + 9), q(r + 10), q(r + 11), q(r + 12), q(r + 13), q(r + 14));
+        moe::gateup_batch(&dev, t, g, Stream::DEFAULT).expect("shared block's moe_gateup_batch");
+        let mut d = experts.down_batch_args(m, idx, matrix(r + 6), ap, sp, pp, 0);
+        (d.w2s, d.s2s, d.b2s) = (q(r + 15), q(r + 16), q(r + 17));
+        moe::down_batch(&dev, t, d, Stream::DEFAULT).expect("shared block's moe_down_batch");
+        let c = moe::MoeCombineBatchArgs { part: pp, out: op, m, k: experts.k, din: s.din };
+        moe::combine_batch(&dev, t, c, Stream::DEFAULT).expect("shared block's moe_combine_batch");
+    }
+    out.iter().flat_map(|w| w.to_le_bytes()).take(bytes).collect()
 }
 
 fn block_scratch_bytes(input: &mut Input) {
