@@ -509,6 +509,68 @@ unsafe fn rows_quads<T: Elem, const BITS: u32, const PAIRED: bool>(
     }
 }
 
+/// Rows of at most [`HALF_WAVE`] quads (Qwen3-Next's down projection: 512
+/// values at 4 bits), two at a time: lanes `0..16` take the wave's row `2 p`,
+/// lanes `16..32` row `2 p + 1`, lane `h` of a half its quad `h`, pipelined as
+/// [`rows_quads`] (the next pair's loads issued before this pair's arithmetic).
+/// One pass of [`rows_quads`] over such a row leaves half the wave idle and
+/// pays a whole wave's reduction for it; here each half sums its own row with
+/// the last four steps of [`wave::wave_sum_f32`], so a row's total is the one
+/// [`rows_quads`] gives (its first step only adds the idle half's zeros).
+#[inline(always)]
+unsafe fn rows_paired<T: Elem, const BITS: u32, const PAIRED: bool>(
+    w: *const u32,
+    s: *const T,
+    b: *const T,
+    lds: *const f32,
+    first_row: u32,
+    n_rows: u32,
+    l: RowLayout,
+    stage: impl FnOnce(),
+    finish: &mut impl FnMut(u32, f32),
+) {
+    let lane = wave::lane_id();
+    let (half, sub) = (lane / HALF_WAVE, lane % HALF_WAVE);
+    let n_quads = l.words / QUAD_WORDS;
+    let pairs = n_rows.div_ceil(2);
+    // This lane's row of pair `p`; a lane of a pair's missing second row reads
+    // the first row (a cache hit) and finishes nothing.
+    let row_of = |p: u32| {
+        let i = 2 * p + half;
+        let i = if i < n_rows { i } else { 2 * p };
+        first_row + i * WAVES
+    };
+    let has_row = |p: u32| 2 * p + half < n_rows;
+    let mut rp = unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(0), l) };
+    let mut cur = unsafe { load_batch::<T, BITS, PAIRED>(rp, 0, sub, n_quads, l.group_shift) };
+    stage();
+    let mut p = 0;
+    loop {
+        let more = p + 1 < pairs;
+        let next_rp = if more { unsafe { RowPtrs::new::<PAIRED>(w, s, b, row_of(p + 1), l) } } else { rp };
+        let next = if more {
+            unsafe { load_batch::<T, BITS, PAIRED>(next_rp, 0, sub, n_quads, l.group_shift) }
+        } else {
+            Batch::EMPTY
+        };
+        wave::schedule_fence();
+        let acc = unsafe { batch_dot::<T, BITS, PAIRED>(&cur, lds, rp.first_g, 0, sub, n_quads, l.group_shift, 0.0) };
+        let total = wave::half_wave_sum_f32(acc);
+        if sub == 0 && has_row(p) {
+            finish(row_of(p), total);
+        }
+        if !more {
+            break;
+        }
+        cur = next;
+        rp = next_rp;
+        p += 1;
+    }
+}
+
+/// Lanes in half a wave: the most quads a row of [`rows_paired`] may have.
+const HALF_WAVE: u32 = wave::WAVE_SIZE / 2;
+
 /// This lane's partial of one row on single words, for weights that are not
 /// 16-byte aligned: lane `l` takes words `l + 32 i`.
 #[inline(always)]
@@ -591,6 +653,15 @@ unsafe fn compute_rows<T: Elem, const BITS: u32, const WIDE: bool>(
     let first_row = wave::workgroup_id_x() * ROWS_PER_WORKGROUP + wave::wave_id();
     // Uniform over the wave.
     let n_rows = if first_row < rows { (rows - first_row).div_ceil(WAVES).min(ROWS_PER_WAVE) } else { 0 };
+    if WIDE && n_rows > 0 && l.words / QUAD_WORDS <= HALF_WAVE {
+        // Short rows, two a wave (see `rows_paired`).
+        if T::BYTES == 2 && (s as usize | b as usize).is_multiple_of(4) {
+            unsafe { rows_paired::<T, BITS, true>(w, s, b, lds, first_row, n_rows, l, stage, &mut finish) };
+        } else {
+            unsafe { rows_paired::<T, BITS, false>(w, s, b, lds, first_row, n_rows, l, stage, &mut finish) };
+        }
+        return;
+    }
     if WIDE && n_rows > 0 {
         // 16-bit scales and biases in 32-bit words when both arrays allow it (see `load_batch`).
         if T::BYTES == 2 && (s as usize | b as usize).is_multiple_of(4) {

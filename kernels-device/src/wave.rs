@@ -124,6 +124,17 @@ pub fn wave_sum_f32(v: f32) -> f32 {
     v + shfl_xor_f32::<1>(v)
 }
 
+/// The sum of `v` over each half of the wave (lanes `0..16` and `16..32`), every
+/// lane of a half getting its half's: [`wave_sum_f32`]'s steps after the first,
+/// in the same order.
+#[inline(always)]
+pub fn half_wave_sum_f32(v: f32) -> f32 {
+    let v = v + shfl_xor_f32::<8>(v);
+    let v = v + shfl_xor_f32::<4>(v);
+    let v = v + shfl_xor_f32::<2>(v);
+    v + shfl_xor_f32::<1>(v)
+}
+
 /// A wave's matrix product with accumulation, `D = A B + C`, where A is 16 x 16
 /// and B 16 x 8 in bf16 and C, D 16 x 8 in f32, spread over the 32 lanes as
 /// NVIDIA's `mma.m16n8k16` spreads them (PTX ISA, "Matrix Fragments for

@@ -194,9 +194,16 @@ const MOE_PATHS: [(u32, bool, [u32; 3]); 3] = [(4, true, [2, 0, 3]), (8, false, 
 
 /// moe_fc1_relu2 (`down` false) or moe_down of dtype `ty` on one of [`MOE_PATHS`].
 fn moe(ty: &str, down: bool, path: usize) -> Case {
+    moe_of(ty, down, path, MOE_DIN, MOE_DFF)
+}
+
+/// [`moe`] with rows of `din` (fc1) or `dff` (down) values: at most 16 quads a
+/// row take two rows a wave, longer ones one (`MOE_DIN` and `MOE_DFF` are both
+/// short).
+fn moe_of(ty: &str, down: bool, path: usize, din: u32, dff: u32) -> Case {
     use kernels_device::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
     let (bits, wide, idx) = MOE_PATHS[path];
-    let (cols, rows) = if down { (MOE_DFF, MOE_DIN) } else { (MOE_DIN, MOE_DFF) };
+    let (cols, rows) = if down { (dff, din) } else { (din, dff) };
     let words = (MOE_EXPERTS * rows * cols * bits / 32) as usize;
     let groups = (MOE_EXPERTS * rows * cols / MOE_GROUP) as usize;
     let mut seed = 0x1234_5678u32 + path as u32;
@@ -210,7 +217,7 @@ fn moe(ty: &str, down: bool, path: usize) -> Case {
         .collect();
     let scales: Vec<f32> = noise(groups, 31, 0.05);
     let biases: Vec<f32> = noise(groups, 32, 0.05);
-    let act_elems = (MOE_SLOTS * MOE_DFF) as usize;
+    let act_elems = (MOE_SLOTS * dff) as usize;
     let mut bufs = Vec::new();
     let w_buf;
     if down {
@@ -221,9 +228,9 @@ fn moe(ty: &str, down: bool, path: usize) -> Case {
         bufs.push(enc(ty, &biases));
         bufs.push(enc("f32", &noise(act_elems, 33, 1.0)));
         bufs.push(enc("f32", &noise(MOE_SLOTS as usize, 34, 1.0)));
-        bufs.push(zeros((MOE_SLOTS * MOE_DIN) as usize, 4));
+        bufs.push(zeros((MOE_SLOTS * din) as usize, 4));
     } else {
-        bufs.push(enc(ty, &noise(MOE_DIN as usize, 35, 1.0)));
+        bufs.push(enc(ty, &noise(din as usize, 35, 1.0)));
         bufs.push(u32s(&idx));
         bufs.push(u32s(&w));
         w_buf = 2;
@@ -234,7 +241,7 @@ fn moe(ty: &str, down: bool, path: usize) -> Case {
     bufs.push(zeros(1, 4));
     let status = bufs.len() - 1;
     let mut args: Vec<Arg> = (0..status).map(Arg::Buf).collect();
-    args.extend([MOE_EXPERTS, MOE_SLOTS, MOE_DIN, MOE_DFF, bits, MOE_GROUP].map(Arg::U32));
+    args.extend([MOE_EXPERTS, MOE_SLOTS, din, dff, bits, MOE_GROUP].map(Arg::U32));
     args.push(Arg::Buf(status));
     let name = format!("{}_{ty}", if down { "moe_down" } else { "moe_fc1_relu2" });
     let mut case =
@@ -441,6 +448,9 @@ clean! {
     moe_down_bf16_wide_4bit => moe("bf16", true, 0);
     moe_down_bf16_narrow_8bit => moe("bf16", true, 1);
     moe_down_bf16_bad_ids => moe("bf16", true, 2);
+    moe_fc1_relu2_bf16_wide_4bit_long_rows => moe_of("bf16", false, 0, 1024, MOE_DFF);
+    moe_down_f32_wide_4bit_long_rows => moe_of("f32", true, 0, MOE_DIN, 1024);
+    moe_down_bf16_narrow_8bit_long_rows => moe_of("bf16", true, 1, MOE_DIN, 1024);
     moe_gateup_f32_wide_4bit => moe_gated("f32", false, 0);
     moe_gateup_f16_narrow_8bit => moe_gated("f16", false, 1);
     moe_gateup_bf16_wide_4bit => moe_gated("bf16", false, 0);
