@@ -32,10 +32,17 @@ copy_gbs, empty_us = (float(m.group(1)), float(m.group(2))) if m else (None, Non
 device = (re.search(r"^device: (.*)$", ours, re.M) or [None, "?"])[1]
 fraction = {}
 for line in ours.splitlines():
+    # The shape may hold commas (", 8-bit router"): it is everything between the name and the
+    # five numbers.
     parts = line.split(",")
-    if len(parts) != 7 or parts[0] == "kernel":
+    if len(parts) < 7 or parts[0] == "kernel":
         continue
-    name, shape, us, _bytes, _gbs, frac, _x = parts
+    name, shape = parts[0], ",".join(parts[1:-5])
+    us, _bytes, _gbs, frac, _x = parts[-5:]
+    try:
+        float(us)
+    except ValueError:
+        continue
     words = name.split()
     kernel, dtype = "_".join(words[:-1]), words[-1]
     rows.append(dict(source="ours", kernel=kernel, dtype=dtype, shape=shape, us=float(us)))
