@@ -28,7 +28,10 @@
 //! `u32::MAX` (out of range, which the expert kernels report) and every score
 //! NaN. With `renorm` the scores are divided
 //! by their sum (in the order chosen), MLX's `norm_topk_prob`. Lane `r` keeps
-//! round `r`'s expert and score, and the first `k` lanes store them at the end.
+//! round `r`'s expert and score, and the first `k` lanes store them at the end;
+//! with a shared expert (Qwen3-Next) lane `k` stores its slot after them: id
+//! `n_experts`, score the sigmoid of the gate logit that `moe_router_logits`
+//! computed as one more row.
 //!
 //! Each lane keeps its own experts' logits, then their `p`, in workgroup memory
 //! and reads only those, so the lanes never read what another wrote. The row is
