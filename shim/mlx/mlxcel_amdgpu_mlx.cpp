@@ -1049,6 +1049,16 @@ bool fits_u32(int64_t v) {
   return v >= 0 && v <= int64_t(UINT32_MAX);
 }
 
+// The C ABI's shape of a gate's arguments, or none when one does not fit in a u32 (a negative
+// one included): the gates then answer false, as the launch would refuse it.
+std::optional<MlxcelAmdgpuMoeShape> abi_shape(int64_t n_experts, int64_t k, int64_t din, int64_t dff, int64_t bits,
+                                              int64_t group_size) {
+  for (int64_t v : {n_experts, k, din, dff, bits, group_size})
+    if (!fits_u32(v)) return std::nullopt;
+  return MlxcelAmdgpuMoeShape{uint32_t(n_experts), uint32_t(k),    uint32_t(din),
+                              uint32_t(dff),       uint32_t(bits), uint32_t(group_size)};
+}
+
 }  // namespace
 
 // The getter `name`_kernel() of the header: kernel `kind`, `n_inputs` inputs, body `name`.
@@ -1092,11 +1102,8 @@ bool moe_available(Dtype t) {
 }
 bool moe_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits, int group_size) {
   auto code = abi_dtype(t);
-  if (!code || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 || group_size < 0)
-    return false;
-  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
-                         uint32_t(group_size)};
-  return mlxcel_amdgpu_moe_supports(*code, s);
+  auto s = abi_shape(n_experts, k, din, dff, bits, group_size);
+  return code && s && mlxcel_amdgpu_moe_supports(*code, *s);
 }
 
 bool moe_gated_available(Dtype t) {
@@ -1105,14 +1112,11 @@ bool moe_gated_available(Dtype t) {
 bool moe_gated_supports(Dtype t, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int gate_up_bits,
                         int down_bits, int group_size) {
   auto code = abi_dtype(t);
-  if (!code || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || gate_up_bits < 0 ||
-      down_bits < 0 || group_size < 0)
-    return false;
-  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k),         uint32_t(din),
-                         uint32_t(dff),       uint32_t(gate_up_bits), uint32_t(group_size)};
-  MlxcelAmdgpuMoeShape d = s;
+  auto s = abi_shape(n_experts, k, din, dff, gate_up_bits, group_size);
+  if (!code || !s || !fits_u32(down_bits)) return false;
+  MlxcelAmdgpuMoeShape d = *s;
   d.bits = uint32_t(down_bits);
-  return mlxcel_amdgpu_moe_gateup_supports(*code, s) && mlxcel_amdgpu_moe_down_supports(*code, d);
+  return mlxcel_amdgpu_moe_gateup_supports(*code, *s) && mlxcel_amdgpu_moe_down_supports(*code, d);
 }
 
 bool moe_router_available(Dtype t) {
@@ -1130,12 +1134,8 @@ bool moe_block_available(Dtype t) {
 bool moe_block_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff, int bits,
                         int group_size) {
   auto code = abi_dtype(t);
-  if (!code || !fits_u32(m) || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 ||
-      group_size < 0)
-    return false;
-  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
-                         uint32_t(group_size)};
-  return mlxcel_amdgpu_moe_block_supports(*code, s, uint32_t(m));
+  auto s = abi_shape(n_experts, k, din, dff, bits, group_size);
+  return code && s && fits_u32(m) && mlxcel_amdgpu_moe_block_supports(*code, *s, uint32_t(m));
 }
 bool moe_block_quantized_router_available(Dtype t) {
   return predicate(t, mlxcel_amdgpu_moe_block_quantized_router_available);
@@ -1143,12 +1143,9 @@ bool moe_block_quantized_router_available(Dtype t) {
 bool moe_block_quantized_router_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff,
                                          int bits, int group_size, int router_bits, int router_group_size) {
   auto code = abi_dtype(t);
-  if (!code || !fits_u32(m) || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 ||
-      group_size < 0 || router_bits < 0 || router_group_size < 0)
-    return false;
-  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
-                         uint32_t(group_size)};
-  return mlxcel_amdgpu_moe_block_quantized_router_supports(*code, s, uint32_t(m), uint32_t(router_bits),
+  auto s = abi_shape(n_experts, k, din, dff, bits, group_size);
+  return code && s && fits_u32(m) && fits_u32(router_bits) && fits_u32(router_group_size) &&
+         mlxcel_amdgpu_moe_block_quantized_router_supports(*code, *s, uint32_t(m), uint32_t(router_bits),
                                                            uint32_t(router_group_size));
 }
 
@@ -1159,12 +1156,9 @@ bool moe_block_shared_expert_available(Dtype t, int router_bits) {
 bool moe_block_shared_expert_supports(Dtype t, int64_t m, int64_t n_experts, int64_t k, int64_t din, int64_t dff,
                                       int bits, int group_size, int router_bits, int router_group_size) {
   auto code = abi_dtype(t);
-  if (!code || !fits_u32(m) || !fits_u32(n_experts) || !fits_u32(k) || !fits_u32(din) || !fits_u32(dff) || bits < 0 ||
-      group_size < 0 || router_bits < 0 || router_group_size < 0)
-    return false;
-  MlxcelAmdgpuMoeShape s{uint32_t(n_experts), uint32_t(k), uint32_t(din), uint32_t(dff), uint32_t(bits),
-                         uint32_t(group_size)};
-  return mlxcel_amdgpu_moe_block_shared_expert_supports(*code, s, uint32_t(m), uint32_t(router_bits),
+  auto s = abi_shape(n_experts, k, din, dff, bits, group_size);
+  return code && s && fits_u32(m) && fits_u32(router_bits) && fits_u32(router_group_size) &&
+         mlxcel_amdgpu_moe_block_shared_expert_supports(*code, *s, uint32_t(m), uint32_t(router_bits),
                                                         uint32_t(router_group_size));
 }
 

@@ -101,13 +101,11 @@ pub fn block_shared_supports(
     shape: &MoeShape,
     router: Option<RouterQuant>,
 ) -> bool {
-    let available = match router {
-        None => block_available(device, dtype),
-        Some(quant) => {
-            block_quantized_router_available(device, dtype) && validate_router_quant(quant, shape.din).is_ok()
-        }
+    let routed = match router {
+        None => block_supports(device, dtype, m, shape),
+        Some(quant) => block_quantized_router_supports(device, dtype, m, shape, quant),
     };
-    available && validate_block_shared(m, shape).is_ok()
+    routed && validate_block_shared(m, shape).is_ok()
 }
 
 /// Whether [`block`] for `dtype` takes `m` tokens of this shape on `device`.
@@ -359,9 +357,16 @@ pub unsafe fn block(
 /// Refuses a null pointer of a shared expert, named as its launch names it:
 /// the launches would take the shared slot's id as out of range.
 fn shared_pointers_given(sh: &SharedExpertPointers) -> Result<()> {
-    let gate_row = match sh.expert_gate {
-        ExpertGate::Dense(ws) => [("ws", ws), ("ws", ws), ("ws", ws)],
-        ExpertGate::Quantized(q) => [("wsq", q.w), ("ssq", q.scales), ("bsq", q.biases)],
+    let (dense, quantized);
+    let gate_row: &[(&str, u64)] = match sh.expert_gate {
+        ExpertGate::Dense(ws) => {
+            dense = [("ws", ws)];
+            &dense
+        }
+        ExpertGate::Quantized(q) => {
+            quantized = [("wsq", q.w), ("ssq", q.scales), ("bsq", q.biases)];
+            &quantized
+        }
     };
     let (g, u, d) = (sh.gate, sh.up, sh.down);
     let matrices = [
