@@ -595,6 +595,16 @@ fn bench_block<T: Element>(
         read_stream_ms(dev, &parts),
         bytes,
     ));
+    // The same bytes in two dependent launches (the router and its logits; the experts, their
+    // partial sums and the combine): the floor of a block folded into two launches, which tells
+    // how much of the gap to a target the launch count alone explains.
+    let two = [parts[0] + parts[1], parts[2] + parts[3] + parts[4]];
+    rows.push(Row::timed(
+        format!("read_stream yardstick {dtype}"),
+        format!("{what}'s bytes in 2 launches"),
+        read_stream_ms(dev, &two),
+        bytes,
+    ));
 }
 
 fn main() {

@@ -210,9 +210,9 @@ for bare_name, what in (("bare_cuLaunchKernel_empty", "an empty kernel"),
 
 # The MoE block (Qwen3-30B-A3B, the router in bf16): ours against MLX's amortized graph inside MLX,
 # against read_stream over its bytes in five launches, and the GPU kernels each runs per block.
-def block_row(kernel, prefix):
+def block_row(kernel, prefix, suffix=""):
     return next((r["us"] for r in rows if r["source"] == "ours" and r["kernel"] == kernel
-                 and r["shape"].startswith(prefix)), None)
+                 and r["shape"].startswith(prefix) and r["shape"].endswith(suffix)), None)
 
 
 for cells in mlx_table_titled("Qwen3-30B-A3B MoE block bf16"):
@@ -230,7 +230,7 @@ for cells in mlx_table_titled("Qwen3-Next-80B-A3B MoE block bf16 with its shared
            "amortized graph", f"{ours:.1f} vs {graph:.1f} us = {graph / ours:.2f}x", graph / ours >= need)
 for bits in (4, 8):
     a = block_row("moe_block", f"Qwen3-30B-A3B bits={bits} M=1 ")
-    y = block_row("read_stream_yardstick", f"Qwen3-30B-A3B bits={bits} M=1 ")
+    y = block_row("read_stream_yardstick", f"Qwen3-30B-A3B bits={bits} M=1 ", "in 5 launches")
     if a and y:
         target(f"MoE block {bits}-bit M=1: >= 70% of read_stream over its bytes in 5 launches",
                f"{a:.1f} us vs {y:.1f} us = {100 * y / a:.0f}%", y / a >= 0.7)
@@ -253,6 +253,20 @@ if a and y:
     p(f"\nadd3_layer_norm bf16 {add3} beside its byte-mix yardstick (the same three reads and two writes, "
       f"no arithmetic; stream_yardstick.cu): yardstick {y:.1f} us; ours {a:.1f} us, {100 * y / a:.1f}% of "
       f"the yardstick's speed{peer}.")
+
+# What the 5x target at M 1 asks beside what any kernels reading the block's bytes can reach: a
+# target below read_stream's time in a number of launches is out of reach in that many launches.
+for cells in mlx_table_titled("Qwen3-30B-A3B MoE block bf16"):
+    bits, router, m = cells[0], cells[1], cells[2]
+    if router != "bf16" or m != "1" or len(cells) < 10:
+        continue
+    goal = float(cells[8]) / 5.0
+    floors = [(n, block_row("read_stream_yardstick", f"Qwen3-30B-A3B bits={bits} M=1 ", f"in {n} launches"))
+              for n in (5, 2)]
+    floors = [f"{t:.1f} us in {n} launches ({'below' if t <= goal else 'above'} it)" for n, t in floors if t]
+    if floors:
+        p(f"\nMoE block {bits}-bit M=1: 5x MLX's amortized graph is {goal:.1f} us; read_stream over the "
+          f"block's bytes takes " + " and ".join(floors) + ".")
 
 open(os.path.join(D, "bench.md"), "w").write("\n".join(out) + "\n")
 print("\n".join(out))
