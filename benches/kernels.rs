@@ -431,7 +431,7 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
     let logits_bytes = ((e + m as usize) * din * dtype.size() + m as usize * e * 4) as f64;
     let topk_bytes = (m as usize * (e * 4 + 2 * shape.k as usize * 4)) as f64;
     let what = format!("Qwen3-30B-A3B M={m}");
-    rows.push(Row::timed(format!("moe_router_logits + moe_topk {dtype}"), what, ms, logits_bytes + topk_bytes));
+    rows.push(Row::timed(format!("moe_router_logits + moe_topk {dtype}"), what.clone(), ms, logits_bytes + topk_bytes));
     let parts = [(logits_bytes as usize) / 16 * 16, (topk_bytes as usize).div_ceil(16) * 16];
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
@@ -439,6 +439,26 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
         read_stream_ms(dev, &parts),
         parts.iter().sum::<usize>() as f64,
     ));
+    // Each launch alone, and read_stream over its bytes in one launch: which of the two
+    // takes the pair's time beyond its yardstick.
+    let logits_ms = median_ms(dev, 30, 10, || unsafe {
+        turn += 1;
+        let wr = routers[turn % routers.len()].ptr();
+        router::router_logits(dev, dtype, shape.logits_args(x.ptr(), wr, logits.ptr()), Stream::DEFAULT)
+    });
+    rows.push(Row::timed(format!("moe_router_logits {dtype}"), what.clone(), logits_ms, logits_bytes));
+    let topk_ms = median_ms(dev, 30, 10, || unsafe {
+        router::topk(dev, shape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true), Stream::DEFAULT)
+    });
+    rows.push(Row::timed(format!("moe_topk {dtype}"), what.clone(), topk_ms, topk_bytes));
+    for (name, bytes) in [("logits", parts[0]), ("topk", parts[1])] {
+        rows.push(Row::timed(
+            format!("read_stream yardstick {dtype}"),
+            format!("router's {name} bytes M={m} in 1 launch"),
+            read_stream_ms(dev, &[bytes]),
+            bytes as f64,
+        ));
+    }
 }
 
 /// A model's whole routed block of this shape for `m` tokens (renormalized, SwiGLU;
