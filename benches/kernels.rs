@@ -505,10 +505,11 @@ fn bench_block<T: Element>(
     // The experts each input chooses, from the router's own launches.
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
     let logits = dev.alloc::<f32>(m as usize * e).unwrap();
-    let ids = dev.alloc::<u32>(m as usize * k).unwrap();
-    let scores = dev.alloc::<f32>(m as usize * k).unwrap();
+    // Each input's ids and scores, kept for the launches timed one by one below.
+    let ids_of: Vec<DeviceBuffer<u32>> = xs.iter().map(|_| dev.alloc::<u32>(m as usize * k).unwrap()).collect();
+    let scores_of: Vec<DeviceBuffer<f32>> = xs.iter().map(|_| dev.alloc::<f32>(m as usize * k).unwrap()).collect();
     let mut distinct = 0usize;
-    for x in &xs {
+    for ((x, ids), scores) in xs.iter().zip(&ids_of).zip(&scores_of) {
         unsafe {
             match &wq {
                 Some((quant, w, s, b)) => {
@@ -615,6 +616,50 @@ fn bench_block<T: Element>(
         read_stream_ms(dev, &parts),
         bytes,
     ));
+    // The experts' three launches one at a time (10 back to back, over the inputs in turn), each
+    // beside read_stream over its bytes in one launch: which launch holds the block's time beyond
+    // its yardstick (the router's two: `bench_router`).
+    if router_quant.is_none() && !shared {
+        let act = dev.alloc::<f32>(m as usize * k * dff).unwrap();
+        let part = dev.alloc::<f32>(m as usize * k * din).unwrap();
+        let gateup_ms = median_ms(dev, 30, 10, || unsafe {
+            turn += 1;
+            let i = turn % xs.len();
+            let p = moe::GatedPointers {
+                x: xs[i].ptr(),
+                idx: ids_of[i].ptr(),
+                gate,
+                up,
+                act: act.ptr(),
+                status: status.ptr(),
+            };
+            moe::gateup_batch(dev, dtype, shape.gateup_batch_args(m, p, moe::Activation::SwiGlu), Stream::DEFAULT)
+        });
+        let down_ms = median_ms(dev, 30, 10, || unsafe {
+            turn += 1;
+            let i = turn % xs.len();
+            let (ids, scores) = (ids_of[i].ptr(), scores_of[i].ptr());
+            let args = shape.down_batch_args(m, ids, down, act.ptr(), scores, part.ptr(), status.ptr());
+            moe::down_batch(dev, dtype, args, Stream::DEFAULT)
+        });
+        let combine_ms = median_ms(dev, 30, 10, || unsafe {
+            let args = moe::MoeCombineBatchArgs { part: part.ptr(), out: out.ptr(), m, k: k as u32, din: din as u32 };
+            moe::combine_batch(dev, dtype, args, Stream::DEFAULT)
+        });
+        for (name, ms, bytes) in [
+            ("moe_gateup_batch", gateup_ms, parts[2]),
+            ("moe_down_batch", down_ms, parts[3]),
+            ("moe_combine_batch", combine_ms, parts[4]),
+        ] {
+            rows.push(Row::timed(format!("{name} {dtype}"), what.clone(), ms, bytes as f64));
+            rows.push(Row::timed(
+                format!("read_stream yardstick {dtype}"),
+                format!("{what}'s {name} bytes in 1 launch"),
+                read_stream_ms(dev, &[bytes]),
+                bytes as f64,
+            ));
+        }
+    }
     // The same bytes in two dependent launches (the router and its logits; the experts, their
     // partial sums and the combine): the floor of a block folded into two launches, which tells
     // how much of the gap to a target the launch count alone explains.
