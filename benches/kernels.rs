@@ -439,26 +439,29 @@ fn bench_router<T: Element>(dev: &Device, rows: &mut Vec<Row>, m: u32) {
         read_stream_ms(dev, &parts),
         parts.iter().sum::<usize>() as f64,
     ));
-    // Each launch alone, and read_stream over its bytes in one launch: which of the two
-    // takes the pair's time beyond its yardstick.
+    // Each launch alone: which of the two takes the pair's time beyond its yardstick.
     let logits_ms = median_ms(dev, 30, 10, || unsafe {
         turn += 1;
         let wr = routers[turn % routers.len()].ptr();
         router::router_logits(dev, dtype, shape.logits_args(x.ptr(), wr, logits.ptr()), Stream::DEFAULT)
     });
-    rows.push(Row::timed(format!("moe_router_logits {dtype}"), what.clone(), logits_ms, logits_bytes));
+    push_launch(dev, rows, "moe_router_logits", dtype, &what, logits_ms, parts[0]);
     let topk_ms = median_ms(dev, 30, 10, || unsafe {
         router::topk(dev, shape.topk_args(logits.ptr(), ids.ptr(), scores.ptr(), true), Stream::DEFAULT)
     });
-    rows.push(Row::timed(format!("moe_topk {dtype}"), what.clone(), topk_ms, topk_bytes));
-    for (name, bytes) in [("logits", parts[0]), ("topk", parts[1])] {
-        rows.push(Row::timed(
-            format!("read_stream yardstick {dtype}"),
-            format!("router's {name} bytes M={m} in 1 launch"),
-            read_stream_ms(dev, &[bytes]),
-            bytes as f64,
-        ));
-    }
+    push_launch(dev, rows, "moe_topk", dtype, &what, topk_ms, parts[1]);
+}
+
+/// Kernel `name`'s row in `dtype` (`ms` per launch, reading `bytes`, a multiple of 16), and beside
+/// it `read_stream` over the same bytes in one launch.
+fn push_launch(dev: &Device, rows: &mut Vec<Row>, name: &str, dtype: Dtype, what: &str, ms: f64, bytes: usize) {
+    rows.push(Row::timed(format!("{name} {dtype}"), what.to_string(), ms, bytes as f64));
+    rows.push(Row::timed(
+        format!("read_stream yardstick {dtype}"),
+        format!("{what}'s {name} bytes in 1 launch"),
+        read_stream_ms(dev, &[bytes]),
+        bytes as f64,
+    ));
 }
 
 /// A model's whole routed block of this shape for `m` tokens (renormalized, SwiGLU;
@@ -616,6 +619,16 @@ fn bench_block<T: Element>(
         read_stream_ms(dev, &parts),
         bytes,
     ));
+    // The same bytes in two dependent launches (the router and its logits; the experts, their
+    // partial sums and the combine): the floor of a block folded into two launches, which tells
+    // how much of the gap to a target the launch count alone explains.
+    let two = [parts[0] + parts[1], parts[2] + parts[3] + parts[4]];
+    rows.push(Row::timed(
+        format!("read_stream yardstick {dtype}"),
+        format!("{what}'s bytes in 2 launches"),
+        read_stream_ms(dev, &two),
+        bytes,
+    ));
     // The experts' three launches one at a time (10 back to back, over the inputs in turn), each
     // beside read_stream over its bytes in one launch: which launch holds the block's time beyond
     // its yardstick (the router's two: `bench_router`).
@@ -651,25 +664,9 @@ fn bench_block<T: Element>(
             ("moe_down_batch", down_ms, parts[3]),
             ("moe_combine_batch", combine_ms, parts[4]),
         ] {
-            rows.push(Row::timed(format!("{name} {dtype}"), what.clone(), ms, bytes as f64));
-            rows.push(Row::timed(
-                format!("read_stream yardstick {dtype}"),
-                format!("{what}'s {name} bytes in 1 launch"),
-                read_stream_ms(dev, &[bytes]),
-                bytes as f64,
-            ));
+            push_launch(dev, rows, name, dtype, &what, ms, bytes);
         }
     }
-    // The same bytes in two dependent launches (the router and its logits; the experts, their
-    // partial sums and the combine): the floor of a block folded into two launches, which tells
-    // how much of the gap to a target the launch count alone explains.
-    let two = [parts[0] + parts[1], parts[2] + parts[3] + parts[4]];
-    rows.push(Row::timed(
-        format!("read_stream yardstick {dtype}"),
-        format!("{what}'s bytes in 2 launches"),
-        read_stream_ms(dev, &two),
-        bytes,
-    ));
 }
 
 fn main() {
