@@ -292,9 +292,12 @@ fn qwen3_next_router(dev: &Device) {
 }
 
 /// Every K from 1 to the limit, with and without renormalization, expert
-/// counts below, at and above one per lane, and the largest.
+/// counts below, at and above one per lane, each count of groups a lane holds
+/// (1, 2, 4 and 8: E 100, 200, 512 and 1024), and the largest.
 fn topk_every_k_and_expert_count(dev: &Device) {
-    for (n_experts, ks) in [(5, &[1, 5][..]), (32, &[2, 16]), (100, &[1, 7, 16]), (1024, &[16])] {
+    for (n_experts, ks) in
+        [(5, &[1, 5][..]), (32, &[2, 16]), (100, &[1, 7, 16]), (200, &[8]), (512, &[10]), (1024, &[16])]
+    {
         let logits = spread_logits(3, n_experts, n_experts as u64);
         for &k in ks {
             for renorm in [false, true] {

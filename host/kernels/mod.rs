@@ -289,7 +289,7 @@ mod tests {
             }
             for n_experts in [1, 128, 512, kernels_device::geometry::moe_router::MAX_EXPERTS] {
                 see(symbol("moe_router_logits", dtype), moe::router::logits_dims(n_experts));
-                see("moe_topk".to_string(), moe::router::topk_dims(8, n_experts));
+                see("moe_topk".to_string(), moe::router::topk_dims(8));
             }
         }
         for (name, most) in reached {

@@ -640,7 +640,7 @@ families! {
     /// `sigmoid(gate_logits[t])`).
     family MoeTopKArgs (MoeTopK) {
         instances { moe_topk: f32 => crate::moe::router::moe_topk; }
-        workgroup_mem(geometry::moe_router::topk_workgroup_mem_bytes(geometry::moe_router::MAX_EXPERTS))
+        workgroup_mem(geometry::moe_router::TOPK_WORKGROUP_MEM_BYTES)
         params {
             logits: read f32 [m, n_experts],
             gate_logits: read_nullable f32 [m],

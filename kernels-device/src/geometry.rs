@@ -400,19 +400,24 @@ pub mod moe_router {
     pub const fn logits_workgroups(n_experts: u32) -> u32 {
         n_experts
     }
-    /// The most experts: `moe_topk` keeps one bit per expert of each lane in a
-    /// word (32 lanes x 32 bits).
+    /// The most experts: a lane of `moe_topk` holds at most 32 experts'
+    /// probabilities in registers ([`TOPK_GROUP`] at a time).
     pub const MAX_EXPERTS: u32 = WAVE_SIZE * 32;
     /// The most experts chosen per token.
     pub const MAX_TOPK: u32 = 16;
-    /// Logits a lane of `moe_topk` loads together (E 128 is four a lane, E 512
-    /// sixteen: one and two batches).
-    pub const TOPK_BATCH: usize = 8;
-
-    /// Workgroup memory of `moe_topk` for `n_experts`: one f32 each.
-    pub const fn topk_workgroup_mem_bytes(n_experts: u32) -> u32 {
-        4 * n_experts
+    /// The experts of a lane of `moe_topk` come in groups of this many: its
+    /// registers hold 1, 2, 4 or 8 groups, the fewest that cover `n_experts`
+    /// (E 128 is one group, E 512 four).
+    pub const TOPK_GROUP: u32 = 4;
+    /// The groups of a lane of `moe_topk` for `n_experts`: 1, 2, 4 or 8.
+    pub const fn topk_groups(n_experts: u32) -> u32 {
+        let groups = n_experts.div_ceil(TOPK_GROUP * WAVE_SIZE);
+        if groups <= 1 { 1 } else { groups.next_power_of_two() }
     }
+    const _: () = assert!(topk_groups(MAX_EXPERTS) == 8);
+
+    /// Workgroup memory of `moe_topk`: none (its probabilities stay in registers).
+    pub const TOPK_WORKGROUP_MEM_BYTES: u32 = 0;
 }
 
 pub mod moe {

@@ -356,7 +356,7 @@ fn router_logits(ty: &str, din: u32) -> Case {
 /// moe_topk: 3 tokens of 70 experts (lanes with two and three each), K 5,
 /// renormalized, with a shared expert's slot; token 1 has a tie at its top.
 fn topk() -> Case {
-    use kernels_device::geometry::moe_router::{TOPK_WORKGROUP_SIZE, topk_workgroup_mem_bytes};
+    use kernels_device::geometry::moe_router::{TOPK_WORKGROUP_MEM_BYTES, TOPK_WORKGROUP_SIZE};
     let (m, e, k) = (3u32, 70u32, 5u32);
     let mut logits = noise((m * e) as usize, 53, 2.0);
     logits[(e + 4) as usize] = 9.0;
@@ -374,7 +374,7 @@ fn topk() -> Case {
         Arg::U32(1),
         Arg::U32(1),
     ];
-    Case::new("moe_topk", [m, 1, 1], TOPK_WORKGROUP_SIZE, topk_workgroup_mem_bytes(e), args, bufs)
+    Case::new("moe_topk", [m, 1, 1], TOPK_WORKGROUP_SIZE, TOPK_WORKGROUP_MEM_BYTES, args, bufs)
 }
 
 /// One test per case: `name => case expression`.

@@ -296,7 +296,7 @@ pub unsafe fn block(
     }
     let mut stages = vec![
         router_stage(logits_kernel, rshape, &p, logits, gate_logits)?,
-        Stage::new(topk_kernel, router::topk_dims(m, shape.n_experts), &ta.values(), &ta.extents()),
+        Stage::new(topk_kernel, router::topk_dims(m), &ta.values(), &ta.extents()),
     ];
     let gated = GatedPointers { x: p.x, idx: ids, gate: p.gate, up: p.up, act, status: p.status };
     if single {

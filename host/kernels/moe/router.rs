@@ -12,8 +12,8 @@
 use kernels_device::entry::{MoeRouterLogits, MoeRouterLogitsQ, MoeTopK};
 pub use kernels_device::entry::{MoeRouterLogitsArgs, MoeRouterLogitsQArgs, MoeTopKArgs};
 use kernels_device::geometry::moe_router::{
-    LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_SIZE,
-    logits_workgroups, topk_workgroup_mem_bytes,
+    LOGITS_WORKGROUP_MEM_BYTES, LOGITS_WORKGROUP_SIZE, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_WORKGROUP_MEM_BYTES,
+    TOPK_WORKGROUP_SIZE, logits_workgroups,
 };
 
 use super::{all_or_none, refuse_overlap};
@@ -151,13 +151,9 @@ pub fn logits_dims(n_experts: u32) -> LaunchDims {
     }
 }
 
-/// `moe_topk`'s launch: one wave per token, one f32 of workgroup memory per expert.
-pub fn topk_dims(m: u32, n_experts: u32) -> LaunchDims {
-    LaunchDims {
-        grid: [m, 1, 1],
-        workgroup_size: TOPK_WORKGROUP_SIZE,
-        workgroup_mem_bytes: topk_workgroup_mem_bytes(n_experts),
-    }
+/// `moe_topk`'s launch: one wave per token, no workgroup memory.
+pub fn topk_dims(m: u32) -> LaunchDims {
+    LaunchDims { grid: [m, 1, 1], workgroup_size: TOPK_WORKGROUP_SIZE, workgroup_mem_bytes: TOPK_WORKGROUP_MEM_BYTES }
 }
 
 impl CheckedArgs for MoeRouterLogitsArgs {
@@ -203,7 +199,7 @@ impl CheckedArgs for MoeTopKArgs {
             let why = if self.shared == 1 { "is a null pointer with `shared` 1" } else { "is given with `shared` 0" };
             return Err(Error::invalid("gate_logits", why));
         }
-        let dims = topk_dims(self.m, self.n_experts);
+        let dims = topk_dims(self.m);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
     }
@@ -341,7 +337,7 @@ pub unsafe fn router(
             )
         })?;
     }
-    let dims = [logits_dims(shape.n_experts), topk_dims(shape.m, shape.n_experts)];
+    let dims = [logits_dims(shape.n_experts), topk_dims(shape.m)];
     device.check_workgroup_mem(&logits_kernel, &dims[0])?;
     device.check_workgroup_mem(&topk_kernel, &dims[1])?;
     unsafe {

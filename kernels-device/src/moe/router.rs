@@ -23,20 +23,22 @@
 //! One wave per token. The softmax is MLX's precise one: `p_e = exp(l_e - max)
 //! / sum`, the sum in f32 (each lane's terms in index order, then the wave
 //! sum). Then `k` rounds, each choosing the largest `p` not yet chosen; equal
-//! `p` go to the lower expert index, and a NaN `p` is never chosen. A NaN or
-//! `+inf` logit (or only `-inf` ones) makes every `p` NaN: then every id is
-//! `u32::MAX` (out of range, which the expert kernels report) and every score
-//! NaN. With `renorm` the scores are divided
-//! by their sum (in the order chosen), MLX's `norm_topk_prob`. Lane `r` keeps
-//! round `r`'s expert and score, and the first `k` lanes store them at the end;
-//! with a shared expert (Qwen3-Next) lane `k` stores its slot after them: id
-//! `n_experts`, score the sigmoid of the gate logit that `moe_router_logits`
-//! computed as one more row.
+//! `p` go to the lower expert index. A NaN or `+inf` logit (or only `-inf`
+//! ones) makes every `p` NaN: then every id is `u32::MAX` (out of range, which
+//! the expert kernels report) and every score NaN. With `renorm` the scores are
+//! divided by their sum (in the order chosen), MLX's `norm_topk_prob`. Lane `r`
+//! keeps round `r`'s expert and score, and the first `k` lanes store them at
+//! the end; with a shared expert (Qwen3-Next) lane `k` stores its slot after
+//! them: id `n_experts`, score the sigmoid of the gate logit that
+//! `moe_router_logits` computed as one more row.
 //!
-//! Each lane keeps its own experts' logits, then their `p`, in workgroup memory
-//! and reads only those, so the lanes never read what another wrote. The row is
-//! read from memory once, [`TOPK_BATCH`] logits a lane at a time, issued
-//! together.
+//! Lane `l` holds its experts `l + 32 i` in registers, [`TOPK_GROUP`] a group
+//! ([`topk_groups`]: the kernel is instantiated per group count), all its
+//! loads issued before the first is used. A round is one wave maximum of one
+//! integer per lane ([`candidate`]: the probability's bits above the expert's
+//! complement, so the maximum is the larger `p`, then the lower expert), after
+//! which only the lane that owned the winner looks for its next best. No round
+//! reads memory.
 
 // Sums are spelled `acc = acc + v` (their order is the point).
 #![allow(clippy::assign_op_pattern, clippy::too_many_arguments)]
@@ -44,7 +46,9 @@
 use crate::num::math::mul_add;
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe_router::{CHUNK, MAX_BATCH, MAX_TOKENS, MAX_TOPK, TOPK_BATCH, WAVES_PER_ROW, batch};
+use crate::geometry::moe_router::{
+    CHUNK, MAX_BATCH, MAX_EXPERTS, MAX_TOKENS, MAX_TOPK, TOPK_GROUP, WAVES_PER_ROW, batch, topk_groups,
+};
 use crate::num::{Elem, exp};
 use crate::vector::Vector;
 use crate::wave;
@@ -397,23 +401,27 @@ unsafe fn row_part<T: Elem, const M: usize>(x: *const T, w_row: *const T, din: u
     acc
 }
 
-/// The better of two candidates `(p, expert)`: the larger `p`, then the lower
-/// expert; a candidate whose expert is `u32::MAX` is none.
+/// A candidate of `moe_topk` as one integer: the probability's bits above the
+/// complement of the expert. The probabilities compared are never negative nor
+/// NaN, so their bits order as they do: the larger key is the larger
+/// probability, then the lower expert. Every candidate is above 0, which is none.
 #[inline(always)]
-fn better(a: (f32, u32), b: (f32, u32)) -> (f32, u32) {
-    let b_wins = b.1 != u32::MAX && (a.1 == u32::MAX || b.0 > a.0 || (b.0 == a.0 && b.1 < a.1));
-    if b_wins { b } else { a }
+fn candidate(p: f32, expert: u32) -> u64 {
+    ((p.to_bits() as u64) << 32) | !expert as u64
 }
 
-/// [`better`] over the 32 lanes (a xor butterfly): every lane ends with the
-/// wave's best candidate.
+/// The largest of the lanes' keys (a xor butterfly): every lane ends with it.
 #[inline(always)]
-fn wave_best(c: (f32, u32)) -> (f32, u32) {
+fn wave_max_key(c: u64) -> u64 {
     let mut c = c;
     crate::unroll!(s, const MASK_LOG in 0..5 => {
         let _ = s;
-        let other = (wave::shfl_xor_f32::<{ 16 >> MASK_LOG }>(c.0), wave::shfl_xor_u32::<{ 16 >> MASK_LOG }>(c.1));
-        c = better(c, other);
+        let high = wave::shfl_xor_u32::<{ 16 >> MASK_LOG }>((c >> 32) as u32);
+        let low = wave::shfl_xor_u32::<{ 16 >> MASK_LOG }>(c as u32);
+        let other = ((high as u64) << 32) | low as u64;
+        if other > c {
+            c = other;
+        }
     });
     c
 }
@@ -439,10 +447,9 @@ fn wave_max(v: f32) -> f32 {
 /// row of `ids` and `scores` has one more slot, the shared expert: id
 /// `n_experts` and score `sigmoid(gate_logits[t])`, never renormalized.
 ///
-/// Launch: grid `m` workgroups of 32 threads (one wave) and `4 * n_experts`
-/// bytes of workgroup memory; `n_experts <= MAX_EXPERTS`, `1 <= k <= MAX_TOPK`,
-/// `k <= n_experts`, `shared` 0 or 1 (the kernel returns without touching
-/// memory otherwise).
+/// Launch: grid `m` workgroups of 32 threads (one wave), no workgroup memory;
+/// `1 <= k <= MAX_TOPK`, `k <= n_experts`. The kernel returns without touching
+/// memory when `n_experts` is above `MAX_EXPERTS` or `shared` is not 0 or 1.
 ///
 /// # Safety
 /// `logits` holds `m * n_experts` values, `ids` and `scores` `m * (k +
@@ -462,92 +469,25 @@ pub unsafe fn moe_topk(
 ) {
     let lane = wave::lane_id();
     let t = wave::workgroup_id_x();
-    if t >= m || shared > 1 || (shared == 1 && gate_logits.is_null()) {
+    if t >= m || n_experts > MAX_EXPERTS || shared > 1 || (shared == 1 && gate_logits.is_null()) {
         return;
     }
-    let e = n_experts as usize;
-    let row = unsafe { logits.add(t as usize * e) };
+    let row = unsafe { logits.add(t as usize * n_experts as usize) };
+    let round = unsafe {
+        match topk_groups(n_experts) {
+            1 => choose::<1>(row, n_experts, k),
+            2 => choose::<2>(row, n_experts, k),
+            4 => choose::<4>(row, n_experts, k),
+            _ => choose::<8>(row, n_experts, k),
+        }
+    };
     let slots = k + shared;
     let ids = unsafe { ids.add((t * slots) as usize) };
     let scores = unsafe { scores.add((t * slots) as usize) };
-    let p = wave::workgroup_mem::<f32>();
-
-    // The row into workgroup memory and its maximum (NaN skipped: a NaN logit
-    // makes the sum, and so every probability, NaN): a lane's TOPK_BATCH
-    // logits loaded together, then compared in index order.
-    let mut top = f32::NEG_INFINITY;
-    let mut base = lane as usize;
-    while base < e {
-        let mut v = [f32::NEG_INFINITY; TOPK_BATCH];
-        crate::unroll!(b in 0..TOPK_BATCH => {
-            let j = base + b * WAVE_SIZE as usize;
-            if j < e {
-                v[b] = unsafe { *row.add(j) };
-            }
-        });
-        crate::unroll!(b in 0..TOPK_BATCH => {
-            let j = base + b * WAVE_SIZE as usize;
-            if j < e {
-                unsafe { *p.add(j) = v[b] };
-                if v[b] > top {
-                    top = v[b];
-                }
-            }
-        });
-        base += TOPK_BATCH * WAVE_SIZE as usize;
-    }
-    let top = wave_max(top);
-
-    // exp(l - max) for this lane's experts, their sum, then the probabilities.
-    let mut lane_sum = 0.0f32;
-    let mut j = lane as usize;
-    while j < e {
-        let v = exp(unsafe { *p.add(j) } - top);
-        unsafe { *p.add(j) = v };
-        lane_sum = lane_sum + v;
-        j += WAVE_SIZE as usize;
-    }
-    let sum = wave::wave_sum_f32(lane_sum);
-    let mut j = lane as usize;
-    while j < e {
-        unsafe { *p.add(j) = *p.add(j) / sum };
-        j += WAVE_SIZE as usize;
-    }
-
-    // This lane's chosen experts: bit i for expert lane + 32 i. Lane r keeps
-    // round r's expert and probability, and the lanes store them together at
-    // the end: no store waits on another, and renormalizing reads nothing back.
-    let mut chosen = 0u32;
-    let mut chosen_sum = 0.0f32;
-    let (mut round_expert, mut round_score) = (u32::MAX, f32::NAN);
-    let mut r = 0u32;
-    while r < k {
-        let mut best = (0.0f32, u32::MAX);
-        let mut j = lane as usize;
-        let mut i = 0;
-        while j < e {
-            let pj = unsafe { *p.add(j) };
-            if chosen & (1 << i) == 0 && !pj.is_nan() {
-                best = better(best, (pj, j as u32));
-            }
-            j += WAVE_SIZE as usize;
-            i += 1;
-        }
-        let (score, expert) = wave_best(best);
-        let score = if expert == u32::MAX { f32::NAN } else { score };
-        if expert != u32::MAX && expert % WAVE_SIZE == lane {
-            chosen |= 1 << (expert / WAVE_SIZE);
-        }
-        if lane == r {
-            (round_expert, round_score) = (expert, score);
-        }
-        chosen_sum = chosen_sum + score;
-        r += 1;
-    }
     if lane < k {
-        let score = if renorm != 0 { round_score / chosen_sum } else { round_score };
+        let score = if renorm != 0 { round.score / round.chosen_sum } else { round.score };
         unsafe {
-            *ids.add(lane as usize) = round_expert;
+            *ids.add(lane as usize) = round.expert;
             *scores.add(lane as usize) = score;
         }
     } else if lane == k && shared == 1 {
@@ -557,6 +497,101 @@ pub unsafe fn moe_topk(
             *scores.add(lane as usize) = 1.0 / (1.0 + exp(-gate));
         }
     }
+}
+
+/// What a lane of `moe_topk` keeps of the rounds: lane `r` round `r`'s expert
+/// and score; every lane the sum of the chosen scores, in the order chosen.
+struct Round {
+    expert: u32,
+    score: f32,
+    chosen_sum: f32,
+}
+
+/// The softmax and the `k` rounds of `moe_topk` for one token's `row` of `e`
+/// logits, each lane holding its experts `lane + 32 (4 g + i)` for `g < G`.
+#[inline(always)]
+unsafe fn choose<const G: usize>(row: *const f32, e: u32, k: u32) -> Round {
+    const GROUP: usize = TOPK_GROUP as usize;
+    let lane = wave::lane_id();
+    let expert = |g: usize, i: usize| lane + WAVE_SIZE * (TOPK_GROUP * g as u32 + i as u32);
+
+    // The logits (every load issued before the first is used) and their
+    // maximum, compared in index order; NaN is skipped (a NaN logit makes the
+    // sum, and so every probability, NaN).
+    let mut p = [[f32::NEG_INFINITY; GROUP]; G];
+    crate::unroll!(g in 0..G => {
+        crate::unroll!(i in 0..GROUP => {
+            if expert(g, i) < e {
+                p[g][i] = unsafe { *row.add(expert(g, i) as usize) };
+            }
+        });
+    });
+    let mut top = f32::NEG_INFINITY;
+    crate::unroll!(g in 0..G => {
+        crate::unroll!(i in 0..GROUP => {
+            if expert(g, i) < e && p[g][i] > top {
+                top = p[g][i];
+            }
+        });
+    });
+    let top = wave_max(top);
+
+    // exp(l - max), this lane's sum in index order, the wave's sum, then the
+    // probabilities as candidates (0 for the slots past the last expert).
+    let mut lane_sum = 0.0f32;
+    crate::unroll!(g in 0..G => {
+        crate::unroll!(i in 0..GROUP => {
+            if expert(g, i) < e {
+                p[g][i] = exp(p[g][i] - top);
+                lane_sum = lane_sum + p[g][i];
+            }
+        });
+    });
+    let sum = wave::wave_sum_f32(lane_sum);
+    let mut keys = [[0u64; GROUP]; G];
+    // A NaN sum makes every probability NaN: no candidate, every round none.
+    if !sum.is_nan() {
+        crate::unroll!(g in 0..G => {
+            crate::unroll!(i in 0..GROUP => {
+                if expert(g, i) < e {
+                    keys[g][i] = candidate(p[g][i] / sum, expert(g, i));
+                }
+            });
+        });
+    }
+    // This lane's best candidate below `bound` (0 when none is left).
+    let best_below = |keys: &[[u64; GROUP]; G], bound: u64| {
+        let mut best = 0u64;
+        crate::unroll!(g in 0..G => {
+            crate::unroll!(i in 0..GROUP => {
+                let c = keys[g][i];
+                if c < bound && c > best {
+                    best = c;
+                }
+            });
+        });
+        best
+    };
+
+    // Each round the wave's best candidate wins; the lane that held it moves
+    // to its next best. Keys are distinct, so "below the winner" is "not yet chosen".
+    let mut head = best_below(&keys, u64::MAX);
+    let mut round = Round { expert: u32::MAX, score: f32::NAN, chosen_sum: 0.0 };
+    let mut r = 0u32;
+    while r < k {
+        let best = wave_max_key(head);
+        let (expert, score) =
+            if best == 0 { (u32::MAX, f32::NAN) } else { (!(best as u32), f32::from_bits((best >> 32) as u32)) };
+        if best != 0 && expert % WAVE_SIZE == lane {
+            head = best_below(&keys, best);
+        }
+        if lane == r {
+            (round.expert, round.score) = (expert, score);
+        }
+        round.chosen_sum = round.chosen_sum + score;
+        r += 1;
+    }
+    round
 }
 
 // Lane r keeps round r of `moe_topk`, and lane k the shared expert's slot.
