@@ -233,6 +233,16 @@ fn edge_the_largest_grid<T: Element>(dev: &Device) {
     check_all::<T>(dev, &inp, "largest grid");
 }
 
+/// K from one batch of the combine's loads to three (8, 9 and 17 slots: the
+/// last batch full, with one slot, and after two full ones), each expert once.
+fn combine_takes_slots_in_batches(dev: &Device) {
+    for k in [8, 9, 17] {
+        let mut inp = moe_inputs(Dtype::Bf16, 64, 64, 17, k, 4, 32, 520 + k as u64);
+        inp.idx = (0..k as u32).rev().collect();
+        check_all::<bf16>(dev, &inp, "combine batches");
+    }
+}
+
 /// Rows long enough for several batches of quads per lane (8 bits, Din 4608:
 /// 288 quads, lanes take 9 or 10 each in three batches), and every lane busy.
 fn long_rows_take_several_batches(dev: &Device) {
@@ -858,6 +868,7 @@ fn main() {
         .per_backend("reduced_shape_bf16_bits_8", reduced_shape_bf16_bits_8)
         .per_backend_and_dtype("every_dtype_and_group_size", typed!(every_dtype_and_group_size))
         .per_backend("long_rows_take_several_batches", long_rows_take_several_batches)
+        .per_backend("combine_takes_slots_in_batches", combine_takes_slots_in_batches)
         .per_backend_and_dtype("edge_expert_ids_at_the_bounds", typed!(edge_expert_ids_at_the_bounds))
         .per_backend("edge_the_longest_rows", edge_the_longest_rows)
         .cuda_per_dtype("edge_the_largest_grid", typed!(edge_the_largest_grid))

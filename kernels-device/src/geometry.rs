@@ -464,6 +464,9 @@ pub mod moe {
     };
     /// Threads per workgroup of `moe_combine` (one output element per thread).
     pub const COMBINE_WORKGROUP_SIZE: u32 = 256;
+    /// Slots whose loads a thread of `moe_combine` issues together before
+    /// adding them: K 8 (Qwen3) is one wait, not eight.
+    pub const COMBINE_BATCH: usize = 8;
     /// The largest K (grid z).
     pub const MAX_K: u32 = 65535;
     /// The most tokens of one launch of the batch kernels (`moe_gateup_batch`,

@@ -80,9 +80,9 @@
 use crate::num::math::mul_add;
 
 use crate::geometry::moe::{
-    QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, RowLayout, SIX_BIT_UNIT_VALUES, SIX_BIT_UNIT_WORDS,
-    STAGE_VALUES, WAVES, WORKGROUP_SIZE, gate_totals, group_of_quad, group_of_word, row_layout, row_layout_6bit,
-    staged_chunk, staged_word, values_per_chunk, values_per_word,
+    COMBINE_BATCH, QUAD_WORDS, QUADS_PER_BATCH, ROWS_PER_WAVE, ROWS_PER_WORKGROUP, RowLayout, SIX_BIT_UNIT_VALUES,
+    SIX_BIT_UNIT_WORDS, STAGE_VALUES, WAVES, WORKGROUP_SIZE, gate_totals, group_of_quad, group_of_word, row_layout,
+    row_layout_6bit, staged_chunk, staged_word, values_per_chunk, values_per_word,
 };
 use crate::num::Elem;
 use crate::vector::{F32x4, U32x4, Vector};
@@ -1085,7 +1085,8 @@ unsafe fn six_bit_dot(words: [u32; 3], xs: *const f32) -> f32 {
 }
 
 /// `out[h] = T(sum_k part[k, h])`, the sum in f32 over k ascending from +0.0, one
-/// rounding. One thread per h.
+/// rounding. One thread per h; the loads of [`COMBINE_BATCH`] slots are issued
+/// together, then added in slot order.
 ///
 /// # Safety
 /// `part [k, din]` (f32), `out [din]`; any 1-D grid covering `din` threads.
@@ -1095,12 +1096,22 @@ pub unsafe fn moe_combine<T: Elem>(part: *const f32, out: *mut T, k: u32, din: u
     if h >= din as u64 {
         return;
     }
-    let h = h as usize;
+    let (h, k, din) = (h as usize, k as usize, din as usize);
     let mut acc = 0.0f32;
-    let mut j = 0;
-    while j < k {
-        acc = acc + unsafe { part.add(j as usize * din as usize + h).read() };
-        j += 1;
+    let mut first = 0;
+    while first < k {
+        let mut v = [0.0f32; COMBINE_BATCH];
+        crate::unroll!(b in 0..COMBINE_BATCH => {
+            if first + b < k {
+                v[b] = unsafe { part.add((first + b) * din + h).read() };
+            }
+        });
+        crate::unroll!(b in 0..COMBINE_BATCH => {
+            if first + b < k {
+                acc = acc + v[b];
+            }
+        });
+        first += COMBINE_BATCH;
     }
     unsafe { out.add(h).write(T::from_f32(acc)) };
 }
