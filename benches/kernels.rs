@@ -465,12 +465,12 @@ fn push_launch(dev: &Device, rows: &mut Vec<Row>, name: &str, dtype: Dtype, what
 }
 
 /// A model's whole routed block of this shape for `m` tokens (renormalized, SwiGLU;
-/// `moe::block::block`: router logits, top-k, gate/up, down and combine; the router in `T`, or
+/// `moe::block::block`: router logits, top-k with gate/up, down and combine; the router in `T`, or
 /// quantized as `router_quant` says, as mlx-lm's quantized checkpoints hold it), over 16
 /// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
-/// inputs share), beside `read_stream` in the same five dependent launches over the bytes those
-/// launches must read: the router's weights, the logits, each distinct chosen expert's gate/up
-/// and down once (their mean count over the inputs), and the partial sums. With `shared`, the
+/// inputs share), beside `read_stream` in the same four dependent launches over the bytes those
+/// launches must read: the router's weights; the logits with each distinct chosen expert's
+/// gate/up once (their mean count over the inputs); down likewise; and the partial sums. With `shared`, the
 /// model's shared expert too (Qwen3-Next): its gate row in the router's format and its three
 /// matrices, read once.
 fn bench_block<T: Element>(
@@ -507,12 +507,12 @@ fn bench_block<T: Element>(
         (0..16u64).map(|s| upload::<T>(dev, &data::normal(dtype, 300 + s, m as usize * din, 1.0))).collect();
     // The experts each input chooses, from the router's own launches.
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
-    let logits = dev.alloc::<f32>(m as usize * e).unwrap();
-    // Each input's ids and scores, kept for the launches timed one by one below.
+    // Each input's logits, ids and scores, kept for the launches timed one by one below.
     let ids_of: Vec<DeviceBuffer<u32>> = xs.iter().map(|_| dev.alloc::<u32>(m as usize * k).unwrap()).collect();
     let scores_of: Vec<DeviceBuffer<f32>> = xs.iter().map(|_| dev.alloc::<f32>(m as usize * k).unwrap()).collect();
+    let logits_of: Vec<DeviceBuffer<f32>> = xs.iter().map(|_| dev.alloc::<f32>(m as usize * e).unwrap()).collect();
     let mut distinct = 0usize;
-    for ((x, ids), scores) in xs.iter().zip(&ids_of).zip(&scores_of) {
+    for (((x, ids), scores), logits) in xs.iter().zip(&ids_of).zip(&scores_of).zip(&logits_of) {
         unsafe {
             match &wq {
                 Some((quant, w, s, b)) => {
@@ -613,10 +613,11 @@ fn bench_block<T: Element>(
     let with = if shared { ", shared expert" } else { "" };
     let what = format!("{model} bits={bits}{router}{with} M={m} ({distinct:.1} distinct experts)");
     rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
+    let four = [parts[0], parts[1] + parts[2], parts[3], parts[4]];
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
-        format!("{what}'s bytes in 5 launches"),
-        read_stream_ms(dev, &parts),
+        format!("{what}'s bytes in 4 launches"),
+        read_stream_ms(dev, &four),
         bytes,
     ));
     // The same bytes in two dependent launches (the router and its logits; the experts, their
@@ -629,12 +630,41 @@ fn bench_block<T: Element>(
         read_stream_ms(dev, &two),
         bytes,
     ));
-    // The experts' three launches one at a time (10 back to back, over the inputs in turn), each
-    // beside read_stream over its bytes in one launch: which launch holds the block's time beyond
-    // its yardstick (the router's two: `bench_router`).
+    // The block's three launches after the router one at a time (10 back to back, over the inputs
+    // in turn), each beside read_stream over its bytes in one launch: which launch holds the
+    // block's time beyond its yardstick (the router's: `bench_router`). `moe_gateup_batch`, the
+    // same gate/up without the selection, beside them.
     if router_quant.is_none() && !shared {
         let act = dev.alloc::<f32>(m as usize * k * dff).unwrap();
         let part = dev.alloc::<f32>(m as usize * k * din).unwrap();
+        let routed_ms = median_ms(dev, 30, 10, || unsafe {
+            turn += 1;
+            let i = turn % xs.len();
+            let args = moe::block::MoeGateUpRoutedArgs {
+                x: xs[i].ptr(),
+                logits: logits_of[i].ptr(),
+                ids: ids_of[i].ptr(),
+                scores: scores_of[i].ptr(),
+                wg: gate.w,
+                sg: gate.scales,
+                bg: gate.biases,
+                wu: up.w,
+                su: up.scales,
+                bu: up.biases,
+                act: act.ptr(),
+                activation: moe::Activation::SwiGlu as u32,
+                m,
+                renorm: 1,
+                n_experts: shape.n_experts,
+                k: shape.k,
+                din: shape.din,
+                dff: shape.dff,
+                bits: shape.bits,
+                group_size: shape.group_size,
+                ..Default::default()
+            };
+            moe::block::gateup_routed(dev, dtype, args, Stream::DEFAULT)
+        });
         let gateup_ms = median_ms(dev, 30, 10, || unsafe {
             turn += 1;
             let i = turn % xs.len();
@@ -660,6 +690,7 @@ fn bench_block<T: Element>(
             moe::combine_batch(dev, dtype, args, Stream::DEFAULT)
         });
         for (name, ms, bytes) in [
+            ("moe_gateup_routed", routed_ms, parts[1] + parts[2]),
             ("moe_gateup_batch", gateup_ms, parts[2]),
             ("moe_down_batch", down_ms, parts[3]),
             ("moe_combine_batch", combine_ms, parts[4]),

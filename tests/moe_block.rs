@@ -19,7 +19,7 @@ mod common;
 use common::{Suite, assert_meets_dense, download_bits, download_values, label};
 use mlxcel_amdgpu::kernels::moe::block::{self, BlockPointers, ExpertGate, RouterWeights, SharedExpertPointers};
 use mlxcel_amdgpu::kernels::moe::router::{
-    QuantRouterBuffers, RouterQuant, RouterShape, run_router_logits, run_router_logits_q, run_topk,
+    self, QuantRouterBuffers, RouterQuant, RouterShape, run_router_logits, run_router_logits_q, run_topk,
 };
 use mlxcel_amdgpu::kernels::moe::{
     Activation, DownBatchBuffers, GatedBuffers, MoeShape, QuantizedPointers, run_combine_batch, run_down_batch,
@@ -515,6 +515,197 @@ fn out_over_the_gate_row_is_refused() {
     assert!(why.contains("overlaps `ws`"), "{why}");
 }
 
+/// A token whose `x` holds a NaN: its logits are NaN, so the block's
+/// selection gives its slots id `u32::MAX`, its `out` is NaN and the status
+/// word names its first slot; the other tokens, the ids in the scratch and
+/// the whole `out` are bit for bit the separate launches'.
+fn a_nan_token_gets_out_of_range_ids_and_a_status<T: Element>(dev: &Device) {
+    let (m, bad) = (3usize, 1usize);
+    let mut b = block_inputs(T::DTYPE, m, 4, seed_of::<T>(500, 0));
+    b.x[bad * DIN + 17] = f32::NAN;
+    let u = upload::<T>(dev, &b);
+    let out = poisoned::<T>(dev, m * DIN);
+    let scratch = poisoned::<u8>(dev, block::block_scratch_bytes(m as u32, &b.shape).unwrap());
+    let status = dev.upload(&[0u32]).unwrap();
+    let p = BlockPointers { status: status.ptr(), ..pointers(&u, &out, &scratch) };
+    // SAFETY: the buffers hold the shapes of `b`, and the scratch its size.
+    unsafe { block::block(dev, T::DTYPE, p, &b.shape, m as u32, Activation::SwiGlu, true, Stream::DEFAULT) }.unwrap();
+    dev.synchronize().unwrap();
+    let what = label::<T>(dev);
+    assert_eq!(status.download().unwrap()[0], 1 + (bad * K) as u32, "{what}: the first slot of token {bad}");
+    // The scratch holds the logits, then the ids, each from a multiple of 256 bytes.
+    let at = (m * N_EXPERTS * 4).next_multiple_of(256);
+    let bytes = scratch.download().unwrap();
+    let ids: Vec<u32> =
+        bytes[at..at + m * K * 4].chunks(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect();
+    let (want, want_ids) = run_launches(dev, &b, &u, Activation::SwiGlu, true);
+    assert_eq!(ids, want_ids, "{what}: the ids");
+    assert!(ids[bad * K..(bad + 1) * K].iter().all(|&e| e == u32::MAX), "{what}: {ids:?}");
+    let (got, want) = (download_bits(&out), download_bits(&want));
+    assert_eq!(got, want, "{what}: out");
+    let values = download_values(&out);
+    assert!(values[bad * DIN..(bad + 1) * DIN].iter().all(|v| v.is_nan()), "{what}: token {bad}'s out");
+    assert!(values[..bad * DIN].iter().chain(&values[(bad + 1) * DIN..]).all(|v| v.is_finite()), "{what}");
+}
+
+/// The status word over the up matrix, which only the second launch reads:
+/// the down launch's checks do not see it.
+fn status_over_the_up_matrix_is_refused() {
+    let why = refused(launch_changed(|p, u| p.status = u.up.pointers().w), "status");
+    assert!(why.contains("overlaps `wu`"), "{why}");
+}
+
+/// `moe_gateup_routed` on its own against `moe_topk` then
+/// `moe_gateup_batch` on the same logits: ids, scores and `act` bit for bit,
+/// at E 200 and 512 (two and four register groups a lane in the selection;
+/// the block's tests take E 8) with and without the shared expert, three
+/// tokens of `k` 8 and 10, token 1's logits holding a NaN.
+fn gateup_routed_is_topk_then_gateup_batch<T: Element>(dev: &Device) {
+    let (m, din, dff) = (3usize, 128usize, 64usize);
+    for (n_experts, k, shared) in [(200usize, 8usize, false), (512, 10, true)] {
+        let slots = k + shared as usize;
+        let stacked = n_experts + shared as usize;
+        let seed = seed_of::<T>(600, n_experts);
+        let gate = gated_inputs(T::DTYPE, din, dff, stacked, k, 4, 4, 64, seed);
+        let (g, u) =
+            (QuantizedUpload::<T>::new(dev, &gate.gate).unwrap(), QuantizedUpload::<T>::new(dev, &gate.up).unwrap());
+        let x = upload_as::<T>(dev, &normal(T::DTYPE, seed ^ 1, m * din, 1.0));
+        let mut logit_values = normal(Dtype::F32, seed ^ 2, m * n_experts, 2.0);
+        logit_values[n_experts + 5] = f32::NAN;
+        let logits = dev.upload(&logit_values).unwrap();
+        let gate_logits = dev.upload(&normal(Dtype::F32, seed ^ 3, m, 1.0)).unwrap();
+        let shape = MoeShape {
+            n_experts: n_experts as u32,
+            k: k as u32,
+            din: din as u32,
+            dff: dff as u32,
+            bits: 4,
+            group_size: 64,
+        };
+        let (gp, up) = (g.pointers(), u.pointers());
+        let (gs, us) = (expert_pointers(&g, &gate.gate, n_experts, dff), expert_pointers(&u, &gate.up, n_experts, dff));
+
+        let (ids, scores, act) =
+            (poisoned::<u32>(dev, m * slots), poisoned::<f32>(dev, m * slots), poisoned::<f32>(dev, m * slots * dff));
+        let mut args = block::MoeGateUpRoutedArgs {
+            x: x.ptr(),
+            logits: logits.ptr(),
+            ids: ids.ptr(),
+            scores: scores.ptr(),
+            wg: gp.w,
+            sg: gp.scales,
+            bg: gp.biases,
+            wu: up.w,
+            su: up.scales,
+            bu: up.biases,
+            act: act.ptr(),
+            m: m as u32,
+            renorm: 1,
+            n_experts: shape.n_experts,
+            k: shape.k,
+            din: shape.din,
+            dff: shape.dff,
+            bits: shape.bits,
+            group_size: shape.group_size,
+            ..Default::default()
+        };
+        if shared {
+            (args.gate_logits, args.shared) = (gate_logits.ptr(), 1);
+            (args.wgs, args.sgs, args.bgs, args.wus, args.sus, args.bus) =
+                (gs.w, gs.scales, gs.biases, us.w, us.scales, us.biases);
+        }
+        // SAFETY: every buffer holds what the declaration asks at these sizes.
+        unsafe { block::gateup_routed(dev, T::DTYPE, args, Stream::DEFAULT) }.unwrap();
+
+        let rshape = RouterShape { m: m as u32, n_experts: shape.n_experts, din: shape.din, k: shape.k };
+        let (want_ids, want_scores) = (poisoned::<u32>(dev, m * slots), poisoned::<f32>(dev, m * slots));
+        let mut ta = rshape.topk_args(logits.ptr(), want_ids.ptr(), want_scores.ptr(), true);
+        if shared {
+            (ta.gate_logits, ta.shared) = (gate_logits.ptr(), 1);
+        }
+        let want_act = poisoned::<f32>(dev, m * slots * dff);
+        let experts = MoeShape { k: slots as u32, ..shape };
+        let gated = mlxcel_amdgpu::kernels::moe::GatedPointers {
+            x: x.ptr(),
+            idx: want_ids.ptr(),
+            gate: gp,
+            up,
+            act: want_act.ptr(),
+            status: 0,
+        };
+        let mut ga = experts.gateup_batch_args(m as u32, gated, Activation::SwiGlu);
+        if shared {
+            (ga.wgs, ga.sgs, ga.bgs, ga.wus, ga.sus, ga.bus) = (gs.w, gs.scales, gs.biases, us.w, us.scales, us.biases);
+        }
+        // SAFETY: as above.
+        unsafe {
+            router::topk(dev, ta, Stream::DEFAULT).unwrap();
+            mlxcel_amdgpu::kernels::moe::gateup_batch(dev, T::DTYPE, ga, Stream::DEFAULT).unwrap();
+        }
+        dev.synchronize().unwrap();
+        let what = format!("{} E {n_experts} shared {shared}", label::<T>(dev));
+        let got_ids = ids.download().unwrap();
+        assert_eq!(got_ids, want_ids.download().unwrap(), "{what}: ids");
+        assert!(got_ids[slots..slots + k].iter().all(|&e| e == u32::MAX), "{what}: token 1's routed ids");
+        assert_eq!(download_bits(&scores), download_bits(&want_scores), "{what}: scores");
+        assert_eq!(download_bits(&act), download_bits(&want_act), "{what}: act");
+    }
+}
+
+/// The raw launch of `moe_gateup_routed` refuses what the kernel does not
+/// take, naming the argument.
+fn gateup_routed_refuses_bad_arguments() {
+    let dev = Device::cpu();
+    let b = block_inputs(Dtype::F32, 2, 4, 7);
+    let u = upload::<f32>(&dev, &b);
+    let (logits, ids, scores) =
+        (poisoned::<f32>(&dev, 2 * N_EXPERTS), poisoned::<u32>(&dev, 2 * K), poisoned::<f32>(&dev, 2 * K));
+    let act = poisoned::<f32>(&dev, 2 * K * DFF);
+    let (gp, up) = (u.gate.pointers(), u.up.pointers());
+    let good = block::MoeGateUpRoutedArgs {
+        x: u.x.ptr(),
+        logits: logits.ptr(),
+        ids: ids.ptr(),
+        scores: scores.ptr(),
+        wg: gp.w,
+        sg: gp.scales,
+        bg: gp.biases,
+        wu: up.w,
+        su: up.scales,
+        bu: up.biases,
+        act: act.ptr(),
+        m: 2,
+        renorm: 1,
+        n_experts: N_EXPERTS as u32,
+        k: K as u32,
+        din: DIN as u32,
+        dff: DFF as u32,
+        bits: 4,
+        group_size: 64,
+        ..Default::default()
+    };
+    type Change<'a> = &'a dyn Fn(&mut block::MoeGateUpRoutedArgs);
+    let launch = |change: Change| {
+        let mut a = good;
+        change(&mut a);
+        // SAFETY: the buffers hold the shapes of `good`; the changes are refused before any launch.
+        unsafe { block::gateup_routed(&dev, Dtype::F32, a, Stream::DEFAULT) }
+    };
+    launch(&|_| {}).unwrap();
+    let cases: [(&str, Change); 7] = [
+        ("shared", &|a| a.shared = 2),
+        ("gate_logits", &|a| a.gate_logits = logits.ptr()),
+        ("wgs", &|a| (a.shared, a.gate_logits) = (1, logits.ptr())),
+        ("renorm", &|a| a.renorm = 2),
+        ("activation", &|a| a.activation = 2),
+        ("k", &|a| a.k = N_EXPERTS as u32 + 1),
+        ("m", &|a| a.m = 9),
+    ];
+    for (argument, change) in cases {
+        refused(launch(change), argument);
+    }
+}
+
 fn availability_matches_the_backends<T: Element>(dev: &Device) {
     assert!(block::block_available(dev, T::DTYPE), "{}: every kernel of the block is built", label::<T>(dev));
 }
@@ -548,6 +739,16 @@ fn main() {
         .single("out_over_the_router_weights_is_refused", out_over_the_router_weights_is_refused)
         .single("status_over_the_router_weights_is_refused", status_over_the_router_weights_is_refused)
         .single("six_bits_are_refused", six_bits_are_refused)
+        .per_backend_and_dtype(
+            "a_nan_token_gets_out_of_range_ids_and_a_status",
+            typed!(a_nan_token_gets_out_of_range_ids_and_a_status),
+        )
+        .single("status_over_the_up_matrix_is_refused", status_over_the_up_matrix_is_refused)
+        .per_backend_and_dtype(
+            "gateup_routed_is_topk_then_gateup_batch",
+            typed!(gateup_routed_is_topk_then_gateup_batch),
+        )
+        .single("gateup_routed_refuses_bad_arguments", gateup_routed_refuses_bad_arguments)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
         .run()
 }

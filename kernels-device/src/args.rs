@@ -115,7 +115,7 @@ pub fn extent(dims: &[u64]) -> Option<u64> {
 /// The most explicit arguments a kernel may take (every spec in
 /// [`crate::entry::KERNELS`] is checked against it at compile time): the host
 /// packs a launch in fixed arrays of this size, with no allocation.
-pub const MAX_PARAMS: usize = 24;
+pub const MAX_PARAMS: usize = 32;
 
 /// An exported kernel: its symbol and its explicit arguments, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -557,6 +557,44 @@ families! {
         } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
     }
 
+    /// `moe_gateup_routed`: `moe_topk` and `moe_gateup_batch` in one launch,
+    /// for the block: each slot's workgroups select its token's experts from
+    /// the logits, and its first stores the slot's id and score.
+    family MoeGateUpRoutedArgs (MoeGateUpRouted<T>) {
+        instances { moe_gateup_routed_f32, moe_gateup_routed_f16, moe_gateup_routed_bf16 => crate::moe::batch::moe_gateup_routed::<T>; }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
+        params {
+            x: read T [m, din],
+            logits: read f32 [m, n_experts],
+            gate_logits: read_nullable f32 [m],
+            ids: write u32 [m, k + shared],
+            scores: write f32 [m, k + shared],
+            wg: read u32 [n_experts, dff, din / values_per_word(bits)],
+            sg: read T [n_experts, dff, din / group_size],
+            bg: read T [n_experts, dff, din / group_size],
+            wu: read u32 [n_experts, dff, din / values_per_word(bits)],
+            su: read T [n_experts, dff, din / group_size],
+            bu: read T [n_experts, dff, din / group_size],
+            wgs: read_nullable u32 [dff, din / values_per_word(bits)],
+            sgs: read_nullable T [dff, din / group_size],
+            bgs: read_nullable T [dff, din / group_size],
+            wus: read_nullable u32 [dff, din / values_per_word(bits)],
+            sus: read_nullable T [dff, din / group_size],
+            bus: read_nullable T [dff, din / group_size],
+            act: write f32 [m, k + shared, dff],
+            activation: value u32,
+            m: value u32,
+            renorm: value u32,
+            shared: value u32,
+            n_experts: value u32,
+            k: value u32,
+            din: value u32,
+            dff: value u32,
+            bits: value u32,
+            group_size: value u32,
+        }
+    }
+
     /// `moe_down_batch`: `moe_down` (4 and 8 bits) for `m` tokens of `k` slots
     /// each, one slot a workgroup; id `n_experts` names the shared expert
     /// (`w2s` to `b2s`) where the launch has one.

@@ -1,45 +1,63 @@
 //! The whole routed-expert block of a gated MoE layer (Qwen3 MoE) for `m`
-//! tokens (1 to [`super::MAX_BATCH_TOKENS`]): the router (`moe_router_logits`,
-//! `moe_topk`) and the gated experts (`moe_gateup_batch`, `moe_down_batch`,
-//! `moe_combine_batch`, or the single-token kernels at `m = 1`), five launches
-//! in order on one stream, with the router's logits, ids and scores and the
-//! experts' `act` and `part` in one caller scratch.
+//! tokens (1 to [`super::MAX_BATCH_TOKENS`]), four launches in order on one
+//! stream:
+//! 1. the router's logits (`moe_router_logits`, or `_q` for a quantized router);
+//! 2. `moe_gateup_routed`: `moe_topk` and `moe_gateup_batch` in one launch,
+//!    each slot's workgroups selecting their token's experts from the logits
+//!    (the selection costs each workgroup far less than a dependent launch);
+//! 3. `moe_down_batch` (`moe_down` at `m = 1` without a shared expert);
+//! 4. `moe_combine_batch` (`moe_combine` likewise).
 //!
-//! Each launch is the one its own launcher makes on the same inputs, so the
-//! block's output is bit for bit the router followed by the batch launches.
+//! The router's logits, ids and scores and the experts' `act` and `part` live
+//! in one caller scratch. `moe_gateup_routed` runs `moe_topk`'s code and then
+//! `moe_gateup_batch`'s, and every other launch is the one its own launcher
+//! makes, so the block's output is bit for bit the router's two launches
+//! followed by the batch launches.
 //!
 //! # The shared expert
 //!
 //! Qwen3-Next adds a gated expert that every token takes, weighted by
 //! `sigmoid(x . expert_gate)` ([`SharedExpertPointers`]). It rides in the same
-//! five launches as one more slot per token: the router computes the gate's
-//! logit as one more row, `moe_topk` appends slot `K` (id `E`, score the
-//! sigmoid) to each token's ids and scores, the batch kernels (at every `m`,
-//! one included) take id `E` as the shared expert, and the combine sums `K +
-//! 1` slots, the shared one last.
+//! four launches as one more slot per token: the router computes the gate's
+//! logit as one more row, `moe_gateup_routed` appends slot `K` (id `E`, score
+//! the sigmoid) to each token's ids and scores and computes it with the shared
+//! matrices, the down and combine launches take the batch kernels at every
+//! `m` with id `E` as the shared expert, and the combine sums `K + 1` slots,
+//! the shared one last.
 
 use kernels_device::args::{ArgValue, BufferExtent};
 
-use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape, TOPK_KERNEL};
+use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape};
 use super::{
-    Activation, COMBINE_BATCH_KERNEL, COMBINE_KERNEL, DOWN_BATCH_KERNEL, DOWN_KERNEL, GATEUP_BATCH_KERNEL,
-    GATEUP_KERNEL, GatedPointers, MoeCombineArgs, MoeCombineBatchArgs, MoeShape, QuantizedPointers, check_batch,
-    combine_batch_dims, combine_dims, down_batch_dims, down_dims, fc1_dims, gateup_batch_dims, refuse_overlap,
+    Activation, COMBINE_BATCH_KERNEL, COMBINE_KERNEL, DOWN_BATCH_KERNEL, DOWN_KERNEL, MoeCombineArgs,
+    MoeCombineBatchArgs, MoeShape, QuantizedPointers, check_batch, combine_batch_dims, combine_dims, down_batch_dims,
+    down_dims, gateup_batch_dims, refuse_overlap,
 };
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::kernels::{check_buffers, kernel_for};
+use crate::kernels::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, symbol};
+
+/// The kernel that selects each token's experts and computes their gate and
+/// up projections, without the dtype suffix.
+pub const GATEUP_ROUTED_KERNEL: &str = "moe_gateup_routed";
 use crate::runtime::{Device, Kernel, LaunchDims, Stream};
+pub use kernels_device::entry::MoeGateUpRoutedArgs;
 
 /// Whether every kernel of the block for `dtype` can run on `device` at every `m`.
 pub fn block_available(device: &Device, dtype: Dtype) -> bool {
-    router::router_available(device, dtype) && super::batch_available(device, dtype)
+    router::router_available(device, dtype) && experts_available(device, dtype)
+}
+
+/// Whether the block's three launches after the router can run for `dtype`
+/// on `device` at every `m`.
+fn experts_available(device: &Device, dtype: Dtype) -> bool {
+    device.is_available(&symbol(GATEUP_ROUTED_KERNEL, dtype)) && super::batch_available(device, dtype)
 }
 
 /// Whether every kernel of the block with a quantized router
 /// ([`RouterWeights::Quantized`]) for `dtype` can run on `device` at every `m`.
 pub fn block_quantized_router_available(device: &Device, dtype: Dtype) -> bool {
-    router::router_q_available(device, dtype) && super::batch_available(device, dtype)
+    router::router_q_available(device, dtype) && experts_available(device, dtype)
 }
 
 /// Whether [`block`] for `dtype` with a router quantized as `quant` takes `m`
@@ -231,7 +249,7 @@ impl Stage {
 /// up(x[t])))` with the router's top-k `ids` and `scores` (renormalized when
 /// `renorm`), plus, with a shared expert, `sigmoid(x[t] . expert_gate) *
 /// down_s(a(gate_s(x[t])) * up_s(x[t]))` as the last term of the sum.
-/// Enqueues five launches in order on `stream`; everything (the kernels, the
+/// Enqueues four launches in order on `stream`; everything (the kernels, the
 /// shape, every buffer of every launch, the overlaps between launches) is
 /// checked before the first.
 ///
@@ -257,8 +275,7 @@ pub unsafe fn block(
         RouterWeights::Dense(_) => kernel_for(device, LOGITS_KERNEL, dtype)?,
         RouterWeights::Quantized { .. } => kernel_for(device, LOGITS_Q_KERNEL, dtype)?,
     };
-    let topk_kernel = device.kernel(TOPK_KERNEL)?;
-    let gateup_kernel = pick(GATEUP_BATCH_KERNEL, GATEUP_KERNEL)?;
+    let gateup_kernel = kernel_for(device, GATEUP_ROUTED_KERNEL, dtype)?;
     let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
     let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
     match p.shared {
@@ -290,32 +307,22 @@ pub unsafe fn block(
     let [logits, ids, scores, act, part, gate_logits] = offsets.map(|o| p.scratch + o);
 
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
-    let mut ta = rshape.topk_args(logits, ids, scores, renorm);
-    if p.shared.is_some() {
-        (ta.gate_logits, ta.shared) = (gate_logits, 1);
-    }
+    let g = routed_args(&p, shape, m, [logits, gate_logits, ids, scores, act], activation, renorm);
     let mut stages = vec![
         router_stage(logits_kernel, rshape, &p, logits, gate_logits)?,
-        Stage::new(topk_kernel, router::topk_dims(m), &ta.values(), &ta.extents()),
+        Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()),
     ];
-    let gated = GatedPointers { x: p.x, idx: ids, gate: p.gate, up: p.up, act, status: p.status };
     if single {
-        let g = experts.gateup_args(gated, activation);
         let d = experts.down_args(ids, p.down, act, scores, part, p.status);
         let c = MoeCombineArgs { part, out: p.out, k: experts.k, din: experts.din };
-        stages.push(Stage::new(gateup_kernel, fc1_dims(&experts), &g.values(), &g.extents()));
         stages.push(Stage::new(down_kernel, down_dims(&experts), &d.values(), &d.extents()));
         stages.push(Stage::new(combine_kernel, combine_dims(experts.din), &c.values(), &c.extents()));
     } else {
-        let mut g = experts.gateup_batch_args(m, gated, activation);
         let mut d = experts.down_batch_args(m, ids, p.down, act, scores, part, p.status);
         if let Some(sh) = p.shared {
-            (g.wgs, g.sgs, g.bgs) = (sh.gate.w, sh.gate.scales, sh.gate.biases);
-            (g.wus, g.sus, g.bus) = (sh.up.w, sh.up.scales, sh.up.biases);
             (d.w2s, d.s2s, d.b2s) = (sh.down.w, sh.down.scales, sh.down.biases);
         }
         let c = MoeCombineBatchArgs { part, out: p.out, m, k: experts.k, din: experts.din };
-        stages.push(Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()));
         stages.push(Stage::new(down_kernel, down_batch_dims(&experts, m), &d.values(), &d.extents()));
         stages.push(Stage::new(combine_kernel, combine_batch_dims(experts.din, m), &c.values(), &c.extents()));
     }
@@ -331,17 +338,17 @@ pub unsafe fn block(
         check_buffers(s.kernel.spec, &s.extents, &[])?;
     }
     // `out` is written by the last launch, whose checks do not see the inputs
-    // of the four before it.
+    // of the three before it.
     let out_bytes = m as u64 * shape.din as u64 * dtype.size() as u64;
     let out = (p.out, p.out.saturating_add(out_bytes));
-    refuse_overlap(&launches[..4], out, &[], |name| {
+    refuse_overlap(&launches[..3], out, &[], |name| {
         Error::invalid("out", format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1))
     })?;
-    // The status word is written by the experts' launches, whose checks do
-    // not see the router's weights.
+    // The status word is written by the down launch, whose checks do not see
+    // the router's weights, `x` or the gate and up matrices.
     if p.status != 0 {
         let status = (p.status, p.status.saturating_add(4));
-        refuse_overlap(&launches[..1], status, &[], |name| {
+        refuse_overlap(&launches[..2], status, &[], |name| {
             Error::invalid("status", format!("overlaps `{name}`; `status` may alias nothing"))
         })?;
     }
@@ -352,6 +359,110 @@ pub unsafe fn block(
         unsafe { device.launch(&s.kernel, s.dims, &s.values, stream)? };
     }
     Ok(())
+}
+
+/// The block's second launch on its own: each token's top-k from `logits`
+/// (as `moe_topk`, into `ids` and `scores`) and the gate and up projections
+/// of its slots (as `moe_gateup_batch`, into `act`), over the raw form; with
+/// `shared` 1, the shared expert's slot after each token's `k` (its score
+/// `sigmoid(gate_logits[t])`, its matrices `wgs` to `bus`). Every scalar and
+/// buffer is checked first, as the block checks them; `dtype` is the type of
+/// `x` and the scales and biases.
+///
+/// # Safety
+/// The pointers are device pointers of `device` to buffers of the shapes the
+/// kernel's declaration gives (`kernels_device::entry::MoeGateUpRoutedArgs`).
+pub unsafe fn gateup_routed(device: &Device, dtype: Dtype, args: MoeGateUpRoutedArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
+}
+
+impl CheckedArgs for MoeGateUpRoutedArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, GATEUP_ROUTED_KERNEL, dtype)?;
+        Activation::from_code(self.activation)?;
+        if self.renorm > 1 {
+            return Err(Error::invalid("renorm", format!("{} is not 0 or 1", self.renorm)));
+        }
+        let shape = MoeShape {
+            n_experts: self.n_experts,
+            k: self.k,
+            din: self.din,
+            dff: self.dff,
+            bits: self.bits,
+            group_size: self.group_size,
+        };
+        let shared_matrices = [
+            ("wgs", self.wgs),
+            ("sgs", self.sgs),
+            ("bgs", self.bgs),
+            ("wus", self.wus),
+            ("sus", self.sus),
+            ("bus", self.bus),
+        ];
+        match self.shared {
+            0 => {
+                validate_block(self.m, &shape)?;
+                let given = [("gate_logits", self.gate_logits)].into_iter().chain(shared_matrices);
+                if let Some((name, _)) = given.into_iter().find(|(_, p)| *p != 0) {
+                    return Err(Error::invalid(name, "is given with `shared` 0"));
+                }
+            }
+            1 => {
+                validate_block_shared(self.m, &shape)?;
+                let needed = [("gate_logits", self.gate_logits)].into_iter().chain(shared_matrices);
+                if let Some((name, _)) = needed.into_iter().find(|(_, p)| *p == 0) {
+                    return Err(Error::invalid(name, "is a null pointer with `shared` 1"));
+                }
+            }
+            other => return Err(Error::invalid("shared", format!("{other} is not 0 or 1"))),
+        }
+        let dims = gateup_batch_dims(&MoeShape { k: self.k + self.shared, ..shape }, self.m);
+        device.check_workgroup_mem(&kernel, &dims)?;
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
+    }
+}
+
+/// The arguments of `moe_gateup_routed` for the block: the routed experts'
+/// gate and up matrices, the shared expert's where `p` has one, and the
+/// scratch's `[logits, gate_logits, ids, scores, act]`.
+fn routed_args(
+    p: &BlockPointers,
+    shape: &MoeShape,
+    m: u32,
+    [logits, gate_logits, ids, scores, act]: [u64; 5],
+    activation: Activation,
+    renorm: bool,
+) -> MoeGateUpRoutedArgs {
+    let (g, u) = (p.gate, p.up);
+    let mut a = MoeGateUpRoutedArgs {
+        x: p.x,
+        logits,
+        ids,
+        scores,
+        wg: g.w,
+        sg: g.scales,
+        bg: g.biases,
+        wu: u.w,
+        su: u.scales,
+        bu: u.biases,
+        act,
+        activation: activation as u32,
+        m,
+        renorm: renorm as u32,
+        n_experts: shape.n_experts,
+        k: shape.k,
+        din: shape.din,
+        dff: shape.dff,
+        bits: shape.bits,
+        group_size: shape.group_size,
+        ..Default::default()
+    };
+    if let Some(sh) = p.shared {
+        (a.gate_logits, a.shared) = (gate_logits, 1);
+        (a.wgs, a.sgs, a.bgs) = (sh.gate.w, sh.gate.scales, sh.gate.biases);
+        (a.wus, a.sus, a.bus) = (sh.up.w, sh.up.scales, sh.up.biases);
+    }
+    a
 }
 
 /// Refuses a null pointer of a shared expert, named as its launch names it:

@@ -27,11 +27,13 @@
 //! `*status` if no earlier slot in flat order is out of range.
 
 use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, row_layout};
+use crate::geometry::moe_router::{MAX_EXPERTS, MAX_TOPK};
 use crate::num::Elem;
 use crate::vector::F32x4;
 use crate::wave;
 
 // `expert_slot!` names these where it expands.
+use super::router::{select, shared_score};
 use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_cores};
 
 /// The flat slot count `m k`, or `None` where the batch kernels do not take
@@ -135,6 +137,114 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
             if e == n_experts { (wgs, sgs, bgs, wus, sus, bus, 0) } else { (wg, sg, bg, wu, su, bu, e) };
         let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
         let x = x.add(token_of(slot, k, m) as usize * din as usize);
+        gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
+    }
+}
+
+/// [`super::router::moe_topk`] and [`moe_gateup_batch`] in one launch: every
+/// wave of slot `s = t S + j` (`S = k + shared`) selects token `t`'s experts
+/// from `logits[t, :]` as `moe_topk` does (the same code, so the same ids and
+/// scores bit for bit), takes round `j`'s expert (or, at `j = k` with
+/// `shared` 1, the shared expert, score `sigmoid(gate_logits[t])`) and
+/// computes the slot as `moe_gateup_batch`. The slot's first workgroup
+/// stores its id and score in `ids[s]` and `scores[s]` for the launches
+/// after it; no workgroup reads them.
+///
+/// The selection costs each workgroup one read of the token's logits and a
+/// few hundred instructions before its first weight load; it saves the
+/// dependent launch of `moe_topk`. A NaN logit gives the token's slots id
+/// `u32::MAX`, and their rows of `act` are NaN, as `moe_gateup_batch` writes
+/// them for a bad id; `status` is left to `moe_down_batch`, which reads the
+/// ids after this launch (here the earlier slots' ids are not yet stored).
+///
+/// The kernel returns without touching memory when `n_experts` is above
+/// `MAX_EXPERTS`, `k` is 0 or above `MAX_TOPK` or `n_experts`, `shared` is
+/// not 0 or 1, or `shared` is 1 without `gate_logits` and all six shared
+/// matrices.
+///
+/// # Safety
+/// `x [m, din]`, `logits [m, n_experts]`, `gate_logits` null or `[m]`, `ids,
+/// scores [m, S]`, the experts' matrices as [`moe_gateup_batch`], `act [m, S,
+/// dff]` (f32). Launched with grid `(workgroups(dff), 1, m S)`,
+/// `WORKGROUP_SIZE` threads and `workgroup_mem_bytes(din, bits)` bytes of
+/// workgroup memory.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_gateup_routed<T: Elem>(
+    x: *const T,
+    logits: *const f32,
+    gate_logits: *const f32,
+    ids: *mut u32,
+    scores: *mut f32,
+    wg: *const u32,
+    sg: *const T,
+    bg: *const T,
+    wu: *const u32,
+    su: *const T,
+    bu: *const T,
+    wgs: *const u32,
+    sgs: *const T,
+    bgs: *const T,
+    wus: *const u32,
+    sus: *const T,
+    bus: *const T,
+    act: *mut f32,
+    activation: u32,
+    m: u32,
+    renorm: u32,
+    shared: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+) {
+    let Some(l) = row_layout(din, bits, group_size) else { return };
+    let matrices =
+        !(wgs.is_null() || sgs.is_null() || bgs.is_null() || wus.is_null() || sus.is_null() || bus.is_null());
+    if n_experts > MAX_EXPERTS
+        || k == 0
+        || k > MAX_TOPK
+        || k > n_experts
+        || shared > 1
+        || (shared == 1 && (gate_logits.is_null() || !matrices))
+    {
+        return;
+    }
+    let per_token = k + shared;
+    let Some(slots) = batch_slots(m, per_token) else { return };
+    let slot = wave::workgroup_id_z();
+    if slot >= slots {
+        return;
+    }
+    let t = token_of(slot, per_token, m);
+    let j = slot - t * per_token;
+    let first = wave::workgroup_id_x() == 0 && wave::wave_id() == 0;
+    unsafe {
+        let e = if j == k {
+            if first && wave::lane_id() == 0 {
+                ids.add(slot as usize).write(n_experts);
+                scores.add(slot as usize).write(shared_score(gate_logits.add(t as usize).read()));
+            }
+            n_experts
+        } else {
+            let round = select(logits.add(t as usize * n_experts as usize), n_experts, k);
+            if first && wave::lane_id() == j {
+                ids.add(slot as usize).write(round.expert);
+                scores.add(slot as usize).write(round.slot_score(renorm));
+            }
+            wave::shfl_idx_u32(round.expert, j)
+        };
+        if e >= n_experts + shared {
+            // Only the rows: `status` is `moe_down_batch`'s to write.
+            bad_expert(ids, n_experts, slot, act, dff, core::ptr::null_mut());
+            return;
+        }
+        let (wg, sg, bg, wu, su, bu, e) =
+            if e == n_experts { (wgs, sgs, bgs, wus, sus, bus, 0) } else { (wg, sg, bg, wu, su, bu, e) };
+        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+        let x = x.add(t as usize * din as usize);
         gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
     }
 }
@@ -301,6 +411,142 @@ mod tests {
             for (i, (g, w)) in got.iter().zip(&single).enumerate() {
                 assert_eq!(g.to_bits(), w.to_bits(), "{} {bits} bits: token {t} element {i}", T::NAME);
             }
+        }
+    }
+
+    /// `moe_gateup_routed` against `moe_topk` then `moe_gateup_batch` on the
+    /// same logits: ids, scores and `act` bit for bit, at every group count
+    /// of the selection (E 100, 200, 512, 1024), with and without the shared
+    /// expert and renormalization, and with token 1's logits holding a NaN
+    /// (its routed slots' ids `u32::MAX`, their rows NaN).
+    #[test]
+    fn gateup_routed_is_topk_then_gateup_batch() {
+        use crate::geometry::WAVE_SIZE;
+        use crate::moe::router::moe_topk;
+        let (m, din, dff, gs, bits) = (3u32, 64u32, 40u32, 32u32, 4u32);
+        let mut r = 0x1234_5678_u32;
+        let mut next = move || {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            r
+        };
+        for (n_experts, k, shared, renorm) in
+            [(100u32, 8u32, 0u32, 1u32), (200, 8, 1, 0), (512, 10, 1, 1), (1024, 16, 0, 1)]
+        {
+            let stacked = (n_experts + shared) as usize;
+            let words = stacked * (dff * din * bits / 32) as usize;
+            let groups = stacked * (dff * din / gs) as usize;
+            let wg: Vec<u32> = (0..words).map(|_| next()).collect();
+            let wu: Vec<u32> = (0..words).map(|_| next()).collect();
+            let scale = |v: u32| Bf16::from_f32((v % 1000) as f32 / 65536.0 + 1e-4);
+            let bias = |v: u32| Bf16::from_f32(-((v % 1000) as f32) / 8192.0);
+            let (sg, su): (Vec<Bf16>, Vec<Bf16>) = (0..groups).map(|_| (scale(next()), scale(next()))).unzip();
+            let (bg, bu): (Vec<Bf16>, Vec<Bf16>) = (0..groups).map(|_| (bias(next()), bias(next()))).unzip();
+            let x: Vec<Bf16> = (0..m * din).map(|_| Bf16::from_f32((next() % 2001) as f32 / 1000.0 - 1.0)).collect();
+            let mut logits: Vec<f32> = (0..m * n_experts).map(|_| (next() % 4001) as f32 / 500.0 - 4.0).collect();
+            logits[n_experts as usize + 7] = f32::NAN;
+            let gate_logits: Vec<f32> = (0..m).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
+            // The shared expert's matrices are the stacks' last expert.
+            let (e_words, e_groups) = (n_experts as usize * words / stacked, n_experts as usize * groups / stacked);
+            let sh = |on: bool, at: usize| if on { at } else { 0 };
+            let on = shared == 1;
+            let p = |v: &[u32]| v.as_ptr() as usize;
+            let q = |v: &[Bf16]| v.as_ptr() as usize;
+            let (xp, lp, glp) = (q(&x), logits.as_ptr() as usize, gate_logits.as_ptr() as usize);
+            let (wgp, wup, sgp, sup, bgp, bup) = (p(&wg), p(&wu), q(&sg), q(&su), q(&bg), q(&bu));
+            let shared_ptrs = [
+                sh(on, wgp + 4 * e_words),
+                sh(on, sgp + 2 * e_groups),
+                sh(on, bgp + 2 * e_groups),
+                sh(on, wup + 4 * e_words),
+                sh(on, sup + 2 * e_groups),
+                sh(on, bup + 2 * e_groups),
+            ];
+            let slots = m * (k + shared);
+            let (mut ids, mut scores) = (std::vec![7u32; slots as usize], std::vec![f32::NAN; slots as usize]);
+            let mut act = std::vec![0.5f32; (slots * dff) as usize];
+            let (idp, scp, ap) = (ids.as_mut_ptr() as usize, scores.as_mut_ptr() as usize, act.as_mut_ptr() as usize);
+            emulate([workgroups(dff), 1, slots], workgroup_mem_bytes(din, bits), &|| unsafe {
+                moe_gateup_routed::<Bf16>(
+                    xp as _,
+                    lp as _,
+                    glp as _,
+                    idp as _,
+                    scp as _,
+                    wgp as _,
+                    sgp as _,
+                    bgp as _,
+                    wup as _,
+                    sup as _,
+                    bup as _,
+                    shared_ptrs[0] as _,
+                    shared_ptrs[1] as _,
+                    shared_ptrs[2] as _,
+                    shared_ptrs[3] as _,
+                    shared_ptrs[4] as _,
+                    shared_ptrs[5] as _,
+                    ap as _,
+                    0,
+                    m,
+                    renorm,
+                    shared,
+                    n_experts,
+                    k,
+                    din,
+                    dff,
+                    bits,
+                    gs,
+                )
+            });
+
+            let (mut want_ids, mut want_scores) = (std::vec![0u32; slots as usize], std::vec![0f32; slots as usize]);
+            let (wip, wsp) = (want_ids.as_mut_ptr() as usize, want_scores.as_mut_ptr() as usize);
+            let cfg = LaunchConfig { grid: [m, 1, 1], workgroup_size: WAVE_SIZE, workgroup_mem_bytes: 0 };
+            unsafe {
+                launch(&cfg, &|| moe_topk(lp as _, glp as _, wip as _, wsp as _, m, n_experts, k, renorm, shared))
+            }
+            .unwrap();
+            let mut want_act = std::vec![0.5f32; (slots * dff) as usize];
+            let wap = want_act.as_mut_ptr() as usize;
+            emulate([workgroups(dff), 1, slots], workgroup_mem_bytes(din, bits), &|| unsafe {
+                moe_gateup_batch::<Bf16>(
+                    xp as _,
+                    wip as _,
+                    wgp as _,
+                    sgp as _,
+                    bgp as _,
+                    wup as _,
+                    sup as _,
+                    bup as _,
+                    shared_ptrs[0] as _,
+                    shared_ptrs[1] as _,
+                    shared_ptrs[2] as _,
+                    shared_ptrs[3] as _,
+                    shared_ptrs[4] as _,
+                    shared_ptrs[5] as _,
+                    wap as _,
+                    0,
+                    m,
+                    n_experts,
+                    k + shared,
+                    din,
+                    dff,
+                    bits,
+                    gs,
+                    core::ptr::null_mut(),
+                )
+            });
+            let what = std::format!("E {n_experts} k {k} shared {shared} renorm {renorm}");
+            assert_eq!(ids, want_ids, "{what}: ids");
+            // Token 1's routed slots; its shared slot is computed.
+            assert!(ids[(k + shared) as usize..(2 * k + shared) as usize].iter().all(|&e| e == u32::MAX), "{what}");
+            let bits_of = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits_of(&scores), bits_of(&want_scores), "{what}: scores");
+            assert_eq!(bits_of(&act), bits_of(&want_act), "{what}: act");
+            let token1 = &act[((k + shared) * dff) as usize..((2 * k + shared) * dff) as usize];
+            assert!(token1.iter().all(|v| v.is_nan()), "{what}: token 1's rows");
+            assert!(act[..((k + shared) * dff) as usize].iter().all(|v| v.is_finite()), "{what}: token 0's rows");
         }
     }
 

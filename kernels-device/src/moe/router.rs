@@ -473,38 +473,63 @@ pub unsafe fn moe_topk(
         return;
     }
     let row = unsafe { logits.add(t as usize * n_experts as usize) };
-    let round = unsafe {
-        match topk_groups(n_experts) {
-            1 => choose::<1>(row, n_experts, k),
-            2 => choose::<2>(row, n_experts, k),
-            4 => choose::<4>(row, n_experts, k),
-            _ => choose::<8>(row, n_experts, k),
-        }
-    };
+    let round = unsafe { select(row, n_experts, k) };
     let slots = k + shared;
     let ids = unsafe { ids.add((t * slots) as usize) };
     let scores = unsafe { scores.add((t * slots) as usize) };
     if lane < k {
-        let score = if renorm != 0 { round.score / round.chosen_sum } else { round.score };
         unsafe {
             *ids.add(lane as usize) = round.expert;
-            *scores.add(lane as usize) = score;
+            *scores.add(lane as usize) = round.slot_score(renorm);
         }
     } else if lane == k && shared == 1 {
         let gate = unsafe { *gate_logits.add(t as usize) };
         unsafe {
             *ids.add(lane as usize) = n_experts;
-            *scores.add(lane as usize) = 1.0 / (1.0 + exp(-gate));
+            *scores.add(lane as usize) = shared_score(gate);
         }
     }
 }
 
+/// The shared expert's score from its gate logit: `sigmoid(gate)`.
+#[inline(always)]
+pub(crate) fn shared_score(gate: f32) -> f32 {
+    1.0 / (1.0 + exp(-gate))
+}
+
 /// What a lane of `moe_topk` keeps of the rounds: lane `r` round `r`'s expert
 /// and score; every lane the sum of the chosen scores, in the order chosen.
-struct Round {
-    expert: u32,
+pub(crate) struct Round {
+    pub(crate) expert: u32,
     score: f32,
     chosen_sum: f32,
+}
+
+impl Round {
+    /// This lane's round's score as its slot stores it: divided by the chosen
+    /// scores' sum when `renorm` is not 0.
+    #[inline(always)]
+    pub(crate) fn slot_score(&self, renorm: u32) -> f32 {
+        if renorm != 0 { self.score / self.chosen_sum } else { self.score }
+    }
+}
+
+/// The softmax and the `k` rounds of `moe_topk` for one token's `row` of `e`
+/// logits (`e <= MAX_EXPERTS`), in the instance of [`choose`] whose group
+/// count covers `e`. Every lane of the wave must call it.
+///
+/// # Safety
+/// `row` holds `e` values.
+#[inline(always)]
+pub(crate) unsafe fn select(row: *const f32, e: u32, k: u32) -> Round {
+    unsafe {
+        match topk_groups(e) {
+            1 => choose::<1>(row, e, k),
+            2 => choose::<2>(row, e, k),
+            4 => choose::<4>(row, e, k),
+            _ => choose::<8>(row, e, k),
+        }
+    }
 }
 
 /// The softmax and the `k` rounds of `moe_topk` for one token's `row` of `e`
