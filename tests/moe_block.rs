@@ -706,6 +706,22 @@ fn gateup_routed_refuses_bad_arguments() {
     }
 }
 
+/// The block launches the `moe_gateup_routed` instance with the fewest
+/// register groups that hold its experts.
+fn the_routed_instance_holds_its_experts() {
+    for (n_experts, want) in [
+        (1, "moe_gateup_routed_e128"),
+        (128, "moe_gateup_routed_e128"),
+        (129, "moe_gateup_routed_e256"),
+        (256, "moe_gateup_routed_e256"),
+        (512, "moe_gateup_routed_e512"),
+        (513, "moe_gateup_routed_e1024"),
+        (1024, "moe_gateup_routed_e1024"),
+    ] {
+        assert_eq!(block::gateup_routed_kernel(n_experts), want, "E {n_experts}");
+    }
+}
+
 fn availability_matches_the_backends<T: Element>(dev: &Device) {
     assert!(block::block_available(dev, T::DTYPE), "{}: every kernel of the block is built", label::<T>(dev));
 }
@@ -749,6 +765,7 @@ fn main() {
             typed!(gateup_routed_is_topk_then_gateup_batch),
         )
         .single("gateup_routed_refuses_bad_arguments", gateup_routed_refuses_bad_arguments)
+        .single("the_routed_instance_holds_its_experts", the_routed_instance_holds_its_experts)
         .per_backend_and_dtype("availability_matches_the_backends", typed!(availability_matches_the_backends))
         .run()
 }

@@ -283,7 +283,9 @@ mod tests {
                     see(symbol("moe_down", dtype), moe::down_dims(&shape));
                     see(symbol("moe_combine", dtype), moe::combine_dims(cols));
                     see(symbol("moe_gateup_batch", dtype), moe::gateup_batch_dims(&shape, 8));
-                    see(symbol("moe_gateup_routed", dtype), moe::gateup_batch_dims(&shape, 8));
+                    for routed in moe::block::GATEUP_ROUTED_KERNELS {
+                        see(symbol(routed, dtype), moe::gateup_batch_dims(&shape, 8));
+                    }
                     see(symbol("moe_down_batch", dtype), moe::down_batch_dims(&shape, 8));
                     see(symbol("moe_combine_batch", dtype), moe::combine_batch_dims(cols, 8));
                 }

@@ -559,9 +559,21 @@ families! {
 
     /// `moe_gateup_routed`: `moe_topk` and `moe_gateup_batch` in one launch,
     /// for the block: each slot's workgroups select its token's experts from
-    /// the logits, and its first stores the slot's id and score.
+    /// the logits, and its first stores the slot's id and score. One instance
+    /// per most experts (`_e128` to `_e1024`: 1, 2, 4 or 8 register groups a
+    /// lane in the selection), so that the selection's registers for many
+    /// experts do not cost the gate/up of few their occupancy.
     family MoeGateUpRoutedArgs (MoeGateUpRouted<T>) {
-        instances { moe_gateup_routed_f32, moe_gateup_routed_f16, moe_gateup_routed_bf16 => crate::moe::batch::moe_gateup_routed::<T>; }
+        instances {
+            moe_gateup_routed_e128_f32, moe_gateup_routed_e128_f16, moe_gateup_routed_e128_bf16
+                => crate::moe::batch::moe_gateup_routed::<T, 1>;
+            moe_gateup_routed_e256_f32, moe_gateup_routed_e256_f16, moe_gateup_routed_e256_bf16
+                => crate::moe::batch::moe_gateup_routed::<T, 2>;
+            moe_gateup_routed_e512_f32, moe_gateup_routed_e512_f16, moe_gateup_routed_e512_bf16
+                => crate::moe::batch::moe_gateup_routed::<T, 4>;
+            moe_gateup_routed_e1024_f32, moe_gateup_routed_e1024_f16, moe_gateup_routed_e1024_bf16
+                => crate::moe::batch::moe_gateup_routed::<T, 8>;
+        }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
         params {
             x: read T [m, din],

@@ -26,6 +26,7 @@
 //! the shared one last.
 
 use kernels_device::args::{ArgValue, BufferExtent};
+use kernels_device::geometry::moe_router::{MAX_EXPERTS, topk_groups};
 
 use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape};
 use super::{
@@ -37,9 +38,18 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, symbol};
 
-/// The kernel that selects each token's experts and computes their gate and
-/// up projections, without the dtype suffix.
-pub const GATEUP_ROUTED_KERNEL: &str = "moe_gateup_routed";
+/// The instances of the kernel that selects each token's experts and
+/// computes their gate and up projections, without the dtype suffix: one per
+/// most experts (`moe_topk`'s register groups a lane, 1, 2, 4 or 8).
+pub const GATEUP_ROUTED_KERNELS: [&str; 4] =
+    ["moe_gateup_routed_e128", "moe_gateup_routed_e256", "moe_gateup_routed_e512", "moe_gateup_routed_e1024"];
+
+/// The instance of `moe_gateup_routed` for `n_experts` (at most
+/// `MAX_EXPERTS`, which the router's checks refuse first): the fewest
+/// register groups that hold them.
+pub fn gateup_routed_kernel(n_experts: u32) -> &'static str {
+    GATEUP_ROUTED_KERNELS[topk_groups(n_experts.min(MAX_EXPERTS)).trailing_zeros() as usize]
+}
 use crate::runtime::{Device, Kernel, LaunchDims, Stream};
 pub use kernels_device::entry::MoeGateUpRoutedArgs;
 
@@ -51,7 +61,8 @@ pub fn block_available(device: &Device, dtype: Dtype) -> bool {
 /// Whether the block's three launches after the router can run for `dtype`
 /// on `device` at every `m`.
 fn experts_available(device: &Device, dtype: Dtype) -> bool {
-    device.is_available(&symbol(GATEUP_ROUTED_KERNEL, dtype)) && super::batch_available(device, dtype)
+    GATEUP_ROUTED_KERNELS.iter().all(|k| device.is_available(&symbol(k, dtype)))
+        && super::batch_available(device, dtype)
 }
 
 /// Whether every kernel of the block with a quantized router
@@ -275,7 +286,7 @@ pub unsafe fn block(
         RouterWeights::Dense(_) => kernel_for(device, LOGITS_KERNEL, dtype)?,
         RouterWeights::Quantized { .. } => kernel_for(device, LOGITS_Q_KERNEL, dtype)?,
     };
-    let gateup_kernel = kernel_for(device, GATEUP_ROUTED_KERNEL, dtype)?;
+    let gateup_kernel = kernel_for(device, gateup_routed_kernel(shape.n_experts), dtype)?;
     let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
     let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
     match p.shared {
@@ -378,7 +389,7 @@ pub unsafe fn gateup_routed(device: &Device, dtype: Dtype, args: MoeGateUpRouted
 
 impl CheckedArgs for MoeGateUpRoutedArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
-        let kernel = kernel_for(device, GATEUP_ROUTED_KERNEL, dtype)?;
+        let kernel = kernel_for(device, gateup_routed_kernel(self.n_experts), dtype)?;
         Activation::from_code(self.activation)?;
         if self.renorm > 1 {
             return Err(Error::invalid("renorm", format!("{} is not 0 or 1", self.renorm)));

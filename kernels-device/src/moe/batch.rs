@@ -26,14 +26,15 @@
 //! rows and, when `status` is not null, the first of them writes `1 + s` to
 //! `*status` if no earlier slot in flat order is out of range.
 
+use crate::geometry::WAVE_SIZE;
 use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, row_layout};
-use crate::geometry::moe_router::{MAX_EXPERTS, MAX_TOPK};
+use crate::geometry::moe_router::{MAX_TOPK, TOPK_GROUP};
 use crate::num::Elem;
 use crate::vector::F32x4;
 use crate::wave;
 
 // `expert_slot!` names these where it expands.
-use super::router::{select, shared_score};
+use super::router::{choose, shared_score};
 use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_cores};
 
 /// The flat slot count `m k`, or `None` where the batch kernels do not take
@@ -157,10 +158,12 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
 /// them for a bad id; `status` is left to `moe_down_batch`, which reads the
 /// ids after this launch (here the earlier slots' ids are not yet stored).
 ///
-/// The kernel returns without touching memory when `n_experts` is above
-/// `MAX_EXPERTS`, `k` is 0 or above `MAX_TOPK` or `n_experts`, `shared` is
-/// not 0 or 1, or `shared` is 1 without `gate_logits` and all six shared
-/// matrices.
+/// `G` is the selection's register groups a lane ([`choose`]): the instance
+/// takes up to `32 * TOPK_GROUP * G` experts, and the host launches the one
+/// of `topk_groups(n_experts)`, whose registers are `moe_topk`'s for that
+/// count. The kernel returns without touching memory when `n_experts` is
+/// above that, `k` is 0 or above `MAX_TOPK` or `n_experts`, `shared` is not 0
+/// or 1, or `shared` is 1 without `gate_logits` and all six shared matrices.
 ///
 /// # Safety
 /// `x [m, din]`, `logits [m, n_experts]`, `gate_logits` null or `[m]`, `ids,
@@ -170,7 +173,7 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
 /// workgroup memory.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn moe_gateup_routed<T: Elem>(
+pub unsafe fn moe_gateup_routed<T: Elem, const G: usize>(
     x: *const T,
     logits: *const f32,
     gate_logits: *const f32,
@@ -203,7 +206,7 @@ pub unsafe fn moe_gateup_routed<T: Elem>(
     let Some(l) = row_layout(din, bits, group_size) else { return };
     let matrices =
         !(wgs.is_null() || sgs.is_null() || bgs.is_null() || wus.is_null() || sus.is_null() || bus.is_null());
-    if n_experts > MAX_EXPERTS
+    if n_experts > WAVE_SIZE * TOPK_GROUP * G as u32
         || k == 0
         || k > MAX_TOPK
         || k > n_experts
@@ -229,12 +232,14 @@ pub unsafe fn moe_gateup_routed<T: Elem>(
             }
             n_experts
         } else {
-            let round = select(logits.add(t as usize * n_experts as usize), n_experts, k);
+            let round = choose::<G>(logits.add(t as usize * n_experts as usize), n_experts, k);
             if first && wave::lane_id() == j {
                 ids.add(slot as usize).write(round.expert);
                 scores.add(slot as usize).write(round.slot_score(renorm));
             }
-            wave::shfl_idx_u32(round.expert, j)
+            // Uniform (a scalar register on amdgpu), as a loaded id is: the
+            // expert's matrix pointers then stay scalar, not one per lane.
+            wave::uniform_usize(wave::shfl_idx_u32(round.expert, j) as usize) as u32
         };
         if e >= n_experts + shared {
             // Only the rows: `status` is `moe_down_batch`'s to write.
@@ -421,7 +426,7 @@ mod tests {
     /// (its routed slots' ids `u32::MAX`, their rows NaN).
     #[test]
     fn gateup_routed_is_topk_then_gateup_batch() {
-        use crate::geometry::WAVE_SIZE;
+        use crate::geometry::moe_router::topk_groups;
         use crate::moe::router::moe_topk;
         let (m, din, dff, gs, bits) = (3u32, 64u32, 40u32, 32u32, 4u32);
         let mut r = 0x1234_5678_u32;
@@ -467,8 +472,14 @@ mod tests {
             let (mut ids, mut scores) = (std::vec![7u32; slots as usize], std::vec![f32::NAN; slots as usize]);
             let mut act = std::vec![0.5f32; (slots * dff) as usize];
             let (idp, scp, ap) = (ids.as_mut_ptr() as usize, scores.as_mut_ptr() as usize, act.as_mut_ptr() as usize);
+            let routed = match topk_groups(n_experts) {
+                1 => moe_gateup_routed::<Bf16, 1>,
+                2 => moe_gateup_routed::<Bf16, 2>,
+                4 => moe_gateup_routed::<Bf16, 4>,
+                _ => moe_gateup_routed::<Bf16, 8>,
+            };
             emulate([workgroups(dff), 1, slots], workgroup_mem_bytes(din, bits), &|| unsafe {
-                moe_gateup_routed::<Bf16>(
+                routed(
                     xp as _,
                     lp as _,
                     glp as _,

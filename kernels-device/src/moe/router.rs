@@ -535,7 +535,7 @@ pub(crate) unsafe fn select(row: *const f32, e: u32, k: u32) -> Round {
 /// The softmax and the `k` rounds of `moe_topk` for one token's `row` of `e`
 /// logits, each lane holding its experts `lane + 32 (4 g + i)` for `g < G`.
 #[inline(always)]
-unsafe fn choose<const G: usize>(row: *const f32, e: u32, k: u32) -> Round {
+pub(crate) unsafe fn choose<const G: usize>(row: *const f32, e: u32, k: u32) -> Round {
     const GROUP: usize = TOPK_GROUP as usize;
     let lane = wave::lane_id();
     let expert = |g: usize, i: usize| lane + WAVE_SIZE * (TOPK_GROUP * g as u32 + i as u32);
