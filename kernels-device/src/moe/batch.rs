@@ -223,34 +223,35 @@ pub unsafe fn moe_gateup_routed<T: Elem, const G: usize>(
     }
     let t = token_of(slot, per_token, m);
     let j = slot - t * per_token;
-    let first = wave::workgroup_id_x() == 0 && wave::wave_id() == 0;
     unsafe {
-        let e = if j == k {
-            if first && wave::lane_id() == 0 {
-                ids.add(slot as usize).write(n_experts);
-                scores.add(slot as usize).write(shared_score(gate_logits.add(t as usize).read()));
-            }
-            n_experts
+        // Lane `j` keeps its round's expert and score (those of the shared
+        // slot at `j = k`); every lane takes the slot's expert.
+        let (lane_expert, lane_score, e) = if j == k {
+            (n_experts, shared_score(gate_logits.add(t as usize).read()), n_experts)
         } else {
             let round = choose::<G>(logits.add(t as usize * n_experts as usize), n_experts, k);
-            if first && wave::lane_id() == j {
-                ids.add(slot as usize).write(round.expert);
-                scores.add(slot as usize).write(round.slot_score(renorm));
-            }
             // Uniform (a scalar register on amdgpu), as a loaded id is: the
             // expert's matrix pointers then stay scalar, not one per lane.
-            wave::uniform_usize(wave::shfl_idx_u32(round.expert, j) as usize) as u32
+            let e = wave::uniform_usize(wave::shfl_idx_u32(round.expert, j) as usize) as u32;
+            (round.expert, round.slot_score(renorm), e)
         };
         if e >= n_experts + shared {
             // Only the rows: `status` is `moe_down_batch`'s to write.
             bad_expert(ids, n_experts, slot, act, dff, core::ptr::null_mut());
-            return;
+        } else {
+            let (wg, sg, bg, wu, su, bu, e) =
+                if e == n_experts { (wgs, sgs, bgs, wus, sus, bus, 0) } else { (wg, sg, bg, wu, su, bu, e) };
+            let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
+            let x = x.add(t as usize * din as usize);
+            gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
         }
-        let (wg, sg, bg, wu, su, bu, e) =
-            if e == n_experts { (wgs, sgs, bgs, wus, sus, bus, 0) } else { (wg, sg, bg, wu, su, bu, e) };
-        let lds = wave::workgroup_mem::<F32x4>() as *mut f32;
-        let x = x.add(t as usize * din as usize);
-        gateup_slot!(T; x, wg, sg, bg, wu, su, bu, act, activation; e, slot, l, lds, din, dff, bits);
+        // The slot's id and score for the later launches, stored last: before
+        // the projections, the stores' addresses held registers through them
+        // (16 more on sm_90).
+        if wave::workgroup_id_x() == 0 && wave::wave_id() == 0 && wave::lane_id() == j % WAVE_SIZE {
+            ids.add(slot as usize).write(lane_expert);
+            scores.add(slot as usize).write(lane_score);
+        }
     }
 }
 
