@@ -352,7 +352,7 @@ int main() {
         for (uint32_t i = 0; i < M * Din; ++i)
             CHECK(std::fabs(want_out[i] - out_b[i]) < 1e-4 * (1 + std::fabs(want_out[i])), "moe batch out[%u]: got %g want %g",
                   i, out_b[i], want_out[i]);
-        // The whole block: the same five launches, bit for bit.
+        // The whole block: the same launches, bit for bit.
         size_t block_bytes = 0;
         st = mlxcel_amdgpu_moe_block_scratch_bytes(shape, M, &block_bytes);
         CHECK(st == MLXCEL_AMDGPU_OK && block_bytes > 0, "moe block scratch bytes: %s", mlxcel_amdgpu_last_error());

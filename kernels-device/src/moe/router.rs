@@ -506,9 +506,6 @@ pub(crate) struct Round {
 }
 
 impl Round {
-    pub(crate) fn fake(e: u32) -> Round {
-        Round { expert: e, score: 1.0, chosen_sum: 2.0 }
-    }
     /// This lane's round's score as its slot stores it: divided by the chosen
     /// scores' sum when `renorm` is not 0.
     #[inline(always)]
