@@ -358,20 +358,30 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
 
             let size = dtype.size();
             let weights = |r: usize, c: usize| (chosen * r * (c * bits as usize / 8 + 2 * size * (c / gs))) as f64;
-            // The selection's logits and ids and scores ride in the gate/up launch.
-            let bytes = [
+            let bytes = block_bytes(
+                m,
                 ((e + mu) * din * size + mu * e * 4) as f64,
-                2.0 * weights(dff, din) + (mu * e * 4 + 2 * mu * k * 4 + mu * din * size + mu * k * dff * 4) as f64,
+                (mu * e * 4 + 2 * mu * k * 4) as f64,
+                2.0 * weights(dff, din) + (mu * din * size + mu * k * dff * 4) as f64,
                 weights(din, dff) + (mu * k * dff * 4 + mu * k * din * 4) as f64,
                 (mu * k * din * 4 + mu * din * size) as f64,
-            ];
-            assert_eq!(launches.len(), 4, "the block is four launches");
+            );
+            assert_eq!(launches.len(), bytes.len(), "the block is four launches at one token, five from two");
             let label = format!("Qwen3-30B-A3B bits={bits} M={m} ({chosen} experts)");
             for (l, b) in launches.into_iter().zip(bytes) {
                 let kernel = bf16_kernel_name(&l);
                 rows.push(Row { kernel, shape: label.clone(), launch: l, bytes: b, block: Some(label.clone()) });
             }
         }
+    }
+}
+
+/// The bytes of each of the block's launches from those of its five stages (the router, the
+/// top-k, gate/up, down, combine): at one token the top-k rides in the gate/up launch.
+fn block_bytes(m: u32, router: f64, topk: f64, gateup: f64, down: f64, combine: f64) -> Vec<f64> {
+    match m {
+        1 => vec![router, topk + gateup, down, combine],
+        _ => vec![router, topk, gateup, down, combine],
     }
 }
 
@@ -397,7 +407,7 @@ fn pointers((w, s, b): &Stack) -> QuantizedPointers {
 
 /// Qwen3-Next-80B-A3B's whole block with its shared expert for one and eight tokens (E 512, K
 /// 10, Din 2048, Dff 512 for the routed and the shared expert, 4 bits, group 64, the router and
-/// the gate row at 8 bits, group 64, as mlx-lm's quantized checkpoints hold them): the same four
+/// the gate row at 8 bits, group 64, as mlx-lm's quantized checkpoints hold them): the same
 /// launches with one more slot a token, each row with the bytes of the distinct chosen experts
 /// and the shared expert, each read once.
 fn shared_block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
@@ -452,14 +462,15 @@ fn shared_block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
         let (slots, experts) = (k + 1, chosen + 1);
         let weights = |r: usize, c: usize| (experts * r * (c * bits as usize / 8 + 2 * size * (c / gs))) as f64;
         let router_row = din + 2 * size * din / 64;
-        let bytes = [
+        let bytes = block_bytes(
+            m,
             (mu * din * size + (e + 1) * router_row + mu * (e + 1) * 4) as f64,
-            2.0 * weights(dff, din)
-                + (mu * (e + 1) * 4 + 2 * mu * slots * 4 + mu * din * size + mu * slots * dff * 4) as f64,
+            (mu * (e + 1) * 4 + 2 * mu * slots * 4) as f64,
+            2.0 * weights(dff, din) + (mu * din * size + mu * slots * dff * 4) as f64,
             weights(din, dff) + (mu * slots * dff * 4 + mu * slots * din * 4) as f64,
             (mu * slots * din * 4 + mu * din * size) as f64,
-        ];
-        assert_eq!(launches.len(), 4, "the block with its shared expert is four launches");
+        );
+        assert_eq!(launches.len(), bytes.len(), "the block is four launches at one token, five from two");
         let label = format!("Qwen3-Next-80B-A3B with its shared expert, 8-bit router, M={m} ({chosen} experts)");
         for (l, b) in launches.into_iter().zip(bytes) {
             let kernel = bf16_kernel_name(&l);

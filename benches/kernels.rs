@@ -465,12 +465,13 @@ fn push_launch(dev: &Device, rows: &mut Vec<Row>, name: &str, dtype: Dtype, what
 }
 
 /// A model's whole routed block of this shape for `m` tokens (renormalized, SwiGLU;
-/// `moe::block::block`: router logits, top-k with gate/up, down and combine; the router in `T`, or
+/// `moe::block::block`: router logits, top-k, gate/up, down and combine; the router in `T`, or
 /// quantized as `router_quant` says, as mlx-lm's quantized checkpoints hold it), over 16
 /// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
-/// inputs share), beside `read_stream` in the same four dependent launches over the bytes those
-/// launches must read: the router's weights; the logits with each distinct chosen expert's
-/// gate/up once (their mean count over the inputs); down likewise; and the partial sums. With `shared`, the
+/// inputs share), beside `read_stream` in the same dependent launches over the bytes those
+/// launches must read: the router's weights; the logits; each distinct chosen expert's gate/up
+/// once (their mean count over the inputs); down likewise; and the partial sums. At one token the
+/// logits and gate/up are one launch (four), from two tokens two (five). With `shared`, the
 /// model's shared expert too (Qwen3-Next): its gate row in the router's format and its three
 /// matrices, read once.
 fn bench_block<T: Element>(
@@ -613,11 +614,15 @@ fn bench_block<T: Element>(
     let with = if shared { ", shared expert" } else { "" };
     let what = format!("{model} bits={bits}{router}{with} M={m} ({distinct:.1} distinct experts)");
     rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
-    let four = [parts[0], parts[1] + parts[2], parts[3], parts[4]];
+    // The block's own launch count: at one token the logits ride with gate/up.
+    let launches: Vec<usize> = match m {
+        1 => vec![parts[0], parts[1] + parts[2], parts[3], parts[4]],
+        _ => parts.to_vec(),
+    };
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
-        format!("{what}'s bytes in 4 launches"),
-        read_stream_ms(dev, &four),
+        format!("{what}'s bytes in {} launches", launches.len()),
+        read_stream_ms(dev, &launches),
         bytes,
     ));
     // The same bytes in two dependent launches (the router and its logits; the experts, their

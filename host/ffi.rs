@@ -901,9 +901,9 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_scratch_bytes(
 /// [n_experts, din]` into `scratch`, then [`mlxcel_amdgpu_moe_gateup_batch`],
 /// [`mlxcel_amdgpu_moe_down_batch`] and [`mlxcel_amdgpu_moe_combine_batch`]
 /// (the single-token down and combine at `m = 1`) into `out [m, din]` of
-/// `dtype`, bit for bit those calls on the same inputs, in four launches in
-/// order on `stream`: the router's top-k runs inside the gate/up launch
-/// (`moe_gateup_routed`). `shape.k` is the router's top-k (at most 16, at most
+/// `dtype`, bit for bit those calls on the same inputs, in order on
+/// `stream`: four launches at `m = 1`, where the router's top-k runs inside
+/// the gate/up launch (`moe_gateup_routed`), five from `m = 2`. `shape.k` is the router's top-k (at most 16, at most
 /// `n_experts`); `shape.bits` 4 or 8; `activation` 0 SwiGLU or 1 GeGLU;
 /// `norm_topk_prob` 0 or 1. `scratch` holds at least
 /// [`mlxcel_amdgpu_moe_block_scratch_bytes`] bytes (`scratch_len`) that
@@ -1127,7 +1127,7 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_shared_expert_scratch_bytes(
 
 /// [`mlxcel_amdgpu_moe_block`] with a shared expert (Qwen3-Next): `out[t] =
 /// routed(x[t]) + sigmoid(x[t] . expert_gate) * down_s(a(gate_s(x[t])) *
-/// up_s(x[t]))`, in the same four launches (the shared expert is one more
+/// up_s(x[t]))`, in the same launches (the shared expert is one more
 /// slot a token, summed last). The router `[n_experts, din]` and the gate
 /// row `expert_gate [din]` (`shared_expert_gate`, a linear layer of one
 /// output) are dense when `router_bits` is 0 (`w` holds values of `dtype`;

@@ -286,17 +286,22 @@ fn refused(r: Result<(), Error>, argument: &str) -> String {
     }
 }
 
-/// The block on the CPU backend with its pointers changed by `change`.
+/// The block of two tokens on the CPU backend with its pointers changed by `change`.
 fn launch_changed(change: impl Fn(&mut BlockPointers, &Uploaded<f32>)) -> Result<(), Error> {
+    launch_changed_at(2, change)
+}
+
+/// [`launch_changed`] for `m` tokens.
+fn launch_changed_at(m: usize, change: impl Fn(&mut BlockPointers, &Uploaded<f32>)) -> Result<(), Error> {
     let dev = Device::cpu();
-    let b = block_inputs(Dtype::F32, 2, 4, 7);
+    let b = block_inputs(Dtype::F32, m, 4, 7);
     let u = upload::<f32>(&dev, &b);
-    let out = poisoned::<f32>(&dev, 2 * DIN);
-    let scratch = poisoned::<u8>(&dev, block::block_scratch_bytes(2, &b.shape).unwrap());
+    let out = poisoned::<f32>(&dev, m * DIN);
+    let scratch = poisoned::<u8>(&dev, block::block_scratch_bytes(m as u32, &b.shape).unwrap());
     let mut p = pointers(&u, &out, &scratch);
     change(&mut p, &u);
     // SAFETY: every refused case is refused before a launch; none is launched.
-    unsafe { block::block(&dev, Dtype::F32, p, &b.shape, 2, Activation::SwiGlu, true, Stream::DEFAULT) }
+    unsafe { block::block(&dev, Dtype::F32, p, &b.shape, m as u32, Activation::SwiGlu, true, Stream::DEFAULT) }
 }
 
 /// A scratch one byte short of `block_scratch_bytes` is refused, naming it.
@@ -518,9 +523,15 @@ fn out_over_the_gate_row_is_refused() {
 /// A token whose `x` holds a NaN: its logits are NaN, so the block's
 /// selection gives its slots id `u32::MAX`, its `out` is NaN and the status
 /// word names its first slot; the other tokens, the ids in the scratch and
-/// the whole `out` are bit for bit the separate launches'.
+/// the whole `out` are bit for bit the separate launches'. At one token (the
+/// selection inside the gate/up launch) and at three.
 fn a_nan_token_gets_out_of_range_ids_and_a_status<T: Element>(dev: &Device) {
-    let (m, bad) = (3usize, 1usize);
+    for (m, bad) in [(1usize, 0usize), (3, 1)] {
+        nan_token_case::<T>(dev, m, bad);
+    }
+}
+
+fn nan_token_case<T: Element>(dev: &Device, m: usize, bad: usize) {
     let mut b = block_inputs(T::DTYPE, m, 4, seed_of::<T>(500, 0));
     b.x[bad * DIN + 17] = f32::NAN;
     let u = upload::<T>(dev, &b);
@@ -531,7 +542,7 @@ fn a_nan_token_gets_out_of_range_ids_and_a_status<T: Element>(dev: &Device) {
     // SAFETY: the buffers hold the shapes of `b`, and the scratch its size.
     unsafe { block::block(dev, T::DTYPE, p, &b.shape, m as u32, Activation::SwiGlu, true, Stream::DEFAULT) }.unwrap();
     dev.synchronize().unwrap();
-    let what = label::<T>(dev);
+    let what = format!("{} m {m}", label::<T>(dev));
     assert_eq!(status.download().unwrap()[0], 1 + (bad * K) as u32, "{what}: the first slot of token {bad}");
     // The scratch holds the logits, then the ids, each from a multiple of 256 bytes.
     let at = (m * N_EXPERTS * 4).next_multiple_of(256);
@@ -548,11 +559,14 @@ fn a_nan_token_gets_out_of_range_ids_and_a_status<T: Element>(dev: &Device) {
     assert!(values[..bad * DIN].iter().chain(&values[(bad + 1) * DIN..]).all(|v| v.is_finite()), "{what}");
 }
 
-/// The status word over the up matrix, which only the second launch reads:
-/// the down launch's checks do not see it.
+/// The status word over the up matrix, at one token (read by
+/// `moe_gateup_routed`, which does not take the status word, so the down
+/// launch's checks alone would not see it) and at two.
 fn status_over_the_up_matrix_is_refused() {
-    let why = refused(launch_changed(|p, u| p.status = u.up.pointers().w), "status");
-    assert!(why.contains("overlaps `wu`"), "{why}");
+    for m in [1, 2] {
+        let why = refused(launch_changed_at(m, |p, u| p.status = u.up.pointers().w), "status");
+        assert!(why.contains("`wu`"), "m {m}: {why}");
+    }
 }
 
 /// `moe_gateup_routed` on its own against `moe_topk` then

@@ -100,7 +100,7 @@ CustomKernelFunction& moe_block_kernel();
 CustomKernelFunction& moe_block_quantized_router_kernel();
 
 // moe_block_kernel() with a shared expert (Qwen3-Next): out = routed(x) +
-// sigmoid(x . W_sg) * down_s(silu(gate_s(x)) * up_s(x)), in the same four
+// sigmoid(x . W_sg) * down_s(silu(gate_s(x)) * up_s(x)), in the same
 // launches. Inputs {x, W_r, W_sg [1, Din] T (shared_expert_gate), the nine
 // expert inputs of moe_block_kernel(), then shared_gate_w, shared_gate_s,
 // shared_gate_b, shared_up_w, shared_up_s, shared_up_b [Dff, ...] and

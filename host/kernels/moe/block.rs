@@ -1,38 +1,39 @@
 //! The whole routed-expert block of a gated MoE layer (Qwen3 MoE) for `m`
-//! tokens (1 to [`super::MAX_BATCH_TOKENS`]), four launches in order on one
-//! stream:
+//! tokens (1 to [`super::MAX_BATCH_TOKENS`]), in order on one stream:
 //! 1. the router's logits (`moe_router_logits`, or `_q` for a quantized router);
-//! 2. `moe_gateup_routed`: `moe_topk` and `moe_gateup_batch` in one launch,
-//!    each slot's workgroups selecting their token's experts from the logits
-//!    (the selection costs each workgroup far less than a dependent launch);
+//! 2. at one token, `moe_gateup_routed`: `moe_topk` and `moe_gateup_batch` in
+//!    one launch, each slot's workgroups selecting their token's experts from
+//!    the logits; from two tokens, `moe_topk` then `moe_gateup_batch` (each of
+//!    the `m k` slots' workgroups would repeat the selection before its first
+//!    weight load, which cost more than the launch saved on an H100);
 //! 3. `moe_down_batch` (`moe_down` at `m = 1` without a shared expert);
 //! 4. `moe_combine_batch` (`moe_combine` likewise).
 //!
-//! The router's logits, ids and scores and the experts' `act` and `part` live
-//! in one caller scratch. `moe_gateup_routed` runs `moe_topk`'s code and then
-//! `moe_gateup_batch`'s, and every other launch is the one its own launcher
-//! makes, so the block's output is bit for bit the router's two launches
-//! followed by the batch launches.
+//! Four launches at one token, five from two. The router's logits, ids and
+//! scores and the experts' `act` and `part` live in one caller scratch.
+//! `moe_gateup_routed` runs `moe_topk`'s code and then `moe_gateup_batch`'s,
+//! and every other launch is the one its own launcher makes, so the block's
+//! output is bit for bit the router's two launches followed by the batch
+//! launches.
 //!
 //! # The shared expert
 //!
 //! Qwen3-Next adds a gated expert that every token takes, weighted by
 //! `sigmoid(x . expert_gate)` ([`SharedExpertPointers`]). It rides in the same
-//! four launches as one more slot per token: the router computes the gate's
-//! logit as one more row, `moe_gateup_routed` appends slot `K` (id `E`, score
-//! the sigmoid) to each token's ids and scores and computes it with the shared
-//! matrices, the down and combine launches take the batch kernels at every
-//! `m` with id `E` as the shared expert, and the combine sums `K + 1` slots,
-//! the shared one last.
+//! launches as one more slot per token: the router computes the gate's logit
+//! as one more row, `moe_gateup_routed` (or `moe_topk`) appends slot `K` (id
+//! `E`, score the sigmoid) to each token's ids and scores, the gate/up and
+//! down launches take id `E` as the shared expert (the batch kernels at every
+//! `m`), and the combine sums `K + 1` slots, the shared one last.
 
 use kernels_device::args::{ArgValue, BufferExtent};
 use kernels_device::geometry::moe_router::{MAX_EXPERTS, topk_groups};
 
-use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape};
+use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape, TOPK_KERNEL};
 use super::{
-    Activation, COMBINE_BATCH_KERNEL, COMBINE_KERNEL, DOWN_BATCH_KERNEL, DOWN_KERNEL, MoeCombineArgs,
-    MoeCombineBatchArgs, MoeShape, QuantizedPointers, check_batch, combine_batch_dims, combine_dims, down_batch_dims,
-    down_dims, gateup_batch_dims, refuse_overlap,
+    Activation, COMBINE_BATCH_KERNEL, COMBINE_KERNEL, DOWN_BATCH_KERNEL, DOWN_KERNEL, GATEUP_BATCH_KERNEL,
+    GatedPointers, MoeCombineArgs, MoeCombineBatchArgs, MoeShape, QuantizedPointers, check_batch, combine_batch_dims,
+    combine_dims, down_batch_dims, down_dims, gateup_batch_dims, refuse_overlap,
 };
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
@@ -260,7 +261,7 @@ impl Stage {
 /// up(x[t])))` with the router's top-k `ids` and `scores` (renormalized when
 /// `renorm`), plus, with a shared expert, `sigmoid(x[t] . expert_gate) *
 /// down_s(a(gate_s(x[t])) * up_s(x[t]))` as the last term of the sum.
-/// Enqueues four launches in order on `stream`; everything (the kernels, the
+/// Enqueues four launches (one token) or five in order on `stream`; everything (the kernels, the
 /// shape, every buffer of every launch, the overlaps between launches) is
 /// checked before the first.
 ///
@@ -286,7 +287,16 @@ pub unsafe fn block(
         RouterWeights::Dense(_) => kernel_for(device, LOGITS_KERNEL, dtype)?,
         RouterWeights::Quantized { .. } => kernel_for(device, LOGITS_Q_KERNEL, dtype)?,
     };
-    let gateup_kernel = kernel_for(device, gateup_routed_kernel(shape.n_experts), dtype)?;
+    // One token: the top-k rides in the gate/up launch. From two tokens,
+    // `moe_topk` and `moe_gateup_batch`: every slot's workgroups repeat the
+    // selection before their first weight load, and with `m k` slots on an
+    // H100 that cost more than the launch it saves (docs/performance.md).
+    let routed = m == 1;
+    let topk_kernel = device.kernel(TOPK_KERNEL)?;
+    let gateup_kernel = match routed {
+        true => kernel_for(device, gateup_routed_kernel(shape.n_experts), dtype)?,
+        false => kernel_for(device, GATEUP_BATCH_KERNEL, dtype)?,
+    };
     let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
     let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
     match p.shared {
@@ -318,11 +328,22 @@ pub unsafe fn block(
     let [logits, ids, scores, act, part, gate_logits] = offsets.map(|o| p.scratch + o);
 
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
-    let g = routed_args(&p, shape, m, [logits, gate_logits, ids, scores, act], activation, renorm);
-    let mut stages = vec![
-        router_stage(logits_kernel, rshape, &p, logits, gate_logits)?,
-        Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()),
-    ];
+    let mut stages = vec![router_stage(logits_kernel, rshape, &p, logits, gate_logits)?];
+    if routed {
+        let g = routed_args(&p, shape, m, [logits, gate_logits, ids, scores, act], activation, renorm);
+        stages.push(Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()));
+    } else {
+        let mut ta = rshape.topk_args(logits, ids, scores, renorm);
+        let gated = GatedPointers { x: p.x, idx: ids, gate: p.gate, up: p.up, act, status: p.status };
+        let mut g = experts.gateup_batch_args(m, gated, activation);
+        if let Some(sh) = p.shared {
+            (ta.gate_logits, ta.shared) = (gate_logits, 1);
+            (g.wgs, g.sgs, g.bgs) = (sh.gate.w, sh.gate.scales, sh.gate.biases);
+            (g.wus, g.sus, g.bus) = (sh.up.w, sh.up.scales, sh.up.biases);
+        }
+        stages.push(Stage::new(topk_kernel, router::topk_dims(m), &ta.values(), &ta.extents()));
+        stages.push(Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()));
+    }
     if single {
         let d = experts.down_args(ids, p.down, act, scores, part, p.status);
         let c = MoeCombineArgs { part, out: p.out, k: experts.k, din: experts.din };
@@ -349,14 +370,15 @@ pub unsafe fn block(
         check_buffers(s.kernel.spec, &s.extents, &[])?;
     }
     // `out` is written by the last launch, whose checks do not see the inputs
-    // of the three before it.
+    // of the ones before it.
     let out_bytes = m as u64 * shape.din as u64 * dtype.size() as u64;
     let out = (p.out, p.out.saturating_add(out_bytes));
-    refuse_overlap(&launches[..3], out, &[], |name| {
+    refuse_overlap(&launches[..launches.len() - 1], out, &[], |name| {
         Error::invalid("out", format!("[{:#x}, {:#x}) overlaps `{name}`; `out` may alias nothing", out.0, out.1))
     })?;
-    // The status word is written by the down launch, whose checks do not see
-    // the router's weights, `x` or the gate and up matrices.
+    // The status word is written by the down launch (and `moe_gateup_batch`),
+    // whose checks do not see the router's weights, nor, at one token, `x` and
+    // the gate and up matrices (`moe_gateup_routed` does not take it).
     if p.status != 0 {
         let status = (p.status, p.status.saturating_add(4));
         refuse_overlap(&launches[..2], status, &[], |name| {

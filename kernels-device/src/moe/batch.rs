@@ -145,11 +145,12 @@ pub unsafe fn moe_gateup_batch<T: Elem>(
 /// [`super::router::moe_topk`] and [`moe_gateup_batch`] in one launch: every
 /// wave of slot `s = t S + j` (`S = k + shared`) selects token `t`'s experts
 /// from `logits[t, :]` as `moe_topk` does (the same code, so the same ids and
-/// scores bit for bit), takes round `j`'s expert (or, at `j = k` with
-/// `shared` 1, the shared expert, score `sigmoid(gate_logits[t])`) and
-/// computes the slot as `moe_gateup_batch`. The slot's first workgroup
-/// stores its id and score in `ids[s]` and `scores[s]` for the launches
-/// after it; no workgroup reads them.
+/// scores bit for bit; rounds 0 to `j`, or all `k` in the wave that stores),
+/// takes round `j`'s expert (or, at `j = k` with `shared` 1, the shared
+/// expert, score `sigmoid(gate_logits[t])`) and computes the slot as
+/// `moe_gateup_batch`. The first wave of the slot's first workgroup stores
+/// its id and score in `ids[s]` and `scores[s]` for the launches after it; no
+/// workgroup reads them.
 ///
 /// The selection costs each workgroup one read of the token's logits and a
 /// few hundred instructions before its first weight load; it saves the
@@ -223,13 +224,18 @@ pub unsafe fn moe_gateup_routed<T: Elem, const G: usize>(
     }
     let t = token_of(slot, per_token, m);
     let j = slot - t * per_token;
+    // The wave that stores the slot's id and score.
+    let stores = wave::workgroup_id_x() == 0 && wave::wave_id() == 0;
     unsafe {
         // Lane `j` keeps its round's expert and score (those of the shared
         // slot at `j = k`); every lane takes the slot's expert.
         let (lane_expert, lane_score, e) = if j == k {
             (n_experts, shared_score(gate_logits.add(t as usize).read()), n_experts)
         } else {
-            let round = choose::<G>(logits.add(t as usize * n_experts as usize), n_experts, k);
+            // Slot j needs rounds 0 to j; the wave that stores the slot's
+            // score needs all k, whose sum renormalizes it.
+            let rounds = if stores { k } else { j + 1 };
+            let round = choose::<G>(logits.add(t as usize * n_experts as usize), n_experts, rounds);
             // Uniform (a scalar register on amdgpu), as a loaded id is: the
             // expert's matrix pointers then stay scalar, not one per lane.
             let e = wave::uniform_usize(wave::shfl_idx_u32(round.expert, j) as usize) as u32;
@@ -248,7 +254,7 @@ pub unsafe fn moe_gateup_routed<T: Elem, const G: usize>(
         // The slot's id and score for the later launches, stored last: before
         // the projections, the stores' addresses held registers through them
         // (16 more on sm_90).
-        if wave::workgroup_id_x() == 0 && wave::wave_id() == 0 && wave::lane_id() == j % WAVE_SIZE {
+        if stores && wave::lane_id() == j % WAVE_SIZE {
             ids.add(slot as usize).write(lane_expert);
             scores.add(slot as usize).write(lane_score);
         }

@@ -532,10 +532,13 @@ pub(crate) unsafe fn select(row: *const f32, e: u32, k: u32) -> Round {
     }
 }
 
-/// The softmax and the `k` rounds of `moe_topk` for one token's `row` of `e`
-/// logits, each lane holding its experts `lane + 32 (4 g + i)` for `g < G`.
+/// The softmax and the first `rounds` rounds of `moe_topk` for one token's
+/// `row` of `e` logits, each lane holding its experts `lane + 32 (4 g + i)`
+/// for `g < G`. A round's winner does not depend on the rounds after it, so
+/// lane `r < rounds` ends with round `r` of all `k`; the chosen sum is that of
+/// the rounds run (of all `k` when `rounds` is `k`).
 #[inline(always)]
-pub(crate) unsafe fn choose<const G: usize>(row: *const f32, e: u32, k: u32) -> Round {
+pub(crate) unsafe fn choose<const G: usize>(row: *const f32, e: u32, rounds: u32) -> Round {
     const GROUP: usize = TOPK_GROUP as usize;
     let lane = wave::lane_id();
     let expert = |g: usize, i: usize| lane + WAVE_SIZE * (TOPK_GROUP * g as u32 + i as u32);
@@ -603,7 +606,7 @@ pub(crate) unsafe fn choose<const G: usize>(row: *const f32, e: u32, k: u32) -> 
     let mut head = best_below(&keys, u64::MAX);
     let mut round = Round { expert: u32::MAX, score: f32::NAN, chosen_sum: 0.0 };
     let mut r = 0u32;
-    while r < k {
+    while r < rounds {
         let best = wave_max_key(head);
         let (expert, score) =
             if best == 0 { (u32::MAX, f32::NAN) } else { (!(best as u32), f32::from_bits((best >> 32) as u32)) };
