@@ -645,29 +645,17 @@ fn bench_block<T: Element>(
         let routed_ms = median_ms(dev, 30, 10, || unsafe {
             turn += 1;
             let i = turn % xs.len();
-            let args = moe::block::MoeGateUpRoutedArgs {
+            let p = moe::block::RoutedPointers {
                 x: xs[i].ptr(),
                 logits: logits_of[i].ptr(),
                 ids: ids_of[i].ptr(),
                 scores: scores_of[i].ptr(),
-                wg: gate.w,
-                sg: gate.scales,
-                bg: gate.biases,
-                wu: up.w,
-                su: up.scales,
-                bu: up.biases,
+                gate,
+                up,
                 act: act.ptr(),
-                activation: moe::Activation::SwiGlu as u32,
-                m,
-                renorm: 1,
-                n_experts: shape.n_experts,
-                k: shape.k,
-                din: shape.din,
-                dff: shape.dff,
-                bits: shape.bits,
-                group_size: shape.group_size,
-                ..Default::default()
+                shared: None,
             };
+            let args = shape.gateup_routed_args(m, p, moe::Activation::SwiGlu, true);
             moe::block::gateup_routed(dev, dtype, args, Stream::DEFAULT)
         });
         let gateup_ms = median_ms(dev, 30, 10, || unsafe {

@@ -601,33 +601,17 @@ fn gateup_routed_is_topk_then_gateup_batch<T: Element>(dev: &Device) {
 
         let (ids, scores, act) =
             (poisoned::<u32>(dev, m * slots), poisoned::<f32>(dev, m * slots), poisoned::<f32>(dev, m * slots * dff));
-        let mut args = block::MoeGateUpRoutedArgs {
+        let rp = block::RoutedPointers {
             x: x.ptr(),
             logits: logits.ptr(),
             ids: ids.ptr(),
             scores: scores.ptr(),
-            wg: gp.w,
-            sg: gp.scales,
-            bg: gp.biases,
-            wu: up.w,
-            su: up.scales,
-            bu: up.biases,
+            gate: gp,
+            up,
             act: act.ptr(),
-            m: m as u32,
-            renorm: 1,
-            n_experts: shape.n_experts,
-            k: shape.k,
-            din: shape.din,
-            dff: shape.dff,
-            bits: shape.bits,
-            group_size: shape.group_size,
-            ..Default::default()
+            shared: shared.then(|| (gate_logits.ptr(), gs, us)),
         };
-        if shared {
-            (args.gate_logits, args.shared) = (gate_logits.ptr(), 1);
-            (args.wgs, args.sgs, args.bgs, args.wus, args.sus, args.bus) =
-                (gs.w, gs.scales, gs.biases, us.w, us.scales, us.biases);
-        }
+        let args = shape.gateup_routed_args(m as u32, rp, Activation::SwiGlu, true);
         // SAFETY: every buffer holds what the declaration asks at these sizes.
         unsafe { block::gateup_routed(dev, T::DTYPE, args, Stream::DEFAULT) }.unwrap();
 
@@ -676,28 +660,17 @@ fn gateup_routed_refuses_bad_arguments() {
         (poisoned::<f32>(&dev, 2 * N_EXPERTS), poisoned::<u32>(&dev, 2 * K), poisoned::<f32>(&dev, 2 * K));
     let act = poisoned::<f32>(&dev, 2 * K * DFF);
     let (gp, up) = (u.gate.pointers(), u.up.pointers());
-    let good = block::MoeGateUpRoutedArgs {
+    let rp = block::RoutedPointers {
         x: u.x.ptr(),
         logits: logits.ptr(),
         ids: ids.ptr(),
         scores: scores.ptr(),
-        wg: gp.w,
-        sg: gp.scales,
-        bg: gp.biases,
-        wu: up.w,
-        su: up.scales,
-        bu: up.biases,
+        gate: gp,
+        up,
         act: act.ptr(),
-        m: 2,
-        renorm: 1,
-        n_experts: N_EXPERTS as u32,
-        k: K as u32,
-        din: DIN as u32,
-        dff: DFF as u32,
-        bits: 4,
-        group_size: 64,
-        ..Default::default()
+        shared: None,
     };
+    let good = b.shape.gateup_routed_args(2, rp, Activation::SwiGlu, true);
     type Change<'a> = &'a dyn Fn(&mut block::MoeGateUpRoutedArgs);
     let launch = |change: Change| {
         let mut a = good;

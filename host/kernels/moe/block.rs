@@ -330,7 +330,9 @@ pub unsafe fn block(
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
     let mut stages = vec![router_stage(logits_kernel, rshape, &p, logits, gate_logits)?];
     if routed {
-        let g = routed_args(&p, shape, m, [logits, gate_logits, ids, scores, act], activation, renorm);
+        let shared = p.shared.map(|sh| (gate_logits, sh.gate, sh.up));
+        let rp = RoutedPointers { x: p.x, logits, ids, scores, gate: p.gate, up: p.up, act, shared };
+        let g = shape.gateup_routed_args(m, rp, activation, renorm);
         stages.push(Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()));
     } else {
         let mut ta = rshape.topk_args(logits, ids, scores, renorm);
@@ -455,47 +457,68 @@ impl CheckedArgs for MoeGateUpRoutedArgs {
     }
 }
 
-/// The arguments of `moe_gateup_routed` for the block: the routed experts'
-/// gate and up matrices, the shared expert's where `p` has one, and the
-/// scratch's `[logits, gate_logits, ids, scores, act]`.
-fn routed_args(
-    p: &BlockPointers,
-    shape: &MoeShape,
-    m: u32,
-    [logits, gate_logits, ids, scores, act]: [u64; 5],
-    activation: Activation,
-    renorm: bool,
-) -> MoeGateUpRoutedArgs {
-    let (g, u) = (p.gate, p.up);
-    let mut a = MoeGateUpRoutedArgs {
-        x: p.x,
-        logits,
-        ids,
-        scores,
-        wg: g.w,
-        sg: g.scales,
-        bg: g.biases,
-        wu: u.w,
-        su: u.scales,
-        bu: u.biases,
-        act,
-        activation: activation as u32,
-        m,
-        renorm: renorm as u32,
-        n_experts: shape.n_experts,
-        k: shape.k,
-        din: shape.din,
-        dff: shape.dff,
-        bits: shape.bits,
-        group_size: shape.group_size,
-        ..Default::default()
-    };
-    if let Some(sh) = p.shared {
-        (a.gate_logits, a.shared) = (gate_logits, 1);
-        (a.wgs, a.sgs, a.bgs) = (sh.gate.w, sh.gate.scales, sh.gate.biases);
-        (a.wus, a.sus, a.bus) = (sh.up.w, sh.up.scales, sh.up.biases);
+/// Device pointers of one `moe_gateup_routed` launch ([`gateup_routed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoutedPointers {
+    /// `[m, Din]` of `T`.
+    pub x: u64,
+    /// `[m, E]` f32, read.
+    pub logits: u64,
+    /// `[m, S]` u32 and f32 (`S` is `K`, or `K + 1` with a shared expert), written.
+    pub ids: u64,
+    pub scores: u64,
+    /// The routed experts' stacks, `[E, Dff, ...]`.
+    pub gate: QuantizedPointers,
+    pub up: QuantizedPointers,
+    /// `[m, S, Dff]` f32, written.
+    pub act: u64,
+    /// The shared expert: its gate logits `[m]` f32 and its gate and up
+    /// matrices `[Dff, ...]`.
+    pub shared: Option<(u64, QuantizedPointers, QuantizedPointers)>,
+}
+
+impl MoeShape {
+    /// The arguments of `moe_gateup_routed` for `m` tokens of this shape (`k`
+    /// routed slots a token, one more with `p.shared`; the raw form
+    /// [`gateup_routed`] takes).
+    pub fn gateup_routed_args(
+        &self,
+        m: u32,
+        p: RoutedPointers,
+        activation: Activation,
+        renorm: bool,
+    ) -> MoeGateUpRoutedArgs {
+        let (g, u) = (p.gate, p.up);
+        let mut a = MoeGateUpRoutedArgs {
+            x: p.x,
+            logits: p.logits,
+            ids: p.ids,
+            scores: p.scores,
+            wg: g.w,
+            sg: g.scales,
+            bg: g.biases,
+            wu: u.w,
+            su: u.scales,
+            bu: u.biases,
+            act: p.act,
+            activation: activation as u32,
+            m,
+            renorm: renorm as u32,
+            n_experts: self.n_experts,
+            k: self.k,
+            din: self.din,
+            dff: self.dff,
+            bits: self.bits,
+            group_size: self.group_size,
+            ..Default::default()
+        };
+        if let Some((gate_logits, sg, su)) = p.shared {
+            (a.gate_logits, a.shared) = (gate_logits, 1);
+            (a.wgs, a.sgs, a.bgs) = (sg.w, sg.scales, sg.biases);
+            (a.wus, a.sus, a.bus) = (su.w, su.scales, su.biases);
+        }
+        a
     }
-    a
 }
 
 /// Refuses a null pointer of a shared expert, named as its launch names it:
