@@ -377,6 +377,66 @@ fn topk() -> Case {
     Case::new("moe_topk", [m, 1, 1], TOPK_WORKGROUP_SIZE, TOPK_WORKGROUP_MEM_BYTES, args, bufs)
 }
 
+/// moe_gateup_routed (instance `_e{instance}_{ty}`): 2 tokens of `e` experts,
+/// K 3 renormalized, 4-bit, with and without a shared expert's slot; token 1's
+/// logits hold a NaN (its routed slots take the bad-id path) and token 0's a
+/// tie at its top.
+fn gateup_routed(ty: &str, instance: u32, e: u32, shared: bool) -> Case {
+    use kernels_device::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
+    let (m, k, bits) = (2u32, MOE_SLOTS, 4u32);
+    let (din, dff) = (MOE_DIN, MOE_DFF);
+    let words = |n: u32| (n * dff * din * bits / 32) as usize;
+    let groups = |n: u32| (n * dff * din / MOE_GROUP) as usize;
+    let mut seed = 0x1357_9BDFu32 + e;
+    let mut w = |n: u32| -> Vec<u32> {
+        (0..words(n))
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed
+            })
+            .collect()
+    };
+    let mut logits = noise((m * e) as usize, 61, 2.0);
+    (logits[3], logits[e as usize - 1]) = (9.0, 9.0);
+    logits[(e + 5) as usize] = f32::NAN;
+    let slots = (m * (k + shared as u32)) as usize;
+    let mut bufs = vec![
+        enc(ty, &noise((m * din) as usize, 62, 1.0)),
+        enc("f32", &logits),
+        enc("f32", &noise(m as usize, 63, 2.0)),
+        zeros(slots, 4),
+        zeros(slots, 4),
+    ];
+    // The routed stacks of `e` experts (buffers 5 to 10), `act` (11), then
+    // the shared expert's six matrices (12 to 17) when it has one.
+    let matrices = |w: Vec<u32>, n: u32, seed: u32| {
+        [u32s(&w), enc(ty, &noise(groups(n), seed, 0.05)), enc(ty, &noise(groups(n), seed + 1, 0.05))]
+    };
+    bufs.extend(matrices(w(e), e, 64));
+    bufs.extend(matrices(w(e), e, 66));
+    bufs.push(zeros(slots * dff as usize, 4));
+    if shared {
+        bufs.extend(matrices(w(1), 1, 68));
+        bufs.extend(matrices(w(1), 1, 70));
+    }
+    let given = |b: usize| if shared { Arg::Buf(b) } else { Arg::U64(0) };
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), given(2)];
+    args.extend((3..=10).map(Arg::Buf));
+    args.extend((12..=17).map(given));
+    args.push(Arg::Buf(11));
+    args.extend([0, m, 1, shared as u32, e, k, din, dff, bits, MOE_GROUP].map(Arg::U32));
+    Case::new(
+        &format!("moe_gateup_routed_e{instance}_{ty}"),
+        [workgroups(dff), 1, slots as u32],
+        WORKGROUP_SIZE,
+        workgroup_mem_bytes(din, bits),
+        args,
+        bufs,
+    )
+}
+
 /// One test per case: `name => case expression`.
 macro_rules! clean {
     ($($test:ident => $case:expr;)*) => {$(
@@ -463,6 +523,9 @@ clean! {
     moe_router_logits_bf16_chunks => router_logits("bf16", 40);
     moe_router_logits_f32_batches => router_logits("f32", 2112);
     moe_topk => topk();
+    moe_gateup_routed_e128_bf16 => gateup_routed("bf16", 128, 70, false);
+    moe_gateup_routed_e256_f16_shared => gateup_routed("f16", 256, 200, true);
+    moe_gateup_routed_e512_f32_shared => gateup_routed("f32", 512, 300, true);
     moe_combine_f32 => moe_combine("f32");
     moe_combine_f16 => moe_combine("f16");
     moe_combine_bf16 => moe_combine("bf16");
