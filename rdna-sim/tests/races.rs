@@ -121,6 +121,19 @@ fn u32s(v: &[u32]) -> (Vec<u8>, usize) {
     (v.iter().flat_map(|x| x.to_le_bytes()).collect(), 4)
 }
 
+/// `n` words of a xorshift32 sequence from `seed` (advanced past them): random
+/// quantized codes, whose values every kernel treats alike.
+fn xorshift_words(seed: &mut u32, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 17;
+            *seed ^= *seed << 5;
+            *seed
+        })
+        .collect()
+}
+
 // ---- the shipped kernels ----
 
 /// add3_layer_norm (instance `name`) on two rows of `d`.
@@ -206,15 +219,7 @@ fn moe_of(ty: &str, down: bool, path: usize, din: u32, dff: u32) -> Case {
     let (cols, rows) = if down { (dff, din) } else { (din, dff) };
     let words = (MOE_EXPERTS * rows * cols * bits / 32) as usize;
     let groups = (MOE_EXPERTS * rows * cols / MOE_GROUP) as usize;
-    let mut seed = 0x1234_5678u32 + path as u32;
-    let w: Vec<u32> = (0..words)
-        .map(|_| {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            seed
-        })
-        .collect();
+    let w = xorshift_words(&mut (0x1234_5678u32 + path as u32), words);
     let scales: Vec<f32> = noise(groups, 31, 0.05);
     let biases: Vec<f32> = noise(groups, 32, 0.05);
     let act_elems = (MOE_SLOTS * dff) as usize;
@@ -263,16 +268,7 @@ fn moe_gated(ty: &str, down: bool, path: usize) -> Case {
     let words = (MOE_EXPERTS * rows * cols * bits / 32) as usize;
     let groups = (MOE_EXPERTS * rows * cols / MOE_GROUP) as usize;
     let mut seed = 0x8765_4321u32 + path as u32;
-    let mut w = || -> Vec<u32> {
-        (0..words)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            })
-            .collect()
-    };
+    let mut w = || xorshift_words(&mut seed, words);
     let mut bufs = Vec::new();
     let mut scalars = vec![];
     if down {
@@ -388,16 +384,7 @@ fn gateup_routed(ty: &str, instance: u32, e: u32, shared: bool) -> Case {
     let words = |n: u32| (n * dff * din * bits / 32) as usize;
     let groups = |n: u32| (n * dff * din / MOE_GROUP) as usize;
     let mut seed = 0x1357_9BDFu32 + e;
-    let mut w = |n: u32| -> Vec<u32> {
-        (0..words(n))
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            })
-            .collect()
-    };
+    let mut w = |n: u32| xorshift_words(&mut seed, words(n));
     let mut logits = noise((m * e) as usize, 61, 2.0);
     (logits[3], logits[e as usize - 1]) = (9.0, 9.0);
     logits[(e + 5) as usize] = f32::NAN;

@@ -38,6 +38,8 @@ use super::{
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, symbol};
+use crate::runtime::{Device, Kernel, LaunchDims, Stream};
+pub use kernels_device::entry::MoeGateUpRoutedArgs;
 
 /// The instances of the kernel that selects each token's experts and
 /// computes their gate and up projections, without the dtype suffix: one per
@@ -51,8 +53,6 @@ pub const GATEUP_ROUTED_KERNELS: [&str; 4] =
 pub fn gateup_routed_kernel(n_experts: u32) -> &'static str {
     GATEUP_ROUTED_KERNELS[topk_groups(n_experts.min(MAX_EXPERTS)).trailing_zeros() as usize]
 }
-use crate::runtime::{Device, Kernel, LaunchDims, Stream};
-pub use kernels_device::entry::MoeGateUpRoutedArgs;
 
 /// Whether every kernel of the block for `dtype` can run on `device` at every `m`.
 pub fn block_available(device: &Device, dtype: Dtype) -> bool {
