@@ -10,9 +10,8 @@
 //!   aperture): the waves of one workgroup, within one barrier interval (between
 //!   two releases of `s_barrier`);
 //! - **global memory** (GLOBAL, FLAT outside the shared aperture, and scalar
-//!   loads): two workgroups of the launch, at any time, since nothing orders
-//!   workgroups within a launch; and two waves of one workgroup within one
-//!   barrier interval.
+//!   loads): two workgroups of the launch that no atomic orders (see below);
+//!   and two waves of one workgroup within one barrier interval.
 //!
 //! A wave's own accesses are ordered (the ISA's same-wave rules: memory
 //! instructions of one wave take effect in program order for one address), so
@@ -26,21 +25,55 @@
 //! there, several writes of identical bytes by different workgroups or waves
 //! are not reported (every order leaves the same bytes). Writes of other
 //! values, and any read of such a word by another workgroup, still are.
-//! Atomics would be the other exception, but the interpreter implements none
-//! (an atomic instruction is an error) and the shipped objects contain none.
+//!
+//! **Atomics** (GLOBAL and FLAT 32-bit atomics on device memory) are the
+//! other exception: they are not recorded as accesses, so an atomic never
+//! races with another atomic, and a plain access of a byte that atomics touch
+//! is checked against the plain accesses only (a counter reset by a plain
+//! store, say, is not reported against the atomics). Each atomic is also a
+//! release and an acquire at device scope, which orders workgroups:
+//!
+//! - its *release*, by wave w of workgroup A, covers A's accesses of earlier
+//!   barrier intervals and w's own earlier accesses;
+//! - a later atomic on the same address by workgroup B *acquires* every
+//!   release made there so far (the latest of each workgroup). It is not
+//!   transitive: B learns no release that A had acquired, which can only
+//!   report a race that an order through a third workgroup rules out;
+//! - an access X of A is then ordered before an access Y of wave v of B when
+//!   B acquired a release covering X, Y is the acquiring wave's (after its
+//!   atomic) or in a later barrier interval of B, and v executed both
+//!   `buffer_gl0_inv` and `buffer_gl1_inv` after the atomic (the acquire's
+//!   cache invalidations). Without them the pair is still a race, and its
+//!   report ([`Race::uninvalidated`]) names the atomic and the missing
+//!   invalidations.
+//!
+//! A release needs the stores it orders complete: at each atomic, a global
+//! store of its workgroup issued by its wave, or by any wave in an earlier
+//! barrier interval, that no `s_waitcnt_vscnt` has waited for yet (stores
+//! count on vscnt on gfx11, at most 63 outstanding) is reported as a
+//! [`Kind::StoreNotWaitedAtRelease`]. Only atomics run this check.
 //!
 //! # What this cannot see
 //!
-//! The hardware's memory model beyond barriers: the checker takes `s_barrier`
-//! as ordering every earlier access of each wave before every later one of
-//! the workgroup, and does not check that the waits and cache invalidations
-//! that make this true on the hardware are there (for loads, strict-wait mode
-//! does); races between launches; and accesses that a schedule never makes
-//! (the checker sees the addresses a run touches, so coverage is the inputs').
+//! The hardware's memory model beyond barriers and the release and acquire
+//! above: the checker takes `s_barrier` as ordering every earlier access of
+//! each wave before every later one of the workgroup, and does not check that
+//! the waits and cache invalidations that make this true on the hardware are
+//! there (for loads, strict-wait mode does; for atomics, the release's
+//! vscnt wait and the acquire's invalidations are checked); workgroup memory
+//! atomics (DS) and 64-bit or float atomics, which are not implemented;
+//! races between launches; and accesses that a schedule never makes (the
+//! checker sees the addresses a run touches, so coverage is the inputs').
+//! Workgroups run one at a time, in linear order or reversed
+//! ([`crate::dispatch::Launch::workgroups_reversed`]), so which workgroup
+//! arrives last at a counter is one of those two. Once a launch has executed
+//! an atomic, a global byte's readers of the launch are kept as the latest
+//! read of each of the two workgroups that read it last: a write ordered after
+//! those two but not after an older reading workgroup is not reported.
 
 use crate::decode::Inst;
 use crate::mem::Memory;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
 /// The order in which the waves of a workgroup run between two barriers. A
@@ -121,6 +154,11 @@ pub enum Kind {
     WriteAfterRead,
     /// A write of bytes another wave wrote.
     WriteAfterWrite,
+    /// An atomic (a release) while a global store of its workgroup that it
+    /// orders is not complete: issued by the atomic's wave, or by any wave of
+    /// the workgroup in an earlier barrier interval, and not yet waited for by
+    /// `s_waitcnt_vscnt`. `earlier` is the store, `later` the atomic.
+    StoreNotWaitedAtRelease,
 }
 
 /// One access as the checker records it (16 bytes: it is kept per byte).
@@ -136,9 +174,59 @@ struct Acc {
     wave: u8,
     /// The lane, or [`SCALAR`] for a scalar load.
     lane: u8,
+    /// The atomics (releases) the wave had executed in this barrier interval
+    /// before this access (saturating): which of its own accesses a release covers.
+    rel: u16,
 }
 
+const _: () = assert!(std::mem::size_of::<Acc>() == 16);
+
 const SCALAR: u8 = 255;
+
+/// A release: an atomic executed by `wave` of workgroup `wg` in interval
+/// `epoch`, after `rel` earlier atomics of that wave in the interval. It
+/// orders the workgroup's accesses of earlier intervals and the wave's own
+/// earlier accesses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Release {
+    wg: u32,
+    epoch: u32,
+    wave: u8,
+    rel: u16,
+}
+
+impl Release {
+    fn covers(&self, a: &Acc) -> bool {
+        a.wg == self.wg
+            && (a.epoch < self.epoch
+                || (a.epoch == self.epoch && a.wave == self.wave && a.rel <= self.rel && a.rel != u16::MAX))
+    }
+}
+
+/// A release learnt by the current workgroup through its atomic `at` (on the
+/// same address, later), at instruction `clock` of the launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Acquire {
+    release: Release,
+    at: Acc,
+    clock: u64,
+}
+
+/// What the checker follows of each wave of the current workgroup for the
+/// atomics: its releases in the interval, its stores not yet waited for, and
+/// when it last invalidated each cache.
+#[derive(Clone, Default)]
+struct WaveSync {
+    rel: u16,
+    /// Stores counted on vscnt, oldest first (at most 63, the counter's
+    /// range): the store, and its device bytes when it wrote any.
+    stores: VecDeque<(Acc, Option<(u64, u64)>)>,
+    /// The launch clock of the wave's last `buffer_gl0_inv` and `buffer_gl1_inv`.
+    inv: [u64; 2],
+}
+
+/// Outstanding stores a wave can have: vscnt is 6 bits.
+const MAX_VSCNT: usize = 63;
 
 impl Acc {
     fn some(&self) -> bool {
@@ -159,7 +247,8 @@ struct LdsByte {
 
 /// The accesses of one global byte in a launch: as [`LdsByte`], and readers of
 /// the whole launch for the races between workgroups: `x1` the first, `x2` the
-/// first of another workgroup than `x1`'s.
+/// first of another workgroup than `x1`'s (with atomics in the launch, as
+/// `add_launch_reader` says).
 #[derive(Clone, Copy, Default)]
 struct GlobalByte {
     w: Acc,
@@ -183,7 +272,19 @@ pub struct Access {
     pub interval: u32,
 }
 
-/// A race: two accesses of different waves to `bytes`, at least one a write.
+/// An acquire that would order a race's two accesses but for the cache
+/// invalidations the later access's wave lacks after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uninvalidated {
+    /// The atomic through which the later access's workgroup acquired the earlier access.
+    pub acquire: Access,
+    /// What the later access's wave did not execute after the atomic:
+    /// `buffer_gl0_inv`, `buffer_gl1_inv` or both (joined by "and").
+    pub missing: String,
+}
+
+/// A race: two accesses of different waves to `bytes`, at least one a write;
+/// or, [`Kind::StoreNotWaitedAtRelease`], a release before a store it orders is complete.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Race {
     pub space: Space,
@@ -196,6 +297,9 @@ pub struct Race {
     pub allocation: Option<(String, u64)>,
     /// How many lane accesses raced the same way (the same two instructions).
     pub count: u64,
+    /// Set when an atomic of the later access's workgroup acquired the earlier
+    /// access, but the later access's wave lacks the cache invalidations after it.
+    pub uninvalidated: Option<Uninvalidated>,
 }
 
 impl Race {
@@ -218,15 +322,37 @@ impl Race {
             }
             (Space::Global, None) => format!("global bytes [{first:#x}, {end:#x})"),
         };
+        let more = if self.count > 1 { format!(" ({} lane accesses like it)", self.count) } else { String::new() };
         let (verb, what) = match self.kind {
             Kind::ReadAfterWrite => ("read-after-write", "reads what"),
             Kind::WriteAfterRead => ("write-after-read", "overwrites what"),
             Kind::WriteAfterWrite => ("write-after-write", "overwrites what"),
+            Kind::StoreNotWaitedAtRelease => {
+                return format!(
+                    "release before its stores complete on {place}: {} ({}) releases the workgroup's earlier \
+                     accesses, but {} ({}) is not yet waited for by s_waitcnt_vscnt{}",
+                    inst(&self.later),
+                    who(&self.later),
+                    inst(&self.earlier),
+                    who(&self.earlier),
+                    if self.count > 1 { format!(" ({} such stores)", self.count) } else { String::new() }
+                );
+            }
         };
         let earlier_did = if self.kind == Kind::WriteAfterRead { "read" } else { "wrote" };
-        let more = if self.count > 1 { format!(" ({} lane accesses like it)", self.count) } else { String::new() };
+        let acquire = match &self.uninvalidated {
+            Some(u) => format!(
+                "; {} ({}) acquired the earlier access, but the acquire lacks the cache invalidation: wave {} \
+                 executed no {} after it",
+                inst(&u.acquire),
+                who(&u.acquire),
+                self.later.wave,
+                u.missing
+            ),
+            None => String::new(),
+        };
         format!(
-            "{verb} race on {place}: {} ({}) {what} {} ({}) {earlier_did}, with no barrier between{more}",
+            "{verb} race on {place}: {} ({}) {what} {} ({}) {earlier_did}, with no barrier between{more}{acquire}",
             inst(&self.later),
             who(&self.later),
             inst(&self.earlier),
@@ -248,6 +374,18 @@ pub struct Tracker {
     same_value: Vec<(u64, u64)>,
     races: Vec<Race>,
     index: HashMap<(Space, Kind, u32, u32), usize>,
+    /// Instructions executed in the launch so far (all waves): orders an
+    /// acquire before a wave's cache invalidations.
+    clock: u64,
+    /// Whether an atomic has executed in the launch (global readers are then
+    /// kept as the latest of two workgroups, see `add_launch_reader`).
+    atomics: bool,
+    /// Per atomic address, the latest release of each workgroup there.
+    releases: HashMap<u64, Vec<Release>>,
+    /// The current workgroup's acquires, by the releasing workgroup.
+    acquired: HashMap<u32, Vec<Acquire>>,
+    /// The current workgroup's waves.
+    waves: Vec<WaveSync>,
 }
 
 impl Tracker {
@@ -264,6 +402,11 @@ impl Tracker {
             same_value: same_value.iter().map(|&(a, n)| (a, a + n as u64)).collect(),
             races: Vec::new(),
             index: HashMap::new(),
+            clock: 0,
+            atomics: false,
+            releases: HashMap::new(),
+            acquired: HashMap::new(),
+            waves: Vec::new(),
         }
     }
 
@@ -274,17 +417,133 @@ impl Tracker {
         if let Some(e) = self.first_epoch.get_mut(linear_id as usize) {
             *e = self.cur.epoch;
         }
+        self.acquired.clear();
+        self.waves.clear();
     }
 
     /// The workgroup's barrier is released: a new interval.
     pub fn barrier(&mut self) {
         self.cur.epoch += 1;
+        for w in &mut self.waves {
+            w.rel = 0;
+        }
     }
 
     /// Wave `wave` executes the instruction at index `pc`.
     pub fn at(&mut self, wave: usize, pc: usize) {
         self.cur.wave = wave as u8;
         self.cur.pc1 = pc as u32 + 1;
+        if self.waves.len() <= wave {
+            self.waves.resize(wave + 1, WaveSync::default());
+        }
+        self.cur.rel = self.waves[wave].rel;
+        self.clock += 1;
+    }
+
+    /// The current wave issues a store counted on vscnt: `global` is its
+    /// first device-memory lane (lane, address, bytes), `None` when it wrote no
+    /// device memory or is an atomic without return.
+    pub(crate) fn store_issued(&mut self, global: Option<(usize, u64, usize)>) {
+        let (acc, bytes) = match global {
+            Some((lane, addr, n)) => (Acc { lane: lane as u8, ..self.cur }, Some((addr, addr + n as u64))),
+            None => (self.cur, None),
+        };
+        let stores = &mut self.waves[self.cur.wave as usize].stores;
+        if stores.len() == MAX_VSCNT {
+            // The hardware stalls the issue until the oldest completes.
+            stores.pop_front();
+        }
+        stores.push_back((acc, bytes));
+    }
+
+    /// `s_waitcnt_vscnt` of the current wave: at most `n` stores remain outstanding.
+    pub(crate) fn vscnt_wait(&mut self, n: u32) {
+        let stores = &mut self.waves[self.cur.wave as usize].stores;
+        while stores.len() > n as usize {
+            stores.pop_front();
+        }
+    }
+
+    /// The current wave executes `buffer_gl1_inv` (`gl1`) or `buffer_gl0_inv`.
+    pub(crate) fn invalidate(&mut self, gl1: bool) {
+        self.waves[self.cur.wave as usize].inv[gl1 as usize] = self.clock;
+    }
+
+    /// Lane `lane` of the current wave executes an atomic read-modify-write of
+    /// the dword at `addr`: a release and an acquire at device scope. It is no
+    /// plain access (atomics never race with each other). Called before the
+    /// access; an address outside every allocation is left to it to report.
+    pub(crate) fn atomic(&mut self, mem: &Memory, lane: usize, addr: u64, n: usize) {
+        if mem.allocation_of(addr, n).is_none() {
+            return;
+        }
+        self.atomics = true;
+        let cur = Acc { lane: lane as u8, ..self.cur };
+        // The release needs the stores it orders complete.
+        let unwaited: Vec<(Acc, (u64, u64))> = self
+            .waves
+            .iter()
+            .enumerate()
+            .flat_map(|(w, s)| {
+                s.stores.iter().filter_map(move |&(acc, bytes)| {
+                    let ordered = acc.epoch < cur.epoch || w == cur.wave as usize;
+                    bytes.filter(|_| ordered).map(|b| (acc, b))
+                })
+            })
+            .collect();
+        for (store, bytes) in unwaited {
+            let alloc = mem.allocation_of(bytes.0, 1).map(|(b, _)| b);
+            let name = alloc.and_then(|b| mem.name_of(b)).unwrap_or("an allocation").to_string();
+            let alloc = alloc.map(|b| (b, name.as_str()));
+            self.report(Space::Global, Kind::StoreNotWaitedAtRelease, store, cur, bytes, alloc, None);
+        }
+        let list = self.releases.entry(addr).or_default();
+        for r in list.iter().filter(|r| r.wg != cur.wg) {
+            let known = self.acquired.entry(r.wg).or_default();
+            // An earlier acquire of the same release by this wave in this interval orders at least as much.
+            if !known.iter().any(|k| k.release == *r && k.at.wave == cur.wave && k.at.epoch == cur.epoch) {
+                known.push(Acquire { release: *r, at: cur, clock: self.clock });
+            }
+        }
+        let release = Release { wg: cur.wg, epoch: cur.epoch, wave: cur.wave, rel: cur.rel };
+        // A workgroup's later release covers all its earlier one did.
+        match list.iter_mut().find(|r| r.wg == cur.wg) {
+            Some(r) => *r = release,
+            None => list.push(release),
+        }
+        let w = &mut self.waves[cur.wave as usize];
+        w.rel = w.rel.saturating_add(1);
+        self.cur.rel = w.rel;
+    }
+
+    /// Whether `a`, an earlier access of another workgroup, is ordered before
+    /// `cur` by an acquire of the current workgroup; if only the cache
+    /// invalidations are missing, that acquire.
+    fn acquired_order(&self, a: &Acc, cur: &Acc) -> Result<(), Option<Acquire>> {
+        let Some(known) = self.acquired.get(&a.wg) else { return Err(None) };
+        let inv = self.waves.get(cur.wave as usize).map_or([0; 2], |w| w.inv);
+        let mut uninvalidated = None;
+        for k in known.iter().filter(|k| k.release.covers(a) && (cur.wave == k.at.wave || cur.epoch > k.at.epoch)) {
+            if inv[0] > k.clock && inv[1] > k.clock {
+                return Ok(());
+            }
+            uninvalidated.get_or_insert(*k);
+        }
+        Err(uninvalidated)
+    }
+
+    /// Whether an earlier access `a` of a global byte races with `cur`: another
+    /// workgroup that no acquire orders, or another wave of the workgroup in the
+    /// same barrier interval. `Some(Some(acquire))`: ordered but for the
+    /// invalidations after that acquire.
+    fn global_conflict(&self, a: &Acc, cur: &Acc) -> Option<Option<Acquire>> {
+        if !conflicts(a, cur) {
+            return None;
+        }
+        if a.wg == cur.wg || self.acquired.is_empty() {
+            return Some(None);
+        }
+        self.acquired_order(a, cur).err()
     }
 
     /// The races found, in the order first seen, one per pair of instructions and kind.
@@ -294,6 +553,17 @@ impl Tracker {
 
     pub fn into_races(self) -> Vec<Race> {
         self.races
+    }
+
+    /// The invalidations wave `wave` did not execute after launch clock `clock`.
+    fn missing_inv(&self, wave: u8, clock: u64) -> String {
+        let inv = self.waves.get(wave as usize).map_or([0; 2], |w| w.inv);
+        let missing: Vec<&str> = [(inv[0], "buffer_gl0_inv"), (inv[1], "buffer_gl1_inv")]
+            .iter()
+            .filter(|x| x.0 <= clock)
+            .map(|x| x.1)
+            .collect();
+        missing.join(" and ")
     }
 
     fn access(&self, a: &Acc) -> Access {
@@ -308,6 +578,7 @@ impl Tracker {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn report(
         &mut self,
         space: Space,
@@ -316,6 +587,7 @@ impl Tracker {
         later: Acc,
         bytes: (u64, u64),
         alloc: Option<(u64, &str)>,
+        acquire: Option<Acquire>,
     ) {
         let key = (space, kind, earlier.pc1, later.pc1);
         if let Some(&i) = self.index.get(&key) {
@@ -330,6 +602,8 @@ impl Tracker {
             bytes,
             allocation: alloc.map(|(base, name)| (name.to_string(), bytes.0 - base)),
             count: 1,
+            uninvalidated: acquire
+                .map(|k| Uninvalidated { acquire: self.access(&k.at), missing: self.missing_inv(later.wave, k.clock) }),
         };
         self.index.insert(key, self.races.len());
         self.races.push(race);
@@ -352,10 +626,10 @@ impl Tracker {
                 add_reader(&mut r.e1, &mut r.e2, &cur);
                 raw.map(|a| (Kind::ReadAfterWrite, a))
             };
-            found.byte(b as u64, conflict);
+            found.byte(b as u64, conflict.map(|(k, a)| (k, a, None)));
         }
-        for (kind, other, bytes) in found.done() {
-            self.report(Space::Workgroup, kind, other, cur, bytes, None);
+        for (kind, other, bytes, _) in found.done() {
+            self.report(Space::Workgroup, kind, other, cur, bytes, None, None);
         }
     }
 
@@ -373,41 +647,35 @@ impl Tracker {
             }
             _ => None,
         };
-        let same_value = &self.same_value;
-        let recs = self.global.entry(base).or_insert_with(|| vec![GlobalByte::default(); size]);
+        let mut recs = self.global.remove(&base).unwrap_or_else(|| vec![GlobalByte::default(); size]);
         let mut found = Found::default();
         let first = (addr - base) as usize;
         for (i, b) in (first..first + n).enumerate() {
             let r = &mut recs[b];
             let a = addr + i as u64;
             let conflict = if let Some(new) = new {
-                let same =
-                    old.as_ref().is_some_and(|o| o[i] == new[i]) && same_value.iter().any(|&(s, e)| a >= s && a < e);
-                let waw = (conflicts(&r.w, &cur) && !same).then_some(r.w);
-                let war = if r.x1.some() && r.x1.wg != cur.wg {
-                    Some(r.x1)
-                } else if r.x2.some() {
-                    Some(r.x2)
-                } else {
-                    reader_of_other_wave(r.e1, r.e2, &cur)
-                };
+                let same = old.as_ref().is_some_and(|o| o[i] == new[i])
+                    && self.same_value.iter().any(|&(s, e)| a >= s && a < e);
+                let waw = if same { None } else { self.global_conflict(&r.w, &cur).map(|k| (r.w, k)) };
+                let war = [r.x1, r.x2]
+                    .into_iter()
+                    .filter(|x| x.some() && x.wg != cur.wg)
+                    .find_map(|x| self.global_conflict(&x, &cur).map(|k| (x, k)))
+                    .or_else(|| reader_of_other_wave(r.e1, r.e2, &cur).map(|x| (x, None)));
                 r.w = cur;
-                waw.map(|a| (Kind::WriteAfterWrite, a)).or(war.map(|a| (Kind::WriteAfterRead, a)))
+                waw.map(|(a, k)| (Kind::WriteAfterWrite, a, k)).or(war.map(|(a, k)| (Kind::WriteAfterRead, a, k)))
             } else {
-                let raw = conflicts(&r.w, &cur).then_some(r.w);
+                let raw = self.global_conflict(&r.w, &cur).map(|k| (Kind::ReadAfterWrite, r.w, k));
                 add_reader(&mut r.e1, &mut r.e2, &cur);
-                if !r.x1.some() {
-                    r.x1 = cur;
-                } else if !r.x2.some() && r.x1.wg != cur.wg {
-                    r.x2 = cur;
-                }
-                raw.map(|a| (Kind::ReadAfterWrite, a))
+                add_launch_reader(&mut r.x1, &mut r.x2, &cur, self.atomics);
+                raw
             };
             found.byte(a, conflict);
         }
+        self.global.insert(base, recs);
         let name = mem.name_of(base).unwrap_or("an allocation").to_string();
-        for (kind, other, bytes) in found.done() {
-            self.report(Space::Global, kind, other, cur, bytes, Some((base, &name)));
+        for (kind, other, bytes, acquire) in found.done() {
+            self.report(Space::Global, kind, other, cur, bytes, Some((base, &name)), acquire);
         }
     }
 }
@@ -429,6 +697,29 @@ fn reader_of_other_wave(e1: Acc, e2: Acc, cur: &Acc) -> Option<Acc> {
     }
 }
 
+/// Records `cur` among a global byte's readers of the launch. Without atomics
+/// any reader of another workgroup races with a write, so the first (`x1`) and
+/// the first of another workgroup (`x2`) suffice. Once atomics order
+/// workgroups (`latest`), each slot keeps the latest read of its workgroup and
+/// a read of a third workgroup replaces the older slot, so that the reads a
+/// write must be ordered after are the latest of the two workgroups that read last.
+fn add_launch_reader(x1: &mut Acc, x2: &mut Acc, cur: &Acc, latest: bool) {
+    if !x1.some() {
+        *x1 = *cur;
+    } else if !latest {
+        if !x2.some() && x1.wg != cur.wg {
+            *x2 = *cur;
+        }
+    } else if x1.wg == cur.wg {
+        *x1 = *cur;
+    } else if !x2.some() || x2.wg == cur.wg {
+        *x2 = *cur;
+    } else {
+        *x1 = *x2;
+        *x2 = *cur;
+    }
+}
+
 /// Records `cur` among the interval's readers (`e1` the first, `e2` the first of another wave).
 fn add_reader(e1: &mut Acc, e2: &mut Acc, cur: &Acc) {
     if !e1.some() || e1.epoch != cur.epoch {
@@ -441,28 +732,36 @@ fn add_reader(e1: &mut Acc, e2: &mut Acc, cur: &Acc) {
 
 /// The conflicts of one lane access, byte by byte, merged into ranges of
 /// consecutive bytes that race with the same earlier access.
+/// A conflict of one byte: the kind, the earlier access, and the acquire
+/// that lacks its cache invalidations, if one would order them.
+type Conflict = (Kind, Acc, Option<Acquire>);
+
+/// A conflict over a byte range: the kind, the earlier access, the bytes, the acquire.
+type RangeConflict = (Kind, Acc, (u64, u64), Option<Acquire>);
+
 #[derive(Default)]
 struct Found {
-    open: Option<(Kind, Acc, u64, u64)>,
-    done: Vec<(Kind, Acc, (u64, u64))>,
+    open: Option<(Conflict, u64, u64)>,
+    done: Vec<RangeConflict>,
 }
 
 impl Found {
-    fn byte(&mut self, at: u64, conflict: Option<(Kind, Acc)>) {
+    fn byte(&mut self, at: u64, conflict: Option<Conflict>) {
         match (conflict, &mut self.open) {
-            (Some((k, a)), Some((ok, oa, _, end))) if *ok == k && *oa == a && *end == at => *end = at + 1,
+            (Some(c), Some((oc, _, end))) if *oc == c && *end == at => *end = at + 1,
             (c, _) => {
-                if let Some((k, a, s, e)) = self.open.take() {
-                    self.done.push((k, a, (s, e)));
-                }
-                self.open = c.map(|(k, a)| (k, a, at, at + 1));
+                self.close();
+                self.open = c.map(|c| (c, at, at + 1));
             }
         }
     }
-    fn done(mut self) -> Vec<(Kind, Acc, (u64, u64))> {
-        if let Some((k, a, s, e)) = self.open.take() {
-            self.done.push((k, a, (s, e)));
+    fn close(&mut self) {
+        if let Some(((k, a, q), s, e)) = self.open.take() {
+            self.done.push((k, a, (s, e), q));
         }
+    }
+    fn done(mut self) -> Vec<RangeConflict> {
+        self.close();
         self.done
     }
 }

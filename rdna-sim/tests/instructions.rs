@@ -636,3 +636,132 @@ fn v_alignbit_b32_shifts_the_pair_right() {
     assert_eq!(r.w.v[0][2], 0x89ab_cdef);
     assert_eq!(r.w.v[0][3], 0x789a_bcde);
 }
+
+/// `global_atomic_<op>` with GLC (word 0 bit 14): returns the pre-op value.
+fn atomic(name: &str, vdst: u32, addr: u32, data: u32, glc: bool) -> [u32; 2] {
+    let [a, b] = global(name, vdst, addr, data, 0);
+    [a | (glc as u32) << 14, b]
+}
+
+/// Each GLOBAL 32-bit atomic's new memory value (the ISA's pseudocode) and its
+/// return of the pre-op value with GLC; without GLC VDST is left alone.
+/// cmpswap takes its data as a VGPR pair, {DATA: the new value, DATA + 1: the
+/// compare value} (the pseudocode's `DATA[31:0]` and `DATA[63:32]`, as LLVM
+/// packs `{src, cmp}`): assumed from the RDNA3 ISA reference, not checked on silicon.
+#[test]
+fn global_atomics_compute_and_return_the_old_value() {
+    let m3 = (-3i32) as u32;
+    #[rustfmt::skip]
+    let cases: [(&str, u32, u32, u32, u32); 19] = [
+        // (op, old, data, compare, new)
+        ("add_u32", 5, 7, 0, 12),
+        ("add_u32", u32::MAX, 2, 0, 1),
+        ("sub_u32", 5, 7, 0, 0xffff_fffe),
+        ("csub_u32", 5, 7, 0, 0),
+        ("swap_b32", 5, 7, 0, 7),
+        ("cmpswap_b32", 5, 7, 5, 7),
+        ("cmpswap_b32", 5, 7, 6, 5),
+        ("min_i32", m3, 2, 0, m3),
+        ("max_i32", m3, 2, 0, 2),
+        ("min_u32", m3, 2, 0, 2),
+        ("max_u32", m3, 2, 0, m3),
+        ("and_b32", 0b1100, 0b1010, 0, 0b1000),
+        ("or_b32", 0b1100, 0b1010, 0, 0b1110),
+        ("xor_b32", 0b1100, 0b1010, 0, 0b0110),
+        ("inc_u32", 2, 3, 0, 3),
+        ("inc_u32", 3, 3, 0, 0),
+        ("dec_u32", 4, 9, 0, 3),
+        ("dec_u32", 0, 9, 0, 9),
+        ("dec_u32", 10, 9, 0, 9),
+    ];
+    for (opname, old, data, cmp, new) in cases {
+        for glc in [true, false] {
+            let mut r = Run::new();
+            r.w.s[EXEC as usize] = 1;
+            let buf = r.mem.alloc(8, "counter");
+            r.mem.write(buf, &old.to_le_bytes()).unwrap();
+            r.lanes(1, |_| buf as u32);
+            r.lanes(2, |_| (buf >> 32) as u32);
+            r.lanes(4, |_| data);
+            r.lanes(5, |_| cmp);
+            r.lanes(6, |_| 0xdead);
+            r.ok(&atomic(&format!("global_atomic_{opname}"), 6, 1, 4, glc));
+            let mut got = [0u8; 4];
+            r.mem.read(buf, &mut got).unwrap();
+            let what = format!("{opname}({old:#x}, {data:#x}, {cmp:#x}), glc {glc}");
+            assert_eq!(u32::from_le_bytes(got), new, "{what}: memory");
+            assert_eq!(r.w.v[6][0], if glc { old } else { 0xdead }, "{what}: vdst");
+        }
+    }
+}
+
+/// The lanes of one atomic are applied one after the other in lane order.
+#[test]
+fn atomic_lanes_apply_in_lane_order() {
+    let mut r = Run::new();
+    let buf = r.mem.alloc(8, "counter");
+    r.lanes(1, |_| buf as u32);
+    r.lanes(2, |_| (buf >> 32) as u32);
+    r.lanes(4, |_| 1);
+    r.ok(&atomic("global_atomic_add_u32", 6, 1, 4, true));
+    assert_eq!((0..32).map(|l| r.w.v[6][l]).collect::<Vec<_>>(), (0..32).collect::<Vec<u32>>());
+    // inc wraps at its data: 32, then 0, 1, 2, 3, 4, 0, ...
+    r.lanes(4, |_| 4);
+    r.ok(&atomic("global_atomic_inc_u32", 6, 1, 4, true));
+    assert_eq!(r.w.v[6][0], 32);
+    assert_eq!((1..8).map(|l| r.w.v[6][l]).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 0, 1]);
+    // cmpswap: lane l offers 100 + l against compare values 10, 10, 100, 5.
+    r.mem.write(buf, &10u32.to_le_bytes()).unwrap();
+    r.w.s[EXEC as usize] = 0b1111;
+    r.lanes(4, |l| 100 + l as u32);
+    r.lanes(5, |l| [10, 10, 100, 5][l % 4]);
+    r.ok(&atomic("global_atomic_cmpswap_b32", 6, 1, 4, true));
+    assert_eq!((0..4).map(|l| r.w.v[6][l]).collect::<Vec<_>>(), [10, 100, 100, 102]);
+    let mut got = [0u8; 4];
+    r.mem.read(buf, &mut got).unwrap();
+    assert_eq!(u32::from_le_bytes(got), 102);
+}
+
+/// FLAT atomics on a global address, the SADDR form, the counts, the bounds
+/// check, and in strict-wait mode the returned value held until vmcnt covers it.
+#[test]
+fn flat_and_saddr_atomics_counts_bounds_and_strict_wait() {
+    let mut r = Run::new();
+    let buf = r.mem.alloc(128, "counters");
+    r.lanes(1, |l| (buf + 4 * l as u64) as u32);
+    r.lanes(2, |_| (buf >> 32) as u32);
+    r.lanes(4, |l| l as u32);
+    // Lane l adds l to dword l: without return, FLAT (segment 0) with GLC into v7, then SADDR.
+    let [a, b] = atomic("global_atomic_add_u32", 6, 1, 4, false);
+    let flat_add = [0xDC00_0000 | op(opcodes::FLAT, "flat_atomic_add_u32") << 18 | 1 << 14, 1 | 4 << 8 | 7 << 24];
+    // SADDR form: s[10:11] the base, v3 the byte offset.
+    r.w.s[10] = buf as u32;
+    r.w.s[11] = (buf >> 32) as u32;
+    r.lanes(3, |l| 4 * l as u32);
+    let saddr_add = [a, 3 | 4 << 8 | 10 << 16];
+    let code = [a, b, flat_add[0], flat_add[1], saddr_add[0], saddr_add[1], ENDPGM];
+    let mut w = r.w.clone();
+    let c = dispatch::run_program(&code, &mut w, &mut r.mem, &mut [], r.mode).unwrap();
+    assert_eq!((c.vmem_atomics, c.vmem_atomic_bytes, c.vmem_loads, c.vmem_stores), (3, 3 * 128, 0, 0));
+    let mut got = vec![0u8; 128];
+    r.mem.read(buf, &mut got).unwrap();
+    assert_eq!(u32::from_le_bytes(got[4 * 9..4 * 9 + 4].try_into().unwrap()), 27);
+    // The FLAT one returned the value after the first add.
+    assert_eq!(w.v[7][9], 9);
+    r.ok(&flat_add);
+    assert_eq!(r.w.v[7][9], 27);
+    // Past the end of the allocation: a fault naming the lane, as loads and stores.
+    r.lanes(1, |l| (buf + 124 + 4 * l as u64) as u32);
+    let e = r.run(&[a, b]).unwrap_err();
+    assert!(e.contains("lane 1") && e.contains("past the end of counters"), "{e}");
+    // Strict-wait mode: VDST is POISON until s_waitcnt vmcnt(0).
+    r.lanes(1, |l| (buf + 4 * l as u64) as u32);
+    r.mode.strict_wait = true;
+    let [g, h] = atomic("global_atomic_add_u32", 8, 1, 4, true);
+    let use_it = vop2("v_add_nc_u32_e32", 9, 129, 8);
+    r.ok(&[g, h, use_it]);
+    assert_eq!(r.w.v[9][2], rdna_sim::exec::POISON.wrapping_add(1));
+    r.ok(&[g, h, sopp("s_waitcnt", 0x3f7), use_it]);
+    // Dword 2 had 2 added by the four adds before and the first strict one.
+    assert_eq!(r.w.v[9][2], 5 * 2 + 1);
+}

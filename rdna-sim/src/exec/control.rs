@@ -82,6 +82,14 @@ impl Wave {
             Enc::Sopp => return self.sopp(inst, index, env),
             Enc::Sop1 | Enc::Sop2 | Enc::Sopc | Enc::Sopk => {
                 env.counts.salu += 1;
+                if name == "s_waitcnt_vscnt"
+                    && let Some(t) = env.race.as_deref_mut()
+                {
+                    // Until at most S0 + SIMM16 stores are outstanding (S0 is `null` in practice).
+                    let sdst = bits(inst.w0, 22, 16);
+                    let s0 = if sdst == NULL { 0 } else { self.sread32(sdst, None)? };
+                    t.vscnt_wait(s0.wrapping_add(inst.w0 & 0xffff));
+                }
                 self.salu(inst)?;
             }
             Enc::Smem => {
@@ -107,8 +115,14 @@ impl Wave {
             }
             Enc::Global | Enc::Flat => self.vmem(inst, env)?,
             Enc::Mubuf => match name {
-                // Cache invalidation: the simulated memory has no caches.
-                "buffer_gl0_inv" | "buffer_gl1_inv" => env.counts.other += 1,
+                // Cache invalidation: the simulated memory has no caches, but the race
+                // checker asks for them after an acquire.
+                "buffer_gl0_inv" | "buffer_gl1_inv" => {
+                    env.counts.other += 1;
+                    if let Some(t) = env.race.as_deref_mut() {
+                        t.invalidate(name == "buffer_gl1_inv");
+                    }
+                }
                 _ => return Err(Fault::new(format!("{name} is not implemented"))),
             },
             Enc::Scratch => return Err(Fault::new(format!("{name}: scratch memory is not implemented"))),
@@ -172,7 +186,7 @@ impl Wave {
     }
 }
 
-/// The destination of a load: (counter, SGPRs?, first register, registers).
+/// The destination of a load or a returning atomic: (counter, SGPRs?, first register, registers).
 pub(super) fn load_dest(inst: &Inst) -> Option<(Ctr, bool, usize, usize)> {
     let name = inst.name;
     let vdst = bits(inst.w1, 31, 24) as usize;
@@ -200,7 +214,9 @@ pub(super) fn load_dest(inst: &Inst) -> Option<(Ctr, bool, usize, usize)> {
         }
         Enc::Global | Enc::Flat => {
             let op = name.split_once('_')?.1;
-            if !op.starts_with("load_") {
+            // An atomic with GLC returns the old value: a load of one dword.
+            let returning_atomic = op.starts_with("atomic_") && bits(inst.w0, 14, 14) != 0;
+            if !op.starts_with("load_") && !returning_atomic {
                 return None;
             }
             let n = match op {

@@ -1,5 +1,5 @@
 //! Memory instructions: scalar loads (SMEM), workgroup memory (DS), and
-//! GLOBAL/FLAT loads and stores.
+//! GLOBAL/FLAT loads and stores (their atomics are in `atomics.rs`).
 
 use super::*;
 
@@ -170,15 +170,39 @@ impl Wave {
         Ok(())
     }
 
+    /// The GLOBAL or FLAT address of `lane`: `sbase` (the SADDR pair, when the
+    /// instruction uses it) plus the lane's 32-bit VGPR offset, or the lane's
+    /// 64-bit VGPR address; plus the instruction's offset.
+    pub(super) fn lane_address(&self, inst: &Inst, sbase: Option<u64>, lane: usize) -> u64 {
+        let offset = sext(bits(inst.w0, 12, 0), 13) as u64;
+        let addr_r = bits(inst.w1, 7, 0) as usize;
+        match sbase {
+            Some(base) => base.wrapping_add(self.v[addr_r][lane] as u64).wrapping_add(offset),
+            None => (self.v[addr_r][lane] as u64 | (self.v[addr_r + 1][lane] as u64) << 32).wrapping_add(offset),
+        }
+    }
+
+    /// The SADDR pair of a GLOBAL instruction that uses one (FLAT has none; `null` or
+    /// `0x7d` selects 64-bit VGPR addressing).
+    pub(super) fn saddr_base(&self, inst: &Inst) -> R<Option<u64>> {
+        let saddr = bits(inst.w1, 22, 16);
+        if inst.enc == Enc::Global && saddr != NULL && saddr != 0x7d {
+            Ok(Some(self.sread(saddr, None, K::B64)?))
+        } else {
+            Ok(None)
+        }
+    }
+
     /// GLOBAL and FLAT loads and stores. A flat address in the LDS aperture reaches
     /// the workgroup's memory; any other address must lie in a live allocation.
     pub(super) fn vmem(&mut self, inst: &Inst, env: &mut Env) -> R<()> {
-        let (w0, w1) = (inst.w0, inst.w1);
-        let offset = sext(bits(w0, 12, 0), 13);
-        let (addr_r, data_r, saddr, vdst) =
-            (bits(w1, 7, 0) as usize, bits(w1, 15, 8) as usize, bits(w1, 22, 16), bits(w1, 31, 24) as usize);
         let name = inst.name;
         let op = name.split_once('_').map(|x| x.1).unwrap_or("");
+        if op.starts_with("atomic_") {
+            return self.vmem_atomic(inst, env);
+        }
+        let w1 = inst.w1;
+        let (data_r, vdst) = (bits(w1, 15, 8) as usize, bits(w1, 31, 24) as usize);
         // (bytes, is_store, kind)
         let (n, store) = match op {
             "load_u8" | "load_i8" | "load_d16_u8" | "load_d16_i8" | "load_d16_hi_u8" | "load_d16_hi_i8" => (1, false),
@@ -201,25 +225,25 @@ impl Wave {
         } else {
             env.counts.vmem_loads += 1;
         }
-        let use_saddr = inst.enc == Enc::Global && saddr != NULL && saddr != 0x7d;
-        let sbase = if use_saddr { self.sread(saddr, None, K::B64)? } else { 0 };
+        let sbase = self.saddr_base(inst)?;
+        // The first lane that stores to device memory, for the release check of the race checker.
+        let mut first_global_store: Option<(usize, u64)> = None;
         // The device-memory ranges of a load's active lanes, for its request bytes.
         let (mut device_ranges, mut device_lanes) = ([(0u64, 0u64); 32], 0);
         for lane in 0..32 {
             if exec >> lane & 1 == 0 {
                 continue;
             }
-            let addr = if use_saddr {
-                sbase.wrapping_add(self.v[addr_r][lane] as u64).wrapping_add(offset as u64)
-            } else {
-                (self.v[addr_r][lane] as u64 | (self.v[addr_r + 1][lane] as u64) << 32).wrapping_add(offset as u64)
-            };
+            let addr = self.lane_address(inst, sbase, lane);
             let lds_addr = (inst.enc == Enc::Flat && (addr >> 32) as u32 == mem::SHARED_APERTURE_HI)
                 .then_some(addr as u32 as usize);
             // Bytes that reach workgroup memory through the flat aperture move no device memory.
             match (lds_addr, store) {
                 (Some(_), _) => env.counts.flat_lds_bytes += n as u64,
-                (None, true) => env.counts.vmem_store_bytes += n as u64,
+                (None, true) => {
+                    env.counts.vmem_store_bytes += n as u64;
+                    first_global_store.get_or_insert((lane, addr));
+                }
                 (None, false) => {
                     env.counts.vmem_load_bytes += n as u64;
                     device_ranges[device_lanes] = (addr, n as u64);
@@ -285,6 +309,9 @@ impl Wave {
                     }
                 }
             }
+        }
+        if store && let Some(t) = env.race.as_deref_mut() {
+            t.store_issued(first_global_store.map(|(lane, addr)| (lane, addr, n)));
         }
         if !store {
             let request = load_rounds::distinct_bytes(&mut device_ranges[..device_lanes]);

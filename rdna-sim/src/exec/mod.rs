@@ -12,6 +12,7 @@ use crate::decode::{Enc, Inst, bits};
 use crate::mem::{self, Memory};
 use half::f16;
 
+mod atomics;
 mod control;
 mod cross_lane;
 mod floats;
@@ -111,7 +112,7 @@ counts!(
     trans,
     salu,
     smem,
-    /// GLOBAL and FLAT instructions (a FLAT one counts here wherever its lanes go).
+    /// GLOBAL and FLAT loads (a FLAT one counts here wherever its lanes go).
     vmem_loads,
     /// Bytes read from device memory by the active lanes.
     vmem_load_bytes,
@@ -123,6 +124,10 @@ counts!(
     vmem_load_rounds,
     vmem_stores,
     vmem_store_bytes,
+    /// GLOBAL and FLAT atomics (in neither `vmem_loads` nor `vmem_stores`).
+    vmem_atomics,
+    /// Bytes of device memory the active lanes of atomics read and wrote (4 a lane).
+    vmem_atomic_bytes,
     /// Bytes of FLAT accesses that reached workgroup memory through its aperture.
     flat_lds_bytes,
     /// DS instructions.

@@ -35,7 +35,8 @@ impl Wave {
                     "s_cmpk_lt_u32" => self.scc = d < imm,
                     "s_cmpk_le_u32" => self.scc = d <= imm,
                     // Waits on counters: memory completes at once in this simulator.
-                    // Wait until the counter is at most S0 + SIMM16 (stores and exports hold no registers).
+                    // Wait until the counter is at most S0 + SIMM16 (stores and exports hold no
+                    // registers; the race checker follows vscnt for its release check, control.rs).
                     "s_waitcnt_vscnt" | "s_waitcnt_expcnt" => {}
                     "s_waitcnt_vmcnt" => self.wait(d.wrapping_add(imm), u32::MAX),
                     "s_waitcnt_lgkmcnt" => self.wait(u32::MAX, d.wrapping_add(imm)),
