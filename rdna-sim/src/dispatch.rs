@@ -26,6 +26,10 @@ pub struct Launch<'a> {
     pub max_wave_insts: u64,
     /// The order in which the waves of a workgroup run between barriers.
     pub schedule: Schedule,
+    /// Runs the workgroups one at a time in reversed linear order (the last
+    /// first) instead of linear order: a kernel whose last workgroup to arrive
+    /// does the final work then sees another workgroup last.
+    pub workgroups_reversed: bool,
     /// Runs the race checker ([`crate::race`]): with it, [`launch`] fails
     /// when the launch has a race and [`launch_checked`] returns them.
     pub race_check: bool,
@@ -44,6 +48,7 @@ impl Default for Launch<'_> {
             mode: Mode::default(),
             max_wave_insts: 50_000_000,
             schedule: Schedule::default(),
+            workgroups_reversed: false,
             race_check: false,
             same_value: &[],
         }
@@ -235,52 +240,52 @@ fn run_grid(
         Schedule::Random(seed) => seed,
         _ => 0,
     });
-    for gz in 0..l.grid[2] {
-        for gy in 0..l.grid[1] {
-            for gx in 0..l.grid[0] {
-                if let Some(t) = race.as_deref_mut() {
-                    t.begin_workgroup(gx + l.grid[0] * (gy + l.grid[1] * gz));
-                }
-                let mut lds = vec![0u8; lds_size as usize];
-                let mut waves: Vec<Wave> = (0..nwaves)
-                    .map(|w| {
-                        let mut wave = Wave::default();
-                        wave.s[..user.len()].copy_from_slice(&user);
-                        let mut s = user_count;
-                        for (d, g) in [gx, gy, gz].into_iter().enumerate() {
-                            if kd.workgroup_id_enabled(d as u32) {
-                                wave.s[s] = g;
-                                s += 1;
-                            }
-                        }
-                        let mut exec = 0u32;
-                        for lane in 0..32 {
-                            let t = w * 32 + lane;
-                            if t >= threads {
-                                continue;
-                            }
-                            exec |= 1 << lane;
-                            let x = t % l.block[0];
-                            let y = t / l.block[0] % l.block[1];
-                            let z = t / (l.block[0] * l.block[1]);
-                            let (y, z) = match kd.vgpr_workitem_id() {
-                                0 => (0, 0),
-                                1 => (y, 0),
-                                _ => (y, z),
-                            };
-                            wave.v[0][lane as usize] = x | y << 10 | z << 20;
-                        }
-                        wave.s[EXEC as usize] = exec;
-                        wave
-                    })
-                    .collect();
-                let mut ctx = Group { k, l, mem, lds: &mut lds, counts: &mut counts, race: race.as_deref_mut() };
-                run_workgroup(&mut waves, &mut ctx, &mut rng).map_err(|msg| LaunchError {
-                    kernel: k.name.clone(),
-                    msg: format!("workgroup ({gx}, {gy}, {gz}): {msg}"),
-                })?;
-            }
+    let [nx, ny, nz] = l.grid.map(u64::from);
+    let groups = nx * ny * nz;
+    for i in 0..groups {
+        let linear = if l.workgroups_reversed { groups - 1 - i } else { i };
+        let (gx, gy, gz) = ((linear % nx) as u32, (linear / nx % ny) as u32, (linear / (nx * ny)) as u32);
+        if let Some(t) = race.as_deref_mut() {
+            t.begin_workgroup(linear as u32);
         }
+        let mut lds = vec![0u8; lds_size as usize];
+        let mut waves: Vec<Wave> = (0..nwaves)
+            .map(|w| {
+                let mut wave = Wave::default();
+                wave.s[..user.len()].copy_from_slice(&user);
+                let mut s = user_count;
+                for (d, g) in [gx, gy, gz].into_iter().enumerate() {
+                    if kd.workgroup_id_enabled(d as u32) {
+                        wave.s[s] = g;
+                        s += 1;
+                    }
+                }
+                let mut exec = 0u32;
+                for lane in 0..32 {
+                    let t = w * 32 + lane;
+                    if t >= threads {
+                        continue;
+                    }
+                    exec |= 1 << lane;
+                    let x = t % l.block[0];
+                    let y = t / l.block[0] % l.block[1];
+                    let z = t / (l.block[0] * l.block[1]);
+                    let (y, z) = match kd.vgpr_workitem_id() {
+                        0 => (0, 0),
+                        1 => (y, 0),
+                        _ => (y, z),
+                    };
+                    wave.v[0][lane as usize] = x | y << 10 | z << 20;
+                }
+                wave.s[EXEC as usize] = exec;
+                wave
+            })
+            .collect();
+        let mut ctx = Group { k, l, mem, lds: &mut lds, counts: &mut counts, race: race.as_deref_mut() };
+        run_workgroup(&mut waves, &mut ctx, &mut rng).map_err(|msg| LaunchError {
+            kernel: k.name.clone(),
+            msg: format!("workgroup ({gx}, {gy}, {gz}): {msg}"),
+        })?;
     }
     Ok(counts)
 }
