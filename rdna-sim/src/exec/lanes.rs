@@ -107,6 +107,8 @@ pub(super) struct L<'a> {
     pub(super) m: bool,
     /// The destination's old value (fmac).
     pub(super) d: u32,
+    /// The lane's index in the wave (mbcnt).
+    pub(super) lane: usize,
 }
 
 impl L<'_> {
@@ -282,6 +284,10 @@ pub(super) fn lane_fn(name: &str) -> Option<(LaneFn, [K; 3])> {
             let x = l.u(0) >> (l.u(1) & 31);
             ur((((x << (32 - w)) as i32) >> (32 - w)) as u32)
         },
+        // S1 plus the set bits of S0 below this lane: the low half of the
+        // 64-bit thread mask for `lo`; a wave32 lane has none in the high half.
+        "v_mbcnt_lo_u32_b32" => |l| ur((l.u(0) & ((1u64 << l.lane) - 1) as u32).count_ones().wrapping_add(l.u(1))),
+        "v_mbcnt_hi_u32_b32" => |l| ur(l.u(1)),
         "v_bfi_b32" => |l| ur((l.u(0) & l.u(1)) | (!l.u(0) & l.u(2))),
         // {S0, S1} (S0 the high dword) shifted right by S2[4:0], the low dword kept.
         "v_alignbit_b32" => |l| ur(((((l.u(0) as u64) << 32) | l.u(1) as u64) >> (l.u(2) & 31)) as u32),

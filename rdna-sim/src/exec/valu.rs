@@ -145,7 +145,7 @@ impl Wave {
                     self.vread(f.src[i], lane, f.lit, kinds[i]).map_err(|e| Fault { lane: Some(lane), ..e })?
                 };
             }
-            let l = L { r, f, ieee: mode.ieee, m: mask >> lane & 1 != 0, d: self.v[f.vdst as usize][lane] };
+            let l = L { r, f, ieee: mode.ieee, m: mask >> lane & 1 != 0, d: self.v[f.vdst as usize][lane], lane };
             let (mut val, bit) = if is_trans(name) {
                 let x = l.f(0);
                 let mut y = trans32(name, x).unwrap();
@@ -183,7 +183,7 @@ impl Wave {
             let k1 = if matches!(c, Cond::Class) { K::B32 } else { k };
             let a = self.vread(f.src[0], lane, f.lit, k)?;
             let b = self.vread(f.src[1], lane, f.lit, k1)?;
-            let l = L { r: [a, b, 0], f, ieee: false, m: false, d: 0 };
+            let l = L { r: [a, b, 0], f, ieee: false, m: false, d: 0, lane };
             let res = match (ty, c) {
                 ("f32", Cond::Class) => Some(class32(l.f(0), l.u(1))),
                 ("f16", Cond::Class) => Some(class16(l.h(0), l.u(1))),
