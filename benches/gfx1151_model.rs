@@ -312,7 +312,7 @@ fn bf16_kernel_name(launch: &Launch) -> String {
 
 /// Qwen3-30B-A3B's whole routed block for `m` tokens (E 128, K 8, Din 2048, Dff 768,
 /// group 64, bf16, renormalized, SwiGLU; `moe::block::block`: `moe_router_logits`,
-/// `moe_topk`, then `moe_gateup`, `moe_down`, `moe_combine` or their batch kernels), each
+/// `moe_topk` and `moe_gateup_batch` (in one launch at one token), `moe_down_combine`), each
 /// row with the bytes of the distinct experts the router chose, each read once.
 fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
     type T = bf16;
@@ -366,7 +366,7 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
                 weights(din, dff) + (mu * k * dff * 4 + mu * k * din * 4) as f64,
                 (mu * k * din * 4 + mu * din * size) as f64,
             );
-            assert_eq!(launches.len(), bytes.len(), "the block is four launches at one token, five from two");
+            assert_eq!(launches.len(), bytes.len(), "the block is three launches at one token, four from two");
             let label = format!("Qwen3-30B-A3B bits={bits} M={m} ({chosen} experts)");
             for (l, b) in launches.into_iter().zip(bytes) {
                 let kernel = bf16_kernel_name(&l);
@@ -377,11 +377,12 @@ fn block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
 }
 
 /// The bytes of each of the block's launches from those of its five stages (the router, the
-/// top-k, gate/up, down, combine): at one token the top-k rides in the gate/up launch.
+/// top-k, gate/up, down, combine): at one token the top-k rides in the gate/up launch, and the
+/// combine always rides in the down launch.
 fn block_bytes(m: u32, router: f64, topk: f64, gateup: f64, down: f64, combine: f64) -> Vec<f64> {
     match m {
-        1 => vec![router, topk + gateup, down, combine],
-        _ => vec![router, topk, gateup, down, combine],
+        1 => vec![router, topk + gateup, down + combine],
+        _ => vec![router, topk, gateup, down + combine],
     }
 }
 
@@ -470,7 +471,7 @@ fn shared_block_rows(counts: &Counts, dev: &Device, rows: &mut Vec<Row>) {
             weights(din, dff) + (mu * slots * dff * 4 + mu * slots * din * 4) as f64,
             (mu * slots * din * 4 + mu * din * size) as f64,
         );
-        assert_eq!(launches.len(), bytes.len(), "the block is four launches at one token, five from two");
+        assert_eq!(launches.len(), bytes.len(), "the block is three launches at one token, four from two");
         let label = format!("Qwen3-Next-80B-A3B with its shared expert, 8-bit router, M={m} ({chosen} experts)");
         for (l, b) in launches.into_iter().zip(bytes) {
             let kernel = bf16_kernel_name(&l);

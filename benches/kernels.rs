@@ -470,8 +470,9 @@ fn push_launch(dev: &Device, rows: &mut Vec<Row>, name: &str, dtype: Dtype, what
 /// inputs in turn so that successive blocks choose other experts (L2-cold but for the experts two
 /// inputs share), beside `read_stream` in the same dependent launches over the bytes those
 /// launches must read: the router's weights; the logits; each distinct chosen expert's gate/up
-/// once (their mean count over the inputs); down likewise; and the partial sums. At one token the
-/// logits and gate/up are one launch (four), from two tokens two (five). With `shared`, the
+/// once (their mean count over the inputs); down likewise; and the partial sums. The partial
+/// sums and the down projection are one launch; at one token the logits and gate/up are one
+/// launch too (three launches), from two tokens two (four). With `shared`, the
 /// model's shared expert too (Qwen3-Next): its gate row in the router's format and its three
 /// matrices, read once.
 fn bench_block<T: Element>(
@@ -614,10 +615,11 @@ fn bench_block<T: Element>(
     let with = if shared { ", shared expert" } else { "" };
     let what = format!("{model} bits={bits}{router}{with} M={m} ({distinct:.1} distinct experts)");
     rows.push(Row::timed(format!("moe block {dtype}"), what.clone(), ms, bytes));
-    // The block's own launch count: at one token the logits ride with gate/up.
+    // The block's own launch count: at one token the logits ride with gate/up, and the
+    // partial sums with the down projection at every m.
     let launches: Vec<usize> = match m {
-        1 => vec![parts[0], parts[1] + parts[2], parts[3], parts[4]],
-        _ => parts.to_vec(),
+        1 => vec![parts[0], parts[1] + parts[2], parts[3] + parts[4]],
+        _ => vec![parts[0], parts[1], parts[2], parts[3] + parts[4]],
     };
     rows.push(Row::timed(
         format!("read_stream yardstick {dtype}"),
@@ -635,10 +637,12 @@ fn bench_block<T: Element>(
         read_stream_ms(dev, &two),
         bytes,
     ));
-    // The block's three launches after the router one at a time (10 back to back, over the inputs
-    // in turn), each beside read_stream over its bytes in one launch: which launch holds the
-    // block's time beyond its yardstick (the router's: `bench_router`). `moe_gateup_batch`, the
-    // same gate/up without the selection, beside them.
+    // The block's stages after the router one at a time (10 back to back, over the inputs in
+    // turn), each beside read_stream over its bytes in one launch: which stage holds the block's
+    // time beyond its yardstick (the router's: `bench_router`). `moe_gateup_batch`, the same
+    // gate/up without the selection, beside them. The block's `moe_down_combine` is timed as
+    // `moe_down_batch` and `moe_combine_batch`: alone its counts would need clearing between
+    // launches, which the block's router launch does.
     if router_quant.is_none() && !shared {
         let act = dev.alloc::<f32>(m as usize * k * dff).unwrap();
         let part = dev.alloc::<f32>(m as usize * k * din).unwrap();

@@ -900,10 +900,12 @@ pub unsafe extern "C" fn mlxcel_amdgpu_moe_block_scratch_bytes(
 /// tokens (1..=8): [`mlxcel_amdgpu_moe_router`] of `x [m, din]` and `wr
 /// [n_experts, din]` into `scratch`, then [`mlxcel_amdgpu_moe_gateup_batch`],
 /// [`mlxcel_amdgpu_moe_down_batch`] and [`mlxcel_amdgpu_moe_combine_batch`]
-/// (the single-token down and combine at `m = 1`) into `out [m, din]` of
-/// `dtype`, bit for bit those calls on the same inputs, in order on
-/// `stream`: four launches at `m = 1`, where the router's top-k runs inside
-/// the gate/up launch (`moe_gateup_routed`), five from `m = 2`. `shape.k` is the router's top-k (at most 16, at most
+/// into `out [m, din]` of `dtype`, bit for bit those calls on the same
+/// inputs, in order on `stream`: three launches at `m = 1`, where the
+/// router's top-k runs inside the gate/up launch (`moe_gateup_routed`), four
+/// from `m = 2`. The combine runs inside the down launch
+/// (`moe_down_combine`): the last workgroup to finish each block of rows sums
+/// them, counted in the scratch, which the router's launch clears. `shape.k` is the router's top-k (at most 16, at most
 /// `n_experts`); `shape.bits` 4 or 8; `activation` 0 SwiGLU or 1 GeGLU;
 /// `norm_topk_prob` 0 or 1. `scratch` holds at least
 /// [`mlxcel_amdgpu_moe_block_scratch_bytes`] bytes (`scratch_len`) that

@@ -628,6 +628,30 @@ families! {
         } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
     }
 
+    /// `moe_down_combine`: `moe_down_batch`, and in the same launch the last
+    /// of each row block's workgroups to finish sums the block's rows into
+    /// `out` as `moe_combine_batch` does; `arrivals` (zero before the launch)
+    /// counts them.
+    family MoeDownCombineArgs (MoeDownCombine<T>) {
+        instances { moe_down_combine_f32, moe_down_combine_f16, moe_down_combine_bf16 => crate::moe::batch::moe_down_combine::<T, { crate::moe::TENSOR_CORES }>; }
+        workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
+        params {
+            idx: read u32 [m, k],
+            w2: read u32 [n_experts, din, dff / values_per_word(bits)],
+            s2: read T [n_experts, din, dff / group_size],
+            b2: read T [n_experts, din, dff / group_size],
+            w2s: read_nullable u32 [din, dff / values_per_word(bits)],
+            s2s: read_nullable T [din, dff / group_size],
+            b2s: read_nullable T [din, dff / group_size],
+            act: read f32 [m, k, dff],
+            scores: read f32 [m, k],
+            part: write f32 [m, k, din],
+            out: write T [m, din],
+            arrivals: write u32 [geometry::moe::workgroups(din)],
+            m: value u32,
+        } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
+    }
+
     /// `moe_combine_batch`: `out[t, h] = T(sum_k part[t, k, h])` for `m` tokens.
     family MoeCombineBatchArgs (MoeCombineBatch<T>) {
         instances { moe_combine_batch_f32, moe_combine_batch_f16, moe_combine_batch_bf16 => crate::moe::batch::moe_combine_batch::<T>; }
@@ -643,7 +667,8 @@ families! {
 
     /// `moe_router_logits`: `logits[t, e] = x[t] . wr[e]` (f32) for `m` tokens,
     /// and the shared expert's gate `gate_logits[t] = x[t] . ws` where the
-    /// launch has one.
+    /// launch has one. Workgroup 0 zeroes `arrivals` (null with 0) for the
+    /// block's `moe_down_combine`.
     family MoeRouterLogitsArgs (MoeRouterLogits<T>) {
         instances { moe_router_logits_f32, moe_router_logits_f16, moe_router_logits_bf16 => crate::moe::router::moe_router_logits::<T>; }
         workgroup_mem(geometry::moe_router::LOGITS_WORKGROUP_MEM_BYTES)
@@ -656,6 +681,8 @@ families! {
             m: value u32,
             n_experts: value u32,
             din: value u32,
+            arrivals: write_nullable u32 [n_arrivals],
+            n_arrivals: value u32,
         }
     }
 
@@ -681,6 +708,8 @@ families! {
             din: value u32,
             bits: value u32,
             group_size: value u32,
+            arrivals: write_nullable u32 [n_arrivals],
+            n_arrivals: value u32,
         }
     }
 

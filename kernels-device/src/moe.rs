@@ -1097,6 +1097,16 @@ pub unsafe fn moe_combine<T: Elem>(part: *const f32, out: *mut T, k: u32, din: u
         return;
     }
     let (h, k, din) = (h as usize, k as usize, din as usize);
+    unsafe { out.add(h).write(T::from_f32(slot_sum(part, k, din, h))) };
+}
+
+/// `sum_j part[j, h]` for `j < k`, in f32 from +0.0 in slot order: the sum of
+/// [`moe_combine`], shared with `moe_down_combine` so that both round alike.
+///
+/// # Safety
+/// `part [k, din]` (f32), `h < din`.
+#[inline(always)]
+pub(crate) unsafe fn slot_sum(part: *const f32, k: usize, din: usize, h: usize) -> f32 {
     let mut acc = 0.0f32;
     let mut first = 0;
     while first < k {
@@ -1113,7 +1123,7 @@ pub unsafe fn moe_combine<T: Elem>(part: *const f32, out: *mut T, k: u32, din: u
         });
         first += COMBINE_BATCH;
     }
-    unsafe { out.add(h).write(T::from_f32(acc)) };
+    acc
 }
 
 #[cfg(test)]

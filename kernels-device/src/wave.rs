@@ -199,6 +199,31 @@ pub fn barrier() {
     arch::barrier()
 }
 
+/// Orders this thread's global memory accesses before it against those after
+/// it, for every thread of the launch: before an arrival count, its stores are
+/// visible to whoever reads the count after it; after, its loads see what the
+/// threads that counted before it stored. Rust's fences are system scope
+/// (stronger than the device scope needed): on amdgpu the waits for this
+/// wave's loads and stores and the L0/L1 invalidations, on nvptx a
+/// `fence.acq_rel.sys`, on the host a fence of the emulator's threads.
+#[inline(always)]
+pub fn fence_device() {
+    core::sync::atomic::fence(core::sync::atomic::Ordering::AcqRel)
+}
+
+/// Adds `v` to the u32 at `p` atomically (acquire and release, system scope)
+/// and returns the value before the add. The one atomic the kernels use: the
+/// arrival count of a workgroup that finishes a tile, so that the last to
+/// arrive can sum the tile's partial results (`moe::batch::moe_down_combine`).
+///
+/// # Safety
+/// `p` is a valid, 4-byte aligned u32 of global memory that, during the launch,
+/// is accessed only through this function.
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(p) }.fetch_add(v, core::sync::atomic::Ordering::AcqRel)
+}
+
 /// Orders workgroup memory among the lanes of this wave: every lane's stores
 /// before it are visible to every lane of the wave after it, and no lane's
 /// loads after it are moved above it. For memory that only this wave uses (no

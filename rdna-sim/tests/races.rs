@@ -32,6 +32,9 @@ struct Case {
     shift: Vec<u64>,
     /// Declared same-value words: (buffer, byte offset, length).
     same_value: Vec<(usize, u64, usize)>,
+    /// Also run the workgroups last first: for a kernel whose last workgroup
+    /// to arrive does the work of the others' results.
+    both_orders: bool,
 }
 
 impl Case {
@@ -48,12 +51,23 @@ impl Case {
             elem,
             shift: vec![0; n],
             same_value: Vec::new(),
+            both_orders: false,
         }
     }
 }
 
 /// Runs `case` under `schedule` with the race checker; returns the buffers afterwards and the races.
 fn run(co: &CodeObject, case: &Case, schedule: Schedule) -> Result<(Vec<Vec<u8>>, Vec<Race>), String> {
+    run_in_order(co, case, schedule, false)
+}
+
+/// [`run`], with the workgroups last first when `reversed`.
+fn run_in_order(
+    co: &CodeObject,
+    case: &Case,
+    schedule: Schedule,
+    reversed: bool,
+) -> Result<(Vec<Vec<u8>>, Vec<Race>), String> {
     let k = co.kernel(&case.kernel).ok_or_else(|| format!("no kernel {}", case.kernel))?;
     let mut mem = Memory::new();
     let addrs = upload(&mut mem, &case.bufs, &case.shift);
@@ -68,6 +82,7 @@ fn run(co: &CodeObject, case: &Case, schedule: Schedule) -> Result<(Vec<Vec<u8>>
         schedule,
         race_check: true,
         same_value: &same,
+        workgroups_reversed: reversed,
         ..Launch::default()
     };
     let (_, races) = dispatch::launch_checked(&mut mem, k, &l).map_err(|e| e.to_string())?;
@@ -83,8 +98,10 @@ fn describe(co: &CodeObject, kernel: &str, races: &[Race]) -> String {
 /// output written (so that a case that returns early cannot pass unnoticed).
 fn assert_clean(co: &CodeObject, what: &str, case: &Case) {
     let mut first: Option<(Schedule, Vec<Vec<u8>>)> = None;
-    for s in Schedule::all(&SEEDS) {
-        let (out, races) = run(co, case, s).unwrap_or_else(|e| panic!("{what}, schedule {s}: {e}"));
+    let orders: &[bool] = if case.both_orders { &[false, true] } else { &[false] };
+    for (s, reversed) in Schedule::all(&SEEDS).into_iter().flat_map(|s| orders.iter().map(move |&r| (s, r))) {
+        let what = &if reversed { format!("{what} (workgroups last first)") } else { what.to_string() };
+        let (out, races) = run_in_order(co, case, s, reversed).unwrap_or_else(|e| panic!("{what}, schedule {s}: {e}"));
         assert!(
             races.is_empty(),
             "{what}: {} races under the {s} schedule:{}",
@@ -257,6 +274,51 @@ fn moe_of(ty: &str, down: bool, path: usize, din: u32, dff: u32) -> Case {
     case
 }
 
+/// moe_down_combine of dtype `ty` on one of [`MOE_PATHS`]: 2 tokens of
+/// [`MOE_SLOTS`] slots (the path's ids, then the same ids rotated), Din 200
+/// (six full row blocks and a part one), run in both workgroup orders so that
+/// another workgroup is the last to arrive at each block.
+fn down_combine(ty: &str, path: usize) -> Case {
+    use kernels_device::geometry::moe::{WORKGROUP_SIZE, workgroup_mem_bytes, workgroups};
+    let (bits, wide, idx) = MOE_PATHS[path];
+    let (m, din, dff) = (2u32, 200u32, MOE_DFF);
+    let slots = m * MOE_SLOTS;
+    let ids = [idx[0], idx[1], idx[2], idx[1], idx[2], idx[0]];
+    let words = (MOE_EXPERTS * din * dff * bits / 32) as usize;
+    let groups = (MOE_EXPERTS * din * dff / MOE_GROUP) as usize;
+    let w = xorshift_words(&mut (0x5EED_0001u32 + path as u32), words);
+    let bufs = vec![
+        u32s(&ids),
+        u32s(&w),
+        enc(ty, &noise(groups, 61, 0.05)),
+        enc(ty, &noise(groups, 62, 0.05)),
+        enc("f32", &noise((slots * dff) as usize, 63, 1.0)),
+        enc("f32", &noise(slots as usize, 64, 1.0)),
+        zeros((slots * din) as usize, 4),
+        enc(ty, &vec![0.0; (m * din) as usize]),
+        zeros(workgroups(din) as usize, 4),
+        zeros(1, 4),
+    ];
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::U64(0), Arg::U64(0), Arg::U64(0)];
+    args.extend((4..9).map(Arg::Buf));
+    args.push(Arg::U32(m));
+    args.extend([MOE_EXPERTS, MOE_SLOTS, din, dff, bits, MOE_GROUP].map(Arg::U32));
+    args.push(Arg::Buf(9));
+    let mut case = Case::new(
+        &format!("moe_down_combine_{ty}"),
+        [workgroups(din), 1, slots],
+        WORKGROUP_SIZE,
+        workgroup_mem_bytes(dff, bits),
+        args,
+        bufs,
+    );
+    if !wide {
+        case.shift[1] = 4;
+    }
+    case.both_orders = true;
+    case
+}
+
 /// moe_gateup (`down` false; SwiGLU on path 0, GeGLU otherwise) or the 6-bit
 /// moe_down6 of dtype `ty` on one of [`MOE_PATHS`] (its bit width ignored by
 /// moe_down6, which reads single words on every path).
@@ -336,9 +398,12 @@ fn router_logits(ty: &str, din: u32) -> Case {
         enc(ty, &noise(din as usize, 54, 0.1)),
         zeros((m * e) as usize, 4),
         zeros(m as usize, 4),
+        // Counts to zero (the block's down launch's), not zero before.
+        u32s(&[7; 11]),
     ];
-    let args =
+    let mut args =
         vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::Buf(4), Arg::U32(m), Arg::U32(e), Arg::U32(din)];
+    args.extend([Arg::Buf(5), Arg::U32(11)]);
     Case::new(
         &format!("moe_router_logits_{ty}"),
         [logits_workgroups(e + 1), 1, 1],
@@ -513,6 +578,9 @@ clean! {
     moe_gateup_routed_e128_bf16 => gateup_routed("bf16", 128, 70, false);
     moe_gateup_routed_e256_f16_shared => gateup_routed("f16", 256, 200, true);
     moe_gateup_routed_e512_f32_shared => gateup_routed("f32", 512, 300, true);
+    moe_down_combine_f32_wide_4bit => down_combine("f32", 0);
+    moe_down_combine_f16_narrow_8bit => down_combine("f16", 1);
+    moe_down_combine_bf16_bad_ids => down_combine("bf16", 2);
     moe_combine_f32 => moe_combine("f32");
     moe_combine_f16 => moe_combine("f16");
     moe_combine_bf16 => moe_combine("bf16");

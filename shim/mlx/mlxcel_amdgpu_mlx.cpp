@@ -926,8 +926,8 @@ std::vector<array> moe_router(Call& c) {
 // expert_gate_b [1, Din/router_group_size] T), and its matrices follow the
 // routed stacks: shared_gate_w, _s, _b and shared_up_w, _s, _b [Dff, ...],
 // shared_down_w, _s, _b [Din, ...], one expert of the stacks' format. The
-// router's logits, ids and scores and the experts' act and part are the
-// launch's scratch.
+// router's logits, ids and scores, the experts' act and part and the down
+// launch's arrival counts are the launch's scratch.
 std::vector<array> moe_block_of(Call& c, bool quantized_router, bool shared) {
   const Kernel k = c.k;
   const std::vector<array>& in = c.inputs;

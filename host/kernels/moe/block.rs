@@ -6,15 +6,17 @@
 //!    the logits; from two tokens, `moe_topk` then `moe_gateup_batch` (each of
 //!    the `m k` slots' workgroups would repeat the selection before its first
 //!    weight load, which cost more than the launch saved on an H100);
-//! 3. `moe_down_batch` (`moe_down` at `m = 1` without a shared expert);
-//! 4. `moe_combine_batch` (`moe_combine` likewise).
+//! 3. `moe_down_combine`: `moe_down_batch`, and the last workgroup to finish
+//!    each row block sums its rows as `moe_combine_batch` does (counted in
+//!    `arrivals`, which the router's launch zeroes).
 //!
-//! Four launches at one token, five from two. The router's logits, ids and
-//! scores and the experts' `act` and `part` live in one caller scratch.
-//! `moe_gateup_routed` runs `moe_topk`'s code and then `moe_gateup_batch`'s,
-//! and every other launch is the one its own launcher makes, so the block's
-//! output is bit for bit the router's two launches followed by the batch
-//! launches.
+//! Three launches at one token, four from two. The router's logits, ids and
+//! scores, the experts' `act` and `part` and the arrival counts live in one
+//! caller scratch. `moe_gateup_routed` runs `moe_topk`'s code and then
+//! `moe_gateup_batch`'s, `moe_down_combine` runs `moe_down_batch`'s and then
+//! `moe_combine_batch`'s sum, and every other launch is the one its own
+//! launcher makes, so the block's output is bit for bit the router's two
+//! launches followed by the batch launches.
 //!
 //! # The shared expert
 //!
@@ -23,23 +25,23 @@
 //! launches as one more slot per token: the router computes the gate's logit
 //! as one more row, `moe_gateup_routed` (or `moe_topk`) appends slot `K` (id
 //! `E`, score the sigmoid) to each token's ids and scores, the gate/up and
-//! down launches take id `E` as the shared expert (the batch kernels at every
-//! `m`), and the combine sums `K + 1` slots, the shared one last.
+//! down launches take id `E` as the shared expert, and the combine sums `K +
+//! 1` slots, the shared one last.
 
 use kernels_device::args::{ArgValue, BufferExtent};
+use kernels_device::geometry::moe::{SIX_BITS, workgroups};
 use kernels_device::geometry::moe_router::{MAX_EXPERTS, topk_groups};
 
 use super::router::{self, LOGITS_KERNEL, LOGITS_Q_KERNEL, RouterQuant, RouterShape, TOPK_KERNEL};
 use super::{
-    Activation, COMBINE_BATCH_KERNEL, COMBINE_KERNEL, DOWN_BATCH_KERNEL, DOWN_KERNEL, GATEUP_BATCH_KERNEL,
-    GatedPointers, MoeCombineArgs, MoeCombineBatchArgs, MoeShape, QuantizedPointers, check_batch, combine_batch_dims,
-    combine_dims, down_batch_dims, down_dims, gateup_batch_dims, refuse_overlap,
+    Activation, GATEUP_BATCH_KERNEL, GatedPointers, MoeShape, QuantizedPointers, all_or_none, check_batch,
+    down_batch_dims, gateup_batch_dims, refuse_overlap,
 };
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::kernels::{Capacity, CheckedArgs, check_buffers, enqueue, kernel_for, symbol};
 use crate::runtime::{Device, Kernel, LaunchDims, Stream};
-pub use kernels_device::entry::MoeGateUpRoutedArgs;
+pub use kernels_device::entry::{MoeDownCombineArgs, MoeGateUpRoutedArgs};
 
 /// The instances of the kernel that selects each token's experts and
 /// computes their gate and up projections, without the dtype suffix: one per
@@ -54,6 +56,10 @@ pub fn gateup_routed_kernel(n_experts: u32) -> &'static str {
     GATEUP_ROUTED_KERNELS[topk_groups(n_experts.min(MAX_EXPERTS)).trailing_zeros() as usize]
 }
 
+/// The kernel of the block's last launch, without the dtype suffix: the down
+/// projection, and the combine by the last workgroup of each row block.
+pub const DOWN_COMBINE_KERNEL: &str = "moe_down_combine";
+
 /// Whether every kernel of the block for `dtype` can run on `device` at every `m`.
 pub fn block_available(device: &Device, dtype: Dtype) -> bool {
     router::router_available(device, dtype) && experts_available(device, dtype)
@@ -62,7 +68,7 @@ pub fn block_available(device: &Device, dtype: Dtype) -> bool {
 /// Whether the block's three launches after the router can run for `dtype`
 /// on `device` at every `m`.
 fn experts_available(device: &Device, dtype: Dtype) -> bool {
-    GATEUP_ROUTED_KERNELS.iter().all(|k| device.is_available(&symbol(k, dtype)))
+    GATEUP_ROUTED_KERNELS.iter().chain(&[DOWN_COMBINE_KERNEL]).all(|k| device.is_available(&symbol(k, dtype)))
         && super::batch_available(device, dtype)
 }
 
@@ -144,16 +150,24 @@ pub fn block_supports(device: &Device, dtype: Dtype, m: u32, shape: &MoeShape) -
 }
 
 /// Byte offsets in the scratch of `logits [m, E]`, `ids [m, S]`, `scores [m,
-/// S]`, `act [m, S, Dff]`, `part [m, S, Din]` and `gate_logits [m]` (f32, u32,
-/// f32, f32, f32, f32; `S` is `K`, or `K + 1` with a shared expert, whose
-/// `gate_logits` are otherwise empty), each starting on 256 bytes, and the
-/// total.
-fn layout(m: u32, shape: &MoeShape, shared: bool) -> Result<([u64; 6], u64)> {
+/// S]`, `act [m, S, Dff]`, `part [m, S, Din]`, `gate_logits [m]` and
+/// `arrivals [workgroups(Din)]` (f32, u32, f32, f32, f32, f32, u32; `S` is
+/// `K`, or `K + 1` with a shared expert, whose `gate_logits` are otherwise
+/// empty), each starting on 256 bytes, and the total.
+fn layout(m: u32, shape: &MoeShape, shared: bool) -> Result<([u64; 7], u64)> {
     let (m, e, din, dff) = (m as u128, shape.n_experts as u128, shape.din as u128, shape.dff as u128);
     let slots = shape.k as u128 + shared as u128;
-    let sizes =
-        [m * e * 4, m * slots * 4, m * slots * 4, m * slots * dff * 4, m * slots * din * 4, m * shared as u128 * 4];
-    let (mut offsets, mut at) = ([0u64; 6], 0u128);
+    let arrivals = workgroups(shape.din) as u128 * 4;
+    let sizes = [
+        m * e * 4,
+        m * slots * 4,
+        m * slots * 4,
+        m * slots * dff * 4,
+        m * slots * din * 4,
+        m * shared as u128 * 4,
+        arrivals,
+    ];
+    let (mut offsets, mut at) = ([0u64; 7], 0u128);
     for (offset, size) in offsets.iter_mut().zip(sizes) {
         at = at.next_multiple_of(256);
         *offset = at as u64;
@@ -168,14 +182,15 @@ fn layout(m: u32, shape: &MoeShape, shared: bool) -> Result<([u64; 6], u64)> {
 }
 
 /// Bytes of the scratch of [`block`] for `m` tokens of this shape: `logits`,
-/// `ids`, `scores`, `act` and `part`, in that order, each on 256 bytes.
+/// `ids`, `scores`, `act`, `part` and the down launch's arrival counts, in
+/// that order, each on 256 bytes.
 pub fn block_scratch_bytes(m: u32, shape: &MoeShape) -> Result<usize> {
     Ok(layout(m, shape, false)?.1 as usize)
 }
 
 /// Bytes of the scratch of [`block`] with a shared expert: `logits`, `ids`,
-/// `scores`, `act` and `part` of `K + 1` slots a token, and the shared gate's
-/// logits, in that order, each on 256 bytes.
+/// `scores`, `act` and `part` of `K + 1` slots a token, the shared gate's
+/// logits and the arrival counts, in that order, each on 256 bytes.
 pub fn block_shared_scratch_bytes(m: u32, shape: &MoeShape) -> Result<usize> {
     Ok(layout(m, shape, true)?.1 as usize)
 }
@@ -261,7 +276,7 @@ impl Stage {
 /// up(x[t])))` with the router's top-k `ids` and `scores` (renormalized when
 /// `renorm`), plus, with a shared expert, `sigmoid(x[t] . expert_gate) *
 /// down_s(a(gate_s(x[t])) * up_s(x[t]))` as the last term of the sum.
-/// Enqueues four launches (one token) or five in order on `stream`; everything (the kernels, the
+/// Enqueues three launches (one token) or four in order on `stream`; everything (the kernels, the
 /// shape, every buffer of every launch, the overlaps between launches) is
 /// checked before the first.
 ///
@@ -280,9 +295,6 @@ pub unsafe fn block(
     renorm: bool,
     stream: Stream,
 ) -> Result<()> {
-    // With a shared expert the batch kernels run at every m: only they take it.
-    let single = m == 1 && p.shared.is_none();
-    let pick = |batch: &str, one: &str| kernel_for(device, if single { one } else { batch }, dtype);
     let logits_kernel = match p.router {
         RouterWeights::Dense(_) => kernel_for(device, LOGITS_KERNEL, dtype)?,
         RouterWeights::Quantized { .. } => kernel_for(device, LOGITS_Q_KERNEL, dtype)?,
@@ -297,8 +309,7 @@ pub unsafe fn block(
         true => kernel_for(device, gateup_routed_kernel(shape.n_experts), dtype)?,
         false => kernel_for(device, GATEUP_BATCH_KERNEL, dtype)?,
     };
-    let down_kernel = pick(DOWN_BATCH_KERNEL, DOWN_KERNEL)?;
-    let combine_kernel = pick(COMBINE_BATCH_KERNEL, COMBINE_KERNEL)?;
+    let down_kernel = kernel_for(device, DOWN_COMBINE_KERNEL, dtype)?;
     match p.shared {
         None => validate_block(m, shape)?,
         Some(_) => validate_block_shared(m, shape)?,
@@ -315,7 +326,10 @@ pub unsafe fn block(
     if (p.scratch_len as u64) < need {
         return Err(Error::invalid(
             "scratch",
-            format!("holds {} bytes, needs {need} (logits, ids, scores, act and part of {m} tokens)", p.scratch_len),
+            format!(
+                "holds {} bytes, needs {need} (logits, ids, scores, act, part and arrival counts of {m} tokens)",
+                p.scratch_len
+            ),
         ));
     }
     let end = p.scratch.checked_add(need).ok_or_else(|| {
@@ -325,10 +339,10 @@ pub unsafe fn block(
     if let Some(sh) = p.shared {
         shared_pointers_given(&sh)?;
     }
-    let [logits, ids, scores, act, part, gate_logits] = offsets.map(|o| p.scratch + o);
+    let [logits, ids, scores, act, part, gate_logits, arrivals] = offsets.map(|o| p.scratch + o);
 
     let rshape = RouterShape { m, n_experts: shape.n_experts, din: shape.din, k: shape.k };
-    let mut stages = vec![router_stage(logits_kernel, rshape, &p, logits, gate_logits)?];
+    let mut stages = vec![router_stage(logits_kernel, rshape, &p, logits, gate_logits, arrivals)?];
     if routed {
         let shared = p.shared.map(|sh| (gate_logits, sh.gate, sh.up));
         let rp = RoutedPointers { x: p.x, logits, ids, scores, gate: p.gate, up: p.up, act, shared };
@@ -346,25 +360,16 @@ pub unsafe fn block(
         stages.push(Stage::new(topk_kernel, router::topk_dims(m), &ta.values(), &ta.extents()));
         stages.push(Stage::new(gateup_kernel, gateup_batch_dims(&experts, m), &g.values(), &g.extents()));
     }
-    if single {
-        let d = experts.down_args(ids, p.down, act, scores, part, p.status);
-        let c = MoeCombineArgs { part, out: p.out, k: experts.k, din: experts.din };
-        stages.push(Stage::new(down_kernel, down_dims(&experts), &d.values(), &d.extents()));
-        stages.push(Stage::new(combine_kernel, combine_dims(experts.din), &c.values(), &c.extents()));
-    } else {
-        let mut d = experts.down_batch_args(m, ids, p.down, act, scores, part, p.status);
-        if let Some(sh) = p.shared {
-            (d.w2s, d.s2s, d.b2s) = (sh.down.w, sh.down.scales, sh.down.biases);
-        }
-        let c = MoeCombineBatchArgs { part, out: p.out, m, k: experts.k, din: experts.din };
-        stages.push(Stage::new(down_kernel, down_batch_dims(&experts, m), &d.values(), &d.extents()));
-        stages.push(Stage::new(combine_kernel, combine_batch_dims(experts.din, m), &c.values(), &c.extents()));
+    let mut d = experts.down_combine_args(m, ids, p.down, act, scores, part, p.out, arrivals, p.status);
+    if let Some(sh) = p.shared {
+        (d.w2s, d.s2s, d.b2s) = (sh.down.w, sh.down.scales, sh.down.biases);
     }
+    stages.push(Stage::new(down_kernel, down_batch_dims(&experts, m), &d.values(), &d.extents()));
     let launches: Vec<_> = stages.iter().map(|s| (&s.kernel, &s.extents[..])).collect();
     // The scratch holds the buffers the launches pass each other; no other
     // buffer of any launch may lie inside it. Checked first, so that the
     // message names the caller's `scratch` rather than a buffer inside it.
-    let internal = ["logits", "gate_logits", "ids", "scores", "idx", "act", "part"];
+    let internal = ["logits", "gate_logits", "ids", "scores", "idx", "act", "part", "arrivals"];
     refuse_overlap(&launches, (p.scratch, end), &internal, |name| {
         Error::invalid("scratch", format!("overlaps `{name}`; the scratch must be a buffer of its own"))
     })?;
@@ -372,7 +377,7 @@ pub unsafe fn block(
         check_buffers(s.kernel.spec, &s.extents, &[])?;
     }
     // `out` is written by the last launch, whose checks do not see the inputs
-    // of the ones before it.
+    // of the ones before it (`x`, the router's weights, the gate and up matrices).
     let out_bytes = m as u64 * shape.din as u64 * dtype.size() as u64;
     let out = (p.out, p.out.saturating_add(out_bytes));
     refuse_overlap(&launches[..launches.len() - 1], out, &[], |name| {
@@ -454,6 +459,86 @@ impl CheckedArgs for MoeGateUpRoutedArgs {
         let dims = gateup_batch_dims(&MoeShape { k: self.k + self.shared, ..shape }, self.m);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
+    }
+}
+
+/// The block's last launch on its own: `moe_down_batch`'s `part`, and `out`
+/// as `moe_combine_batch` sums it, summed by the last workgroup of each row
+/// block to finish (`arrivals`, `workgroups(din)` u32 that must be zero
+/// before the launch: the block's router launch zeroes them). Every scalar
+/// and buffer is checked first; `dtype` is the type of the scales, biases and
+/// `out`.
+///
+/// # Safety
+/// The pointers are device pointers of `device` to buffers of the shapes the
+/// kernel's declaration gives (`kernels_device::entry::MoeDownCombineArgs`);
+/// `arrivals` is zero when the stream reaches the launch.
+pub unsafe fn down_combine(device: &Device, dtype: Dtype, args: MoeDownCombineArgs, stream: Stream) -> Result<()> {
+    args.enqueue_checked(device, dtype, &[], stream)
+}
+
+impl CheckedArgs for MoeDownCombineArgs {
+    fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
+        let kernel = kernel_for(device, DOWN_COMBINE_KERNEL, dtype)?;
+        let shape = MoeShape {
+            n_experts: self.n_experts,
+            k: self.k,
+            din: self.din,
+            dff: self.dff,
+            bits: self.bits,
+            group_size: self.group_size,
+        };
+        all_or_none(&[("w2s", self.w2s), ("s2s", self.s2s), ("b2s", self.b2s)])?;
+        if self.bits == SIX_BITS {
+            return Err(Error::invalid("bits", "6-bit codes are not supported by moe_down_combine; use 4 or 8"));
+        }
+        check_batch(self.m, self.k)?;
+        shape.validate()?;
+        let dims = down_batch_dims(&shape, self.m);
+        device.check_workgroup_mem(&kernel, &dims)?;
+        unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
+    }
+}
+
+impl MoeShape {
+    /// The arguments of `moe_down_combine` for `m` tokens of this shape (`k`
+    /// slots each, no shared expert; the raw form [`down_combine`] takes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn down_combine_args(
+        &self,
+        m: u32,
+        idx: u64,
+        w2: QuantizedPointers,
+        act: u64,
+        scores: u64,
+        part: u64,
+        out: u64,
+        arrivals: u64,
+        status: u64,
+    ) -> MoeDownCombineArgs {
+        let d = self.down_batch_args(m, idx, w2, act, scores, part, status);
+        MoeDownCombineArgs {
+            idx: d.idx,
+            w2: d.w2,
+            s2: d.s2,
+            b2: d.b2,
+            w2s: d.w2s,
+            s2s: d.s2s,
+            b2s: d.b2s,
+            act: d.act,
+            scores: d.scores,
+            part: d.part,
+            out,
+            arrivals,
+            m: d.m,
+            n_experts: d.n_experts,
+            k: d.k,
+            din: d.din,
+            dff: d.dff,
+            bits: d.bits,
+            group_size: d.group_size,
+            status: d.status,
+        }
     }
 }
 
@@ -554,14 +639,17 @@ fn shared_pointers_given(sh: &SharedExpertPointers) -> Result<()> {
 }
 
 /// The router's product, over the experts' rows and, with a shared expert,
-/// its gate's row (given in the router's format).
+/// its gate's row (given in the router's format); it zeroes the down launch's
+/// arrival counts.
 fn router_stage(
     kernel: Kernel,
     rshape: RouterShape,
     p: &BlockPointers,
     logits: u64,
     gate_logits: u64,
+    arrivals: u64,
 ) -> Result<Stage> {
+    let n_arrivals = workgroups(rshape.din);
     let gate = p.shared.map(|sh| sh.expert_gate);
     let dims = router::logits_dims(rshape.n_experts + gate.is_some() as u32);
     let mismatch = |gate: &str, router: &str| {
@@ -570,6 +658,7 @@ fn router_stage(
     match p.router {
         RouterWeights::Dense(wr) => {
             let mut la = rshape.logits_args(p.x, wr, logits);
+            (la.arrivals, la.n_arrivals) = (arrivals, n_arrivals);
             match gate {
                 None => {}
                 Some(ExpertGate::Dense(ws)) => (la.ws, la.gate_logits) = (ws, gate_logits),
@@ -579,6 +668,7 @@ fn router_stage(
         }
         RouterWeights::Quantized { w, quant } => {
             let mut la = rshape.logits_q_args(p.x, w.w, w.scales, w.biases, logits, quant);
+            (la.arrivals, la.n_arrivals) = (arrivals, n_arrivals);
             match gate {
                 None => {}
                 Some(ExpertGate::Quantized(g)) => {

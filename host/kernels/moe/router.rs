@@ -156,11 +156,21 @@ pub fn topk_dims(m: u32) -> LaunchDims {
     LaunchDims { grid: [m, 1, 1], workgroup_size: TOPK_WORKGROUP_SIZE, workgroup_mem_bytes: TOPK_WORKGROUP_MEM_BYTES }
 }
 
+/// Refuses counts to zero without a buffer, and a buffer with none.
+fn check_arrivals(arrivals: u64, n_arrivals: u32) -> Result<()> {
+    match (arrivals, n_arrivals) {
+        (0, 1..) => Err(Error::invalid("arrivals", format!("is a null pointer with `n_arrivals` {n_arrivals}"))),
+        (1.., 0) => Err(Error::invalid("n_arrivals", "is 0 with `arrivals` given; pass a null pointer")),
+        _ => Ok(()),
+    }
+}
+
 impl CheckedArgs for MoeRouterLogitsArgs {
     fn enqueue_checked(self, device: &Device, dtype: Dtype, capacity: Capacity, stream: Stream) -> Result<()> {
         let kernel = kernel_for(device, LOGITS_KERNEL, dtype)?;
         check_logits_shape(self.m, self.n_experts, self.din)?;
         let shared = all_or_none(&[("ws", self.ws), ("gate_logits", self.gate_logits)])?;
+        check_arrivals(self.arrivals, self.n_arrivals)?;
         let dims = logits_dims(self.n_experts + shared as u32);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
@@ -174,6 +184,7 @@ impl CheckedArgs for MoeRouterLogitsQArgs {
         RouterQuant { bits: self.bits, group_size: self.group_size }.validate(self.din)?;
         let shared =
             all_or_none(&[("wsq", self.wsq), ("ssq", self.ssq), ("bsq", self.bsq), ("gate_logits", self.gate_logits)])?;
+        check_arrivals(self.arrivals, self.n_arrivals)?;
         let dims = logits_dims(self.n_experts + shared as u32);
         device.check_workgroup_mem(&kernel, &dims)?;
         unsafe { enqueue(device, &kernel, dims, &self.values(), &self.extents(), capacity, stream) }
@@ -210,7 +221,7 @@ impl RouterShape {
     /// [`router_logits`] takes; `k` is not used).
     pub fn logits_args(&self, x: u64, wr: u64, logits: u64) -> MoeRouterLogitsArgs {
         let RouterShape { m, n_experts, din, .. } = *self;
-        MoeRouterLogitsArgs { x, wr, ws: 0, logits, gate_logits: 0, m, n_experts, din }
+        MoeRouterLogitsArgs { x, wr, ws: 0, logits, gate_logits: 0, m, n_experts, din, arrivals: 0, n_arrivals: 0 }
     }
 
     /// The arguments of `moe_router_logits_q` of this shape (the raw form
@@ -241,6 +252,8 @@ impl RouterShape {
             din,
             bits,
             group_size,
+            arrivals: 0,
+            n_arrivals: 0,
         }
     }
 
@@ -356,7 +369,19 @@ pub fn run_router_logits<T: Element>(
     stream: Stream,
 ) -> Result<()> {
     let RouterShape { m, n_experts, din, .. } = *shape;
-    MoeRouterLogitsLaunch { x, wr, ws: None, logits, gate_logits: None, m, n_experts, din }.run(device, stream)
+    let launch = MoeRouterLogitsLaunch {
+        x,
+        wr,
+        ws: None,
+        logits,
+        gate_logits: None,
+        m,
+        n_experts,
+        din,
+        arrivals: None,
+        n_arrivals: 0,
+    };
+    launch.run(device, stream)
 }
 
 /// The buffers of a quantized router: codes, scales and biases.
@@ -398,6 +423,8 @@ pub fn run_router_logits_q<T: Element>(
         din,
         bits,
         group_size,
+        arrivals: None,
+        n_arrivals: 0,
     }
     .run(device, stream)
 }

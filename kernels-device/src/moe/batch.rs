@@ -27,7 +27,9 @@
 //! `*status` if no earlier slot in flat order is out of range.
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, row_layout};
+use crate::geometry::moe::{
+    MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, ROWS_PER_WORKGROUP, WORKGROUP_SIZE, row_layout,
+};
 use crate::geometry::moe_router::{MAX_TOPK, TOPK_GROUP};
 use crate::num::Elem;
 use crate::vector::F32x4;
@@ -35,7 +37,7 @@ use crate::wave;
 
 // `expert_slot!` names these where it expands.
 use super::router::{choose, shared_score};
-use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, stage, tensor_cores};
+use super::{GateUp, Quad, bad_expert, compute_rows, moe_combine, slot_sum, stage, tensor_cores};
 
 /// The flat slot count `m k`, or `None` where the batch kernels do not take
 /// it (`m` outside 1..=[`MAX_BATCH_TOKENS`], `m k` above [`MAX_BATCH_SLOTS`]):
@@ -314,6 +316,89 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
     }
 }
 
+/// [`moe_down_batch`], then the combine of the rows it wrote, in the same
+/// launch: `out[t, h] = T(sum_j part[t, j, h])` as [`moe_combine_batch`] sums
+/// it, bit for bit.
+///
+/// # The last workgroup to arrive
+///
+/// The `m k` workgroups of row block `x` (one a slot) each count themselves
+/// in `arrivals[x]` once their rows of `part` are stored, and the one that
+/// counts last sums the block's rows for every token. A device fence before
+/// the count makes each thread's stores visible to the one that reads the
+/// count after them; a fence after it makes the last workgroup's loads see
+/// them. No workgroup waits for another, so the launch needs no co-resident
+/// grid. `arrivals` must be zero before the launch (the block's router
+/// launch zeroes it) and is left counting `m k` per block.
+///
+/// # Safety
+/// As [`moe_down_batch`], plus `out [m, din]` of `T` and `arrivals
+/// [workgroups(din)]` u32, zero before the launch and touched by nothing else
+/// during it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn moe_down_combine<T: Elem, const TENSOR: bool>(
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const T,
+    b2: *const T,
+    w2s: *const u32,
+    s2s: *const T,
+    b2s: *const T,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    out: *mut T,
+    arrivals: *mut u32,
+    m: u32,
+    n_experts: u32,
+    k: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    group_size: u32,
+    status: *mut u32,
+) {
+    unsafe {
+        moe_down_batch::<T, TENSOR>(
+            idx, w2, s2, b2, w2s, s2s, b2s, act, scores, part, m, n_experts, k, din, dff, bits, group_size, status,
+        )
+    };
+    // Where `moe_down_batch` wrote nothing, nothing is summed (every thread
+    // of the workgroup takes the same branch).
+    if row_layout(dff, bits, group_size).is_none() {
+        return;
+    }
+    let Some(slots) = batch_slots(m, k) else { return };
+    if wave::workgroup_id_z() >= slots {
+        return;
+    }
+    let x = wave::workgroup_id_x();
+    let last = wave::workgroup_mem::<u32>();
+    wave::fence_device();
+    wave::barrier();
+    if wave::thread_id() == 0 {
+        let before = unsafe { wave::atomic_add_u32(arrivals.add(x as usize), 1) };
+        unsafe { last.write((before == slots - 1) as u32) };
+    }
+    wave::barrier();
+    if unsafe { last.read() } == 0 {
+        return;
+    }
+    wave::fence_device();
+    let (k, din) = (k as usize, din as usize);
+    let first_row = x as usize * ROWS_PER_WORKGROUP as usize;
+    let mut i = wave::thread_id() as usize;
+    while i < m as usize * ROWS_PER_WORKGROUP as usize {
+        let (t, h) = (i / ROWS_PER_WORKGROUP as usize, first_row + i % ROWS_PER_WORKGROUP as usize);
+        if h < din {
+            let sum = unsafe { slot_sum(part.add(t * k * din), k, din, h) };
+            unsafe { out.add(t * din + h).write(T::from_f32(sum)) };
+        }
+        i += WORKGROUP_SIZE as usize;
+    }
+}
+
 /// `out[t, h] = T(sum_j part[t, j, h])` for every token `t < m` (grid y), as
 /// [`moe_combine`] sums one token.
 ///
@@ -424,6 +509,102 @@ mod tests {
                 assert_eq!(g.to_bits(), w.to_bits(), "{} {bits} bits: token {t} element {i}", T::NAME);
             }
         }
+    }
+
+    /// `moe_down_combine` against `moe_down_batch` then `moe_combine_batch`:
+    /// `part` and `out` bit for bit, at Din 40 (a full row block and a part
+    /// one), with slot 3's id out of range (its token's output NaN and the
+    /// status `1 + 3`); every block's count ends at `m k`. With the counts a
+    /// launch leaves (`m k`, not cleared) no workgroup is the last, and `out`
+    /// is not written.
+    fn down_combine_is_down_batch_then_combine<T: Elem>(bits: u32) {
+        let (n_experts, m, k, din, dff, gs) = (3u32, 5u32, 2u32, 40u32, 352u32, 32u32);
+        let mut r = 0x9E37_79B9_u32;
+        let mut next = move || {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            r
+        };
+        let quads = (n_experts * din * dff * bits / 32 / 4) as usize;
+        let groups = (n_experts * din * dff / gs) as usize;
+        let w: Vec<U32x4> = (0..quads).map(|_| U32x4::new([0; 4].map(|_: u32| next()))).collect();
+        let s: Vec<T> = (0..groups).map(|_| T::from_f32((next() % 1000) as f32 / 65536.0 + 1e-4)).collect();
+        let b: Vec<T> = (0..groups).map(|_| T::from_f32(-((next() % 1000) as f32) / 8192.0)).collect();
+        let act: Vec<f32> = (0..m * k * dff).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
+        let scores: Vec<f32> = (0..m * k).map(|_| (next() % 1000) as f32 / 1000.0).collect();
+        let idx = [0u32, 1, 2, 7, 0, 1, 0, 2, 2, 1];
+        let (wp, sp, bp) = (w.as_ptr() as usize, s.as_ptr() as usize, b.as_ptr() as usize);
+        let (ip, ap, scp) = (idx.as_ptr() as usize, act.as_ptr() as usize, scores.as_ptr() as usize);
+        let grid = [workgroups(din), 1, m * k];
+        let mem = workgroup_mem_bytes(dff, bits);
+        let null = core::ptr::null::<T>() as usize;
+        let sentinel = T::from_f32(-7.0);
+        // Returns part, out, arrivals and status of one `moe_down_combine` launch.
+        let fused = |start: u32| {
+            let mut part = std::vec![f32::NAN; (m * k * din) as usize];
+            let mut out = std::vec![sentinel; (m * din) as usize];
+            let mut arrivals = std::vec![start; workgroups(din) as usize];
+            let mut status = 0u32;
+            let (pp, op, rp) = (part.as_mut_ptr() as usize, out.as_mut_ptr() as usize, arrivals.as_mut_ptr() as usize);
+            let stp = &mut status as *mut u32 as usize;
+            emulate(grid, mem, &|| unsafe {
+                moe_down_combine::<T, false>(
+                    ip as _, wp as _, sp as _, bp as _, null as _, null as _, null as _, ap as _, scp as _, pp as _,
+                    op as _, rp as _, m, n_experts, k, din, dff, bits, gs, stp as _,
+                )
+            });
+            (part, out, arrivals, status)
+        };
+        let (part, out, arrivals, status) = fused(0);
+        let mut want_part = std::vec![f32::NAN; (m * k * din) as usize];
+        let mut want_out = std::vec![sentinel; (m * din) as usize];
+        let (pp, op) = (want_part.as_mut_ptr() as usize, want_out.as_mut_ptr() as usize);
+        emulate(grid, mem, &|| unsafe {
+            moe_down_batch::<T, false>(
+                ip as _,
+                wp as _,
+                sp as _,
+                bp as _,
+                null as _,
+                null as _,
+                null as _,
+                ap as _,
+                scp as _,
+                pp as _,
+                m,
+                n_experts,
+                k,
+                din,
+                dff,
+                bits,
+                gs,
+                core::ptr::null_mut(),
+            )
+        });
+        emulate([din.div_ceil(256), m, 1], 0, &|| unsafe { moe_combine_batch::<T>(pp as _, op as _, m, k, din) });
+        let name = T::NAME;
+        for (i, (g, w)) in part.iter().zip(&want_part).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{name} {bits} bits: part element {i}");
+        }
+        for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
+            assert_eq!(g.to_f32().to_bits(), w.to_f32().to_bits(), "{name} {bits} bits: out element {i}");
+        }
+        assert!(out[din as usize].to_f32().is_nan() && !out[0].to_f32().is_nan(), "token 1 holds the bad slot");
+        assert_eq!(arrivals, std::vec![m * k; workgroups(din) as usize]);
+        assert_eq!(status, 1 + 3);
+        let (_, out, _, _) = fused(m * k);
+        assert!(out.iter().all(|v| v.to_f32() == -7.0), "{name} {bits} bits: counts not cleared");
+    }
+
+    #[test]
+    fn down_combine_is_down_batch_then_combine_bf16_4_bits() {
+        down_combine_is_down_batch_then_combine::<Bf16>(4);
+    }
+
+    #[test]
+    fn down_combine_is_down_batch_then_combine_f32_8_bits() {
+        down_combine_is_down_batch_then_combine::<f32>(8);
     }
 
     /// `moe_gateup_routed` against `moe_topk` then `moe_gateup_batch` on the

@@ -56,6 +56,24 @@ use crate::wave;
 /// One aligned chunk of a row: [`CHUNK`] values (16 bytes of a 16-bit type).
 type Chunk<T> = Vector<T, { CHUNK as usize }>;
 
+/// Workgroup 0 zeroes `arrivals[..n_arrivals]` (nothing when null): the
+/// counts of the block's `moe_down_combine` launch, which runs after the
+/// router on the same stream, so the caller's scratch needs no clearing launch.
+///
+/// # Safety
+/// `arrivals` null or `n_arrivals` u32 that nothing else touches during the launch.
+#[inline(always)]
+unsafe fn zero_arrivals(arrivals: *mut u32, n_arrivals: u32) {
+    if arrivals.is_null() || wave::workgroup_id_x() != 0 {
+        return;
+    }
+    let mut i = wave::thread_id();
+    while i < n_arrivals {
+        unsafe { arrivals.add(i as usize).write(0) };
+        i += WAVES_PER_ROW * WAVE_SIZE;
+    }
+}
+
 /// `logits[t, e] = sum_i x[t, i] * wr[e, i]` (f32) for `t < m`, `e < n_experts`,
 /// and, when `ws` and `gate_logits` are not null, the shared expert's gate
 /// `gate_logits[t] = sum_i x[t, i] * ws[i]` by one more workgroup
@@ -67,7 +85,8 @@ type Chunk<T> = Vector<T, { CHUNK as usize }>;
 ///
 /// # Safety
 /// `x` holds `m * din` values, `wr` `n_experts * din`, `logits` `m *
-/// n_experts`; `ws` null or `din` values, `gate_logits` null or `m`.
+/// n_experts`; `ws` null or `din` values, `gate_logits` null or `m`;
+/// `arrivals` as [`zero_arrivals`] takes it.
 #[inline(always)]
 pub unsafe fn moe_router_logits<T: Elem>(
     x: *const T,
@@ -78,7 +97,10 @@ pub unsafe fn moe_router_logits<T: Elem>(
     m: u32,
     n_experts: u32,
     din: u32,
+    arrivals: *mut u32,
+    n_arrivals: u32,
 ) {
+    unsafe { zero_arrivals(arrivals, n_arrivals) };
     // Uniform over the workgroup: either every wave returns here or none does.
     let Some(out) = Rows::of_this_workgroup(logits, gate_logits, !ws.is_null(), n_experts) else { return };
     if m == 0 || m as usize > MAX_TOKENS {
@@ -187,7 +209,8 @@ type Quad = Vector<u32, 4>;
 /// `x` holds `m * din` values, `wq` `n_experts * din * bits / 32` words, `sq`
 /// and `bq` `n_experts * din / group_size` values, `logits` `m * n_experts`;
 /// `wsq` null or `din * bits / 32` words, `ssq` and `bsq` null or `din /
-/// group_size` values, `gate_logits` null or `m` values.
+/// group_size` values, `gate_logits` null or `m` values; `arrivals` as
+/// [`zero_arrivals`] takes it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn moe_router_logits_q<T: Elem>(
@@ -205,7 +228,10 @@ pub unsafe fn moe_router_logits_q<T: Elem>(
     din: u32,
     bits: u32,
     group_size: u32,
+    arrivals: *mut u32,
+    n_arrivals: u32,
 ) {
+    unsafe { zero_arrivals(arrivals, n_arrivals) };
     let group_shift = match group_size {
         32 => 5,
         64 => 6,
