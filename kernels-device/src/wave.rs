@@ -199,16 +199,23 @@ pub fn barrier() {
     arch::barrier()
 }
 
-/// Orders this thread's global memory accesses before it against those after
-/// it, for every thread of the launch: before an arrival count, its stores are
-/// visible to whoever reads the count after it; after, its loads see what the
-/// threads that counted before it stored. Rust's fences are system scope
-/// (stronger than the device scope needed): on amdgpu the waits for this
-/// wave's loads and stores and the L0/L1 invalidations, on nvptx a
-/// `fence.acq_rel.sys`, on the host a fence of the emulator's threads.
+/// Makes this thread's global stores before it visible, device-wide, to a
+/// thread that acquires after reading what this thread's workgroup writes
+/// next (an arrival count). Rust's fences are system scope, stronger than the
+/// device scope needed: on amdgpu the waits for this wave's stores (which
+/// [`barrier`] already makes, so the two merge), on nvptx a `fence.acq_rel`,
+/// on the host a fence of the emulator's threads.
 #[inline(always)]
-pub fn fence_device() {
-    core::sync::atomic::fence(core::sync::atomic::Ordering::AcqRel)
+pub fn fence_release() {
+    core::sync::atomic::fence(core::sync::atomic::Ordering::Release)
+}
+
+/// Makes the global stores that other threads released before this thread
+/// read their count visible to this thread's loads after it: on amdgpu the
+/// L0 and L1 invalidations, on nvptx a `fence.acq_rel`, on the host a fence.
+#[inline(always)]
+pub fn fence_acquire() {
+    core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire)
 }
 
 /// Adds `v` to the u32 at `p` atomically (acquire and release, system scope)

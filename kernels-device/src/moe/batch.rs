@@ -27,9 +27,7 @@
 //! `*status` if no earlier slot in flat order is out of range.
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe::{
-    MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, ROWS_PER_WORKGROUP, WORKGROUP_SIZE, row_layout,
-};
+use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, ROWS_PER_WORKGROUP, RowLayout, row_layout};
 use crate::geometry::moe_router::{MAX_TOPK, TOPK_GROUP};
 use crate::num::Elem;
 use crate::vector::F32x4;
@@ -299,6 +297,36 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
 ) {
     let Some(l) = row_layout(dff, bits, group_size) else { return };
     let Some(slots) = batch_slots(m, k) else { return };
+    unsafe {
+        down_slot::<T, TENSOR>(
+            l, slots, idx, w2, s2, b2, w2s, s2s, b2s, act, scores, part, n_experts, din, dff, bits, status,
+        )
+    }
+}
+
+/// The body of [`moe_down_batch`] once the shape is checked: this
+/// workgroup's slot, or its NaN rows and status for a bad id.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn down_slot<T: Elem, const TENSOR: bool>(
+    l: RowLayout,
+    slots: u32,
+    idx: *const u32,
+    w2: *const u32,
+    s2: *const T,
+    b2: *const T,
+    w2s: *const u32,
+    s2s: *const T,
+    b2s: *const T,
+    act: *const f32,
+    scores: *const f32,
+    part: *mut f32,
+    n_experts: u32,
+    din: u32,
+    dff: u32,
+    bits: u32,
+    status: *mut u32,
+) {
     let shared = !(w2s.is_null() || s2s.is_null() || b2s.is_null());
     unsafe {
         let Some((slot, e)) = slot_expert(idx, slots, n_experts, shared, part, din, status) else { return };
@@ -324,11 +352,11 @@ pub unsafe fn moe_down_batch<T: Elem, const TENSOR: bool>(
 ///
 /// The `m k` workgroups of row block `x` (one a slot) each count themselves
 /// in `arrivals[x]` once their rows of `part` are stored, and the one that
-/// counts last sums the block's rows for every token. A device fence before
-/// the count makes each thread's stores visible to the one that reads the
-/// count after them; a fence after it makes the last workgroup's loads see
-/// them. No workgroup waits for another, so the launch needs no co-resident
-/// grid. `arrivals` must be zero before the launch (the block's router
+/// counts last sums the block's rows for every token, in its first wave. A
+/// release fence and a barrier before the count make every thread's stores
+/// visible to the wave that reads the count after them; an acquire fence
+/// after it makes that wave's loads see them. No workgroup waits for
+/// another, so the launch needs no co-resident grid. `arrivals` must be zero before the launch (the block's router
 /// launch zeroes it) and is left counting `m k` per block.
 ///
 /// # Safety
@@ -359,43 +387,45 @@ pub unsafe fn moe_down_combine<T: Elem, const TENSOR: bool>(
     group_size: u32,
     status: *mut u32,
 ) {
-    unsafe {
-        moe_down_batch::<T, TENSOR>(
-            idx, w2, s2, b2, w2s, s2s, b2s, act, scores, part, m, n_experts, k, din, dff, bits, group_size, status,
-        )
-    };
-    // Where `moe_down_batch` wrote nothing, nothing is summed (every thread
-    // of the workgroup takes the same branch).
-    if row_layout(dff, bits, group_size).is_none() {
-        return;
-    }
+    // The shape is checked once, for both parts (every thread of the
+    // workgroup takes the same branch).
+    let Some(l) = row_layout(dff, bits, group_size) else { return };
     let Some(slots) = batch_slots(m, k) else { return };
     if wave::workgroup_id_z() >= slots {
         return;
     }
-    let x = wave::workgroup_id_x();
-    let last = wave::workgroup_mem::<u32>();
-    wave::fence_device();
+    unsafe {
+        down_slot::<T, TENSOR>(
+            l, slots, idx, w2, s2, b2, w2s, s2s, b2s, act, scores, part, n_experts, din, dff, bits, status,
+        )
+    };
+    // Every wave's stores of `part` complete before the count; then wave 0
+    // alone counts and, in the last workgroup, sums (the other waves have
+    // nothing left to do, so their share of the count is one barrier).
+    wave::fence_release();
     wave::barrier();
-    if wave::thread_id() == 0 {
-        let before = unsafe { wave::atomic_add_u32(arrivals.add(x as usize), 1) };
-        unsafe { last.write((before == slots - 1) as u32) };
-    }
-    wave::barrier();
-    if unsafe { last.read() } == 0 {
+    if wave::wave_id() != 0 {
         return;
     }
-    wave::fence_device();
+    let x = wave::workgroup_id_x();
+    let mut before = 0;
+    if wave::lane_id() == 0 {
+        before = unsafe { wave::atomic_add_u32(arrivals.add(x as usize), 1) };
+    }
+    if wave::broadcast_u32::<0>(before) != slots - 1 {
+        return;
+    }
+    wave::fence_acquire();
     let (k, din) = (k as usize, din as usize);
     let first_row = x as usize * ROWS_PER_WORKGROUP as usize;
-    let mut i = wave::thread_id() as usize;
+    let mut i = wave::lane_id() as usize;
     while i < m as usize * ROWS_PER_WORKGROUP as usize {
         let (t, h) = (i / ROWS_PER_WORKGROUP as usize, first_row + i % ROWS_PER_WORKGROUP as usize);
         if h < din {
             let sum = unsafe { slot_sum(part.add(t * k * din), k, din, h) };
             unsafe { out.add(t * din + h).write(T::from_f32(sum)) };
         }
-        i += WORKGROUP_SIZE as usize;
+        i += WAVE_SIZE as usize;
     }
 }
 
