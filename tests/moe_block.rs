@@ -698,7 +698,7 @@ fn gateup_routed_refuses_bad_arguments() {
 }
 
 /// The block twice on one scratch: the second call's down launch finds the
-/// counts the first left (`m k` a row block) cleared by its router launch, so
+/// counts the first left (`k` a token and row block) cleared by its router launch, so
 /// both calls give the same output, at one token and at five.
 fn the_block_runs_twice_on_one_scratch<T: Element>(dev: &Device) {
     for (case, m) in [1usize, 5].into_iter().enumerate() {
@@ -731,7 +731,7 @@ fn down_combine_refuses_bad_arguments() {
     let (ids, scores) = (dev.upload(&[0u32, 1, 2, 3, 4, 5]).unwrap(), dev.upload(&[0.5f32; 2 * K]).unwrap());
     let (act, part) = (poisoned::<f32>(&dev, 2 * K * DFF), poisoned::<f32>(&dev, 2 * K * DIN));
     let out = poisoned::<f32>(&dev, 2 * DIN);
-    let arrivals = dev.upload(&vec![0u32; DIN.div_ceil(32)]).unwrap();
+    let arrivals = dev.upload(&vec![0u32; 2 * DIN.div_ceil(32)]).unwrap();
     let good = b.shape.down_combine_args(
         2,
         ids.ptr(),

@@ -629,9 +629,9 @@ families! {
     }
 
     /// `moe_down_combine`: `moe_down_batch`, and in the same launch the last
-    /// of each row block's workgroups to finish sums the block's rows into
-    /// `out` as `moe_combine_batch` does; `arrivals` (zero before the launch)
-    /// counts them.
+    /// of a token's workgroups in each row block to finish sums the token's
+    /// rows of the block into `out` as `moe_combine_batch` does; `arrivals`
+    /// (zero before the launch) counts them.
     family MoeDownCombineArgs (MoeDownCombine<T>) {
         instances { moe_down_combine_f32, moe_down_combine_f16, moe_down_combine_bf16 => crate::moe::batch::moe_down_combine::<T, { crate::moe::TENSOR_CORES }>; }
         workgroup_mem(geometry::moe::MOST_WORKGROUP_MEM_BYTES)
@@ -647,7 +647,7 @@ families! {
             scores: read f32 [m, k],
             part: write f32 [m, k, din],
             out: write T [m, din],
-            arrivals: write u32 [geometry::moe::workgroups(din)],
+            arrivals: write u32 [m, geometry::moe::workgroups(din)],
             m: value u32,
         } moe_shape_params(n_experts, k, din, dff, bits, group_size, status)
     }

@@ -199,27 +199,42 @@ pub fn barrier() {
     arch::barrier()
 }
 
-/// Makes this thread's global stores before it visible, device-wide, to a
-/// thread that acquires after reading what this thread's workgroup writes
-/// next (an arrival count). Rust's fences are system scope, stronger than the
-/// device scope needed: on amdgpu the waits for this wave's stores (which
-/// [`barrier`] already makes, so the two merge), on nvptx a `fence.acq_rel`,
-/// on the host a fence of the emulator's threads.
+/// A release fence at device scope, made by the one thread that signals for
+/// its workgroup (an arrival count) right after a workgroup [`barrier`]: the
+/// barrier orders the other threads' stores before this thread's fence, and
+/// the fence makes all of them visible to a thread that acquires after
+/// reading the signal (the pattern of a grid barrier). On nvptx `fence.acq_rel.gpu`
+/// (Rust's fences are system scope, which on an H100 cost several
+/// microseconds a workgroup); on amdgpu Rust's release fence, whose waits
+/// [`barrier`]'s own release already made; on the host a fence of the
+/// emulator's threads.
 #[inline(always)]
 pub fn fence_release() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags));
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
     core::sync::atomic::fence(core::sync::atomic::Ordering::Release)
 }
 
-/// Makes the global stores that other threads released before this thread
-/// read their count visible to this thread's loads after it: on amdgpu the
-/// L0 and L1 invalidations, on nvptx a `fence.acq_rel`, on the host a fence.
+/// An acquire fence at device scope, after reading a signal that other
+/// workgroups released: their stores are visible to this thread's loads
+/// after it. On nvptx `fence.acq_rel.gpu`; on amdgpu the L0 and L1
+/// invalidations; on the host a fence.
 #[inline(always)]
 pub fn fence_acquire() {
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags));
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
     core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire)
 }
 
-/// Adds `v` to the u32 at `p` atomically (acquire and release, system scope)
-/// and returns the value before the add. The one atomic the kernels use: the
+/// Adds `v` to the u32 at `p` atomically and returns the value before the
+/// add. Relaxed: the ordering is [`fence_release`] before it and
+/// [`fence_acquire`] after it. The one atomic the kernels use: the
 /// arrival count of a workgroup that finishes a tile, so that the last to
 /// arrive can sum the tile's partial results (`moe::batch::moe_down_combine`).
 ///
@@ -228,7 +243,7 @@ pub fn fence_acquire() {
 /// is accessed only through this function.
 #[inline(always)]
 pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
-    unsafe { core::sync::atomic::AtomicU32::from_ptr(p) }.fetch_add(v, core::sync::atomic::Ordering::AcqRel)
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(p) }.fetch_add(v, core::sync::atomic::Ordering::Relaxed)
 }
 
 /// Orders workgroup memory among the lanes of this wave: every lane's stores

@@ -296,7 +296,7 @@ fn down_combine(ty: &str, path: usize) -> Case {
         enc("f32", &noise(slots as usize, 64, 1.0)),
         zeros((slots * din) as usize, 4),
         enc(ty, &vec![0.0; (m * din) as usize]),
-        zeros(workgroups(din) as usize, 4),
+        zeros((m * workgroups(din)) as usize, 4),
         zeros(1, 4),
     ];
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), Arg::U64(0), Arg::U64(0), Arg::U64(0)];

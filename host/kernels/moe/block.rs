@@ -151,13 +151,13 @@ pub fn block_supports(device: &Device, dtype: Dtype, m: u32, shape: &MoeShape) -
 
 /// Byte offsets in the scratch of `logits [m, E]`, `ids [m, S]`, `scores [m,
 /// S]`, `act [m, S, Dff]`, `part [m, S, Din]`, `gate_logits [m]` and
-/// `arrivals [workgroups(Din)]` (f32, u32, f32, f32, f32, f32, u32; `S` is
+/// `arrivals [m, workgroups(Din)]` (f32, u32, f32, f32, f32, f32, u32; `S` is
 /// `K`, or `K + 1` with a shared expert, whose `gate_logits` are otherwise
 /// empty), each starting on 256 bytes, and the total.
 fn layout(m: u32, shape: &MoeShape, shared: bool) -> Result<([u64; 7], u64)> {
     let (m, e, din, dff) = (m as u128, shape.n_experts as u128, shape.din as u128, shape.dff as u128);
     let slots = shape.k as u128 + shared as u128;
-    let arrivals = workgroups(shape.din) as u128 * 4;
+    let arrivals = m * workgroups(shape.din) as u128 * 4;
     let sizes = [
         m * e * 4,
         m * slots * 4,
@@ -463,8 +463,8 @@ impl CheckedArgs for MoeGateUpRoutedArgs {
 }
 
 /// The block's last launch on its own: `moe_down_batch`'s `part`, and `out`
-/// as `moe_combine_batch` sums it, summed by the last workgroup of each row
-/// block to finish (`arrivals`, `workgroups(din)` u32 that must be zero
+/// as `moe_combine_batch` sums it, summed by the last of each token's workgroups in each row
+/// block to finish (`arrivals`, `[m, workgroups(din)]` u32 that must be zero
 /// before the launch: the block's router launch zeroes them). Every scalar
 /// and buffer is checked first; `dtype` is the type of the scales, biases and
 /// `out`.
@@ -649,7 +649,7 @@ fn router_stage(
     gate_logits: u64,
     arrivals: u64,
 ) -> Result<Stage> {
-    let n_arrivals = workgroups(rshape.din);
+    let n_arrivals = rshape.m * workgroups(rshape.din);
     let gate = p.shared.map(|sh| sh.expert_gate);
     let dims = router::logits_dims(rshape.n_experts + gate.is_some() as u32);
     let mismatch = |gate: &str, router: &str| {

@@ -27,7 +27,9 @@
 //! `*status` if no earlier slot in flat order is out of range.
 
 use crate::geometry::WAVE_SIZE;
-use crate::geometry::moe::{MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, ROWS_PER_WORKGROUP, RowLayout, row_layout};
+use crate::geometry::moe::{
+    MAX_BATCH_SLOTS, MAX_BATCH_TOKENS, QUAD_WORDS, ROWS_PER_WORKGROUP, RowLayout, row_layout, workgroups,
+};
 use crate::geometry::moe_router::{MAX_TOPK, TOPK_GROUP};
 use crate::num::Elem;
 use crate::vector::F32x4;
@@ -350,18 +352,19 @@ unsafe fn down_slot<T: Elem, const TENSOR: bool>(
 ///
 /// # The last workgroup to arrive
 ///
-/// The `m k` workgroups of row block `x` (one a slot) each count themselves
-/// in `arrivals[x]` once their rows of `part` are stored, and the one that
-/// counts last sums the block's rows for every token, in its first wave. A
-/// release fence and a barrier before the count make every thread's stores
-/// visible to the wave that reads the count after them; an acquire fence
-/// after it makes that wave's loads see them. No workgroup waits for
-/// another, so the launch needs no co-resident grid. `arrivals` must be zero before the launch (the block's router
-/// launch zeroes it) and is left counting `m k` per block.
+/// The `k` workgroups of token `t`'s slots in row block `x` each count
+/// themselves in `arrivals[t, x]` once their rows of `part` are stored, and
+/// the one that counts last sums the token's rows of the block, in its first
+/// wave, a lane a row. A barrier, then a release fence by the counting thread,
+/// make every thread's stores visible to the wave that reads the count after
+/// them; an acquire fence after it makes that wave's loads see them. No
+/// workgroup waits for another, so the launch needs no co-resident grid.
+/// `arrivals` must be zero before the launch (the block's router launch
+/// zeroes it) and is left counting `k` a token and block.
 ///
 /// # Safety
-/// As [`moe_down_batch`], plus `out [m, din]` of `T` and `arrivals
-/// [workgroups(din)]` u32, zero before the launch and touched by nothing else
+/// As [`moe_down_batch`], plus `out [m, din]` of `T` and `arrivals [m,
+/// workgroups(din)]` u32, zero before the launch and touched by nothing else
 /// during it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -399,35 +402,35 @@ pub unsafe fn moe_down_combine<T: Elem, const TENSOR: bool>(
             l, slots, idx, w2, s2, b2, w2s, s2s, b2s, act, scores, part, n_experts, din, dff, bits, status,
         )
     };
-    // Every wave's stores of `part` complete before the count; then wave 0
-    // alone counts and, in the last workgroup, sums (the other waves have
+    // The barrier orders every wave's stores of `part` before the count;
+    // then one thread releases them and counts, and in the last of the
+    // token's workgroups wave 0 acquires and sums (the other waves have
     // nothing left to do, so their share of the count is one barrier).
-    wave::fence_release();
     wave::barrier();
     if wave::wave_id() != 0 {
         return;
     }
-    let x = wave::workgroup_id_x();
+    let (x, t) = (wave::workgroup_id_x(), token_of(wave::workgroup_id_z(), k, m));
+    let count = unsafe { arrivals.add((t * workgroups(din) + x) as usize) };
     let mut before = 0;
     if wave::lane_id() == 0 {
-        before = unsafe { wave::atomic_add_u32(arrivals.add(x as usize), 1) };
+        wave::fence_release();
+        before = unsafe { wave::atomic_add_u32(count, 1) };
     }
-    if wave::broadcast_u32::<0>(before) != slots - 1 {
+    if wave::broadcast_u32::<0>(before) != k - 1 {
         return;
     }
     wave::fence_acquire();
-    let (k, din) = (k as usize, din as usize);
-    let first_row = x as usize * ROWS_PER_WORKGROUP as usize;
-    let mut i = wave::lane_id() as usize;
-    while i < m as usize * ROWS_PER_WORKGROUP as usize {
-        let (t, h) = (i / ROWS_PER_WORKGROUP as usize, first_row + i % ROWS_PER_WORKGROUP as usize);
-        if h < din {
-            let sum = unsafe { slot_sum(part.add(t * k * din), k, din, h) };
-            unsafe { out.add(t * din + h).write(T::from_f32(sum)) };
-        }
-        i += WAVE_SIZE as usize;
+    let (t, k, din) = (t as usize, k as usize, din as usize);
+    let h = x as usize * ROWS_PER_WORKGROUP as usize + wave::lane_id() as usize;
+    if h < din {
+        let sum = unsafe { slot_sum(part.add(t * k * din), k, din, h) };
+        unsafe { out.add(t * din + h).write(T::from_f32(sum)) };
     }
 }
+
+// One lane a row of the block: the sum above takes it.
+const _: () = assert!(ROWS_PER_WORKGROUP == WAVE_SIZE);
 
 /// `out[t, h] = T(sum_j part[t, j, h])` for every token `t < m` (grid y), as
 /// [`moe_combine`] sums one token.
@@ -544,9 +547,9 @@ mod tests {
     /// `moe_down_combine` against `moe_down_batch` then `moe_combine_batch`:
     /// `part` and `out` bit for bit, at Din 40 (a full row block and a part
     /// one), with slot 3's id out of range (its token's output NaN and the
-    /// status `1 + 3`); every block's count ends at `m k`. With the counts a
-    /// launch leaves (`m k`, not cleared) no workgroup is the last, and `out`
-    /// is not written.
+    /// status `1 + 3`); every token's count in every block ends at `k`. With
+    /// the counts a launch leaves (`k`, not cleared) no workgroup is the
+    /// last, and `out` is not written.
     fn down_combine_is_down_batch_then_combine<T: Elem>(bits: u32) {
         let (n_experts, m, k, din, dff, gs) = (3u32, 5u32, 2u32, 40u32, 352u32, 32u32);
         let mut r = 0x9E37_79B9_u32;
@@ -574,7 +577,7 @@ mod tests {
         let fused = |start: u32| {
             let mut part = std::vec![f32::NAN; (m * k * din) as usize];
             let mut out = std::vec![sentinel; (m * din) as usize];
-            let mut arrivals = std::vec![start; workgroups(din) as usize];
+            let mut arrivals = std::vec![start; (m * workgroups(din)) as usize];
             let mut status = 0u32;
             let (pp, op, rp) = (part.as_mut_ptr() as usize, out.as_mut_ptr() as usize, arrivals.as_mut_ptr() as usize);
             let stp = &mut status as *mut u32 as usize;
@@ -621,9 +624,9 @@ mod tests {
             assert_eq!(g.to_f32().to_bits(), w.to_f32().to_bits(), "{name} {bits} bits: out element {i}");
         }
         assert!(out[din as usize].to_f32().is_nan() && !out[0].to_f32().is_nan(), "token 1 holds the bad slot");
-        assert_eq!(arrivals, std::vec![m * k; workgroups(din) as usize]);
+        assert_eq!(arrivals, std::vec![k; (m * workgroups(din)) as usize]);
         assert_eq!(status, 1 + 3);
-        let (_, out, _, _) = fused(m * k);
+        let (_, out, _, _) = fused(k);
         assert!(out.iter().all(|v| v.to_f32() == -7.0), "{name} {bits} bits: counts not cleared");
     }
 
