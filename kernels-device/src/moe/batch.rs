@@ -410,7 +410,9 @@ pub unsafe fn moe_down_combine<T: Elem, const TENSOR: bool>(
     if wave::wave_id() != 0 {
         return;
     }
-    let (x, t) = (wave::workgroup_id_x(), token_of(wave::workgroup_id_z(), k, m));
+    // Uniform (`readfirstlane`), so that LLVM does not strength-reduce the
+    // sum's addresses into the token search and run them in every workgroup.
+    let (x, t) = (wave::workgroup_id_x(), wave::uniform_usize(token_of(wave::workgroup_id_z(), k, m) as usize) as u32);
     let count = unsafe { arrivals.add((t * workgroups(din) + x) as usize) };
     let mut before = 0;
     if wave::lane_id() == 0 {
