@@ -7,27 +7,18 @@
 // Instruction words are written field by field.
 #![allow(clippy::identity_op)]
 mod common;
-use common::synthetic_kernel;
+use common::{EXEC, LIT, VCC, op, synthetic_kernel, v};
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::Mode;
 use rdna_sim::mem::Memory;
 use rdna_sim::opcodes;
 use rdna_sim::race::{Kind, Race, Schedule};
 
-fn op(table: &[(u16, &str)], name: &str) -> u32 {
-    table.iter().find(|(_, n)| *n == name).unwrap_or_else(|| panic!("no opcode {name}")).0 as u32
-}
-const LIT: u32 = 255;
-const VCC: u32 = 106;
 const NULL: u32 = 124;
-const EXEC: u32 = 126;
 /// `s_waitcnt vmcnt(0)` and `s_waitcnt lgkmcnt(0)` (the other counters: no wait).
 const VMCNT0: u16 = 0x3f7;
 const LGKMCNT0: u16 = 0xfc07;
 
-fn v(r: u32) -> u32 {
-    256 + r
-}
 fn sop1(name: &str, sdst: u32, s0: u32) -> u32 {
     0xBE80_0000 | sdst << 16 | op(opcodes::SOP1, name) << 8 | s0
 }

@@ -4,22 +4,13 @@
 // indexed by lane number across several arrays.
 #![allow(clippy::identity_op, clippy::needless_range_loop)]
 mod common;
-use common::synthetic_kernel;
+use common::{EXEC, LIT, VCC, op, synthetic_kernel, v};
 use rdna_sim::dispatch::{self, Launch};
 use rdna_sim::exec::{Mode, Wave};
 use rdna_sim::mem::Memory;
 use rdna_sim::opcodes;
 
-fn op(table: &[(u16, &str)], name: &str) -> u32 {
-    table.iter().find(|(_, n)| *n == name).unwrap_or_else(|| panic!("no opcode {name}")).0 as u32
-}
 const ENDPGM: u32 = 0xBFB0_0000;
-const LIT: u32 = 255;
-const VCC: u32 = 106;
-const EXEC: u32 = 126;
-fn v(r: u32) -> u32 {
-    256 + r
-}
 fn vop1(name: &str, vdst: u32, src0: u32) -> u32 {
     0x7E00_0000 | vdst << 17 | op(opcodes::VOP1, name) << 9 | src0
 }

@@ -466,12 +466,22 @@ mod tests {
         unsafe { launch(&cfg, kernel) }.unwrap();
     }
 
-    /// `moe_down_batch` against `moe_down` with the same `TENSOR`: each
-    /// token's `part` bit for bit `moe_down`'s of that token. Expert 0 is in
-    /// five slots, expert 2 in two.
-    fn down_batch_is_the_single_token_down<T: Elem, const TENSOR: bool>(bits: u32) {
-        let (n_experts, m, k, din, dff, gs) = (3u32, 5u32, 2u32, 40u32, 352u32, 32u32);
-        let mut r = 0x2545_F491_u32;
+    /// E, m, k, Din, Dff and the group size of the down projection's tests.
+    const DOWN_SHAPE: (u32, u32, u32, u32, u32, u32) = (3, 5, 2, 40, 352, 32);
+
+    /// Random codes, scales and biases of `DOWN_SHAPE`'s experts at `bits`,
+    /// and its `act` and `scores`, from an xorshift seeded with `seed`.
+    struct DownInputs<T> {
+        w: Vec<U32x4>,
+        s: Vec<T>,
+        b: Vec<T>,
+        act: Vec<f32>,
+        scores: Vec<f32>,
+    }
+
+    fn down_inputs<T: Elem>(bits: u32, seed: u32) -> DownInputs<T> {
+        let (n_experts, m, k, din, dff, gs) = DOWN_SHAPE;
+        let mut r = seed;
         let mut next = move || {
             r ^= r << 13;
             r ^= r >> 17;
@@ -480,11 +490,20 @@ mod tests {
         };
         let quads = (n_experts * din * dff * bits / 32 / 4) as usize;
         let groups = (n_experts * din * dff / gs) as usize;
-        let w: Vec<U32x4> = (0..quads).map(|_| U32x4::new([0; 4].map(|_: u32| next()))).collect();
-        let s: Vec<T> = (0..groups).map(|_| T::from_f32((next() % 1000) as f32 / 65536.0 + 1e-4)).collect();
-        let b: Vec<T> = (0..groups).map(|_| T::from_f32(-((next() % 1000) as f32) / 8192.0)).collect();
-        let act: Vec<f32> = (0..m * k * dff).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
-        let scores: Vec<f32> = (0..m * k).map(|_| (next() % 1000) as f32 / 1000.0).collect();
+        let w = (0..quads).map(|_| U32x4::new([0; 4].map(|_: u32| next()))).collect();
+        let s = (0..groups).map(|_| T::from_f32((next() % 1000) as f32 / 65536.0 + 1e-4)).collect();
+        let b = (0..groups).map(|_| T::from_f32(-((next() % 1000) as f32) / 8192.0)).collect();
+        let act = (0..m * k * dff).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
+        let scores = (0..m * k).map(|_| (next() % 1000) as f32 / 1000.0).collect();
+        DownInputs { w, s, b, act, scores }
+    }
+
+    /// `moe_down_batch` against `moe_down` with the same `TENSOR`: each
+    /// token's `part` bit for bit `moe_down`'s of that token. Expert 0 is in
+    /// five slots, expert 2 in two.
+    fn down_batch_is_the_single_token_down<T: Elem, const TENSOR: bool>(bits: u32) {
+        let (n_experts, m, k, din, dff, gs) = DOWN_SHAPE;
+        let DownInputs { w, s, b, act, scores } = down_inputs::<T>(bits, 0x2545_F491_u32);
         let idx = [0u32, 1, 2, 0, 0, 1, 0, 2, 0, 1];
         let (wp, sp, bp) = (w.as_ptr() as usize, s.as_ptr() as usize, b.as_ptr() as usize);
         let mut batch = std::vec![f32::NAN; (m * k * din) as usize];
@@ -553,21 +572,8 @@ mod tests {
     /// the counts a launch leaves (`k`, not cleared) no workgroup is the
     /// last, and `out` is not written.
     fn down_combine_is_down_batch_then_combine<T: Elem>(bits: u32) {
-        let (n_experts, m, k, din, dff, gs) = (3u32, 5u32, 2u32, 40u32, 352u32, 32u32);
-        let mut r = 0x9E37_79B9_u32;
-        let mut next = move || {
-            r ^= r << 13;
-            r ^= r >> 17;
-            r ^= r << 5;
-            r
-        };
-        let quads = (n_experts * din * dff * bits / 32 / 4) as usize;
-        let groups = (n_experts * din * dff / gs) as usize;
-        let w: Vec<U32x4> = (0..quads).map(|_| U32x4::new([0; 4].map(|_: u32| next()))).collect();
-        let s: Vec<T> = (0..groups).map(|_| T::from_f32((next() % 1000) as f32 / 65536.0 + 1e-4)).collect();
-        let b: Vec<T> = (0..groups).map(|_| T::from_f32(-((next() % 1000) as f32) / 8192.0)).collect();
-        let act: Vec<f32> = (0..m * k * dff).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
-        let scores: Vec<f32> = (0..m * k).map(|_| (next() % 1000) as f32 / 1000.0).collect();
+        let (n_experts, m, k, din, dff, gs) = DOWN_SHAPE;
+        let DownInputs { w, s, b, act, scores } = down_inputs::<T>(bits, 0x9E37_79B9_u32);
         let idx = [0u32, 1, 2, 7, 0, 1, 0, 2, 2, 1];
         let (wp, sp, bp) = (w.as_ptr() as usize, s.as_ptr() as usize, b.as_ptr() as usize);
         let (ip, ap, scp) = (idx.as_ptr() as usize, act.as_ptr() as usize, scores.as_ptr() as usize);

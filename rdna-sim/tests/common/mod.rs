@@ -195,3 +195,16 @@ pub fn synthetic_kernel(code: &[u32]) -> rdna_sim::codeobj::Kernel {
         wavefront_size: 32,
     }
 }
+
+/// The opcode of `name` in one of `rdna_sim::opcodes`' tables, for hand-encoded words.
+pub fn op(table: &[(u16, &str)], name: &str) -> u32 {
+    table.iter().find(|(_, n)| *n == name).unwrap_or_else(|| panic!("no opcode {name}")).0 as u32
+}
+
+/// Operand codes of the encodings: a literal follows, VCC, EXEC, and VGPR `r`.
+pub const LIT: u32 = 255;
+pub const VCC: u32 = 106;
+pub const EXEC: u32 = 126;
+pub fn v(r: u32) -> u32 {
+    256 + r
+}
