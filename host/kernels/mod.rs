@@ -340,6 +340,7 @@ mod tests {
             MoeGateUpBatchArgs,
             MoeGateUpRoutedArgs,
             MoeDownBatchArgs,
+            MoeDownCombineArgs,
             MoeCombineBatchArgs,
             MoeRouterLogitsArgs,
             MoeRouterLogitsQArgs,
