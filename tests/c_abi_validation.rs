@@ -670,13 +670,14 @@ fn moe_block_supports_qwen3s_layer_for_1_to_8_tokens() {
 }
 
 /// Two tokens of Qwen3's layer: logits, ids and scores on 256 bytes each,
-/// then act and part.
+/// then act, part, and the down launch's arrival counts (a u32 per token and
+/// block of 32 rows).
 #[test]
 fn moe_block_scratch_bytes_of_qwen3_is_the_documented_layout() {
     let _cpu = cpu();
     let mut bytes = 0usize;
     assert_eq!(unsafe { mlxcel_amdgpu_moe_block_scratch_bytes(QWEN3, 2, &mut bytes) }, MLXCEL_AMDGPU_OK);
-    assert_eq!(bytes, 1024 + 256 + 256 + 2 * 8 * 768 * 4 + 2 * 8 * 2048 * 4);
+    assert_eq!(bytes, 1024 + 256 + 256 + 2 * 8 * 768 * 4 + 2 * 8 * 2048 * 4 + 2 * (2048 / 32) * 4);
 }
 
 #[test]

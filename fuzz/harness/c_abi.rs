@@ -905,11 +905,13 @@ fn block_ok(s: &MoeShape, m: u32) -> bool {
 }
 
 /// The block's scratch as its contract lays it out: `logits [m, E]`, `ids`
-/// and `scores [m, K]`, `act [m, K, Dff]`, `part [m, K, Din]`, 4-byte
-/// elements, each on 256 bytes.
+/// and `scores [m, K]`, `act [m, K, Dff]`, `part [m, K, Din]`, the shared
+/// gate's logits (none without a shared expert) and the arrival counts `[m,
+/// ceil(Din / 32)]`, 4-byte elements, each on 256 bytes.
 fn block_scratch(s: &MoeShape, m: u32) -> u128 {
     let (m, e, k) = (m as u128, s.n_experts as u128, s.k as u128);
-    let sizes = [m * e, m * k, m * k, m * k * s.dff as u128, m * k * s.din as u128];
+    let arrivals = m * (s.din as u128).div_ceil(32);
+    let sizes = [m * e, m * k, m * k, m * k * s.dff as u128, m * k * s.din as u128, 0, arrivals];
     sizes.iter().fold(0u128, |at, &n| at.next_multiple_of(256) + 4 * n)
 }
 
@@ -1151,10 +1153,11 @@ unsafe fn quantized_router(
 }
 
 /// The scratch of the block with a shared expert as its contract lays it out:
-/// the block's of `K + 1` slots a token, then `gate_logits [m]`.
+/// the block's of `K + 1` slots a token, with `gate_logits [m]`.
 fn shared_block_scratch(s: &MoeShape, m: u32) -> u128 {
     let (m, e, k) = (m as u128, s.n_experts as u128, s.k as u128 + 1);
-    let sizes = [m * e, m * k, m * k, m * k * s.dff as u128, m * k * s.din as u128, m];
+    let arrivals = m * (s.din as u128).div_ceil(32);
+    let sizes = [m * e, m * k, m * k, m * k * s.dff as u128, m * k * s.din as u128, m, arrivals];
     sizes.iter().fold(0u128, |at, &n| at.next_multiple_of(256) + 4 * n)
 }
 
