@@ -499,8 +499,9 @@ bool mlxcel_amdgpu_moe_block_supports(uint32_t dtype,
 
 // Writes to `*bytes` the scratch [`mlxcel_amdgpu_moe_block`] needs for `m`
 // tokens of this shape: the router's `logits [m, E]`, `ids [m, K]` and
-// `scores [m, K]`, then `act [m, K, Dff]` and `part [m, K, Din]` (f32, u32,
-// f32, f32, f32), each on 256 bytes. Refuses the sizes the launch refuses.
+// `scores [m, K]`, then `act [m, K, Dff]`, `part [m, K, Din]` and the down
+// launch's arrival counts `[m, ceil(Din / 32)]` (f32, u32, f32, f32, f32,
+// u32), each on 256 bytes. Refuses the sizes the launch refuses.
 //
 // # Safety
 // `bytes` points to a writable `size_t`.
@@ -624,9 +625,9 @@ bool mlxcel_amdgpu_moe_block_shared_expert_supports(uint32_t dtype,
 
 // Writes to `*bytes` the scratch [`mlxcel_amdgpu_moe_block_shared_expert`]
 // needs for `m` tokens of this shape: as
-// [`mlxcel_amdgpu_moe_block_scratch_bytes`] with `k + 1` slots a token, then
-// the shared gate's logits `[m]` (f32), each on 256 bytes. Refuses the sizes
-// the launch refuses.
+// [`mlxcel_amdgpu_moe_block_scratch_bytes`] with `k + 1` slots a token, and
+// the shared gate's logits `[m]` (f32) before the arrival counts, each on 256
+// bytes. Refuses the sizes the launch refuses.
 //
 // # Safety
 // `bytes` points to a writable `size_t`.
