@@ -410,9 +410,12 @@ pub unsafe fn moe_down_combine<T: Elem, const TENSOR: bool>(
     if wave::wave_id() != 0 {
         return;
     }
-    // Uniform (`readfirstlane`), so that LLVM does not strength-reduce the
-    // sum's addresses into the token search and run them in every workgroup.
-    let (x, t) = (wave::workgroup_id_x(), wave::uniform_usize(token_of(wave::workgroup_id_z(), k, m) as usize) as u32);
+    // The token by a division, not `token_of`'s search: once a workgroup
+    // here, it is fewer instructions than up to `m` compares (at M 8 the
+    // search made this launch issue-bound on the gfx1151 model). Uniform
+    // (`readfirstlane`), so that the count's and the sum's addresses stay
+    // scalar. (`k` is not 0 here; the `max` spares the division its panic.)
+    let (x, t) = (wave::workgroup_id_x(), wave::uniform_usize((wave::workgroup_id_z() / k.max(1)) as usize) as u32);
     let count = unsafe { arrivals.add((t * workgroups(din) + x) as usize) };
     let mut before = 0;
     if wave::lane_id() == 0 {
