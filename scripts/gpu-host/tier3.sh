@@ -14,7 +14,8 @@
 #   SANITIZE_JOBS    run that many sanitizer runs at once on the one GPU
 source "$(dirname "$0")/common.sh"
 need mlxcel-amdgpu tier3
-export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1 MLXCEL_AMDGPU_CLI=$PWD/$PACK/mlxcel-amdgpu
+# The tool by an absolute path (PACK may be relative or absolute).
+export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1 MLXCEL_AMDGPU_CLI=$(cd "$PACK" && pwd)/mlxcel-amdgpu
 gpu_info
 for test in "$PACK"/test-*; do
     [ -e "$test" ] || continue
