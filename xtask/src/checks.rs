@@ -129,22 +129,53 @@ pub fn ptx_spills(args: &[String]) -> Result<()> {
     }
     fs::set_permissions(&ptxas, fs::Permissions::from_mode(0o755))?;
 
+    // The default members, as `cargo test` built them: their dependencies' features stay the same.
     let mut build = cargo(&root);
     build.args(["build", "--features", "cuda"]);
     let ptx = root_out_dir(&cargo_messages(build)?)?.join("kernels_sm_80.ptx");
     if !ptx.exists() {
         return Err(format!("ptx-spills: no PTX at {}", ptx.display()).into());
     }
-    let mut spilled = false;
-    for arch in &archs {
-        let out =
-            Command::new(&ptxas).arg(format!("-arch={arch}")).arg("-v").arg(&ptx).args(["-o", "/dev/null"]).output()?;
+    // ptxas takes 10-40 s an architecture on this PTX and uses one core: one per core at a time,
+    // reported in the architectures' order. (Errors are strings: they cross threads.)
+    type Outcome = std::result::Result<PtxasReport, String>;
+    let ptxas_for = |arch: &str| -> Outcome {
+        let out = Command::new(&ptxas)
+            .arg(format!("-arch={arch}"))
+            .arg("-v")
+            .arg(&ptx)
+            .args(["-o", "/dev/null"])
+            .output()
+            .map_err(|e| format!("{arch}: cannot run {}: {e}", ptxas.display()))?;
         let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         if !out.status.success() {
-            return Err(format!("{arch}: ptxas failed\n{report}").into());
+            return Err(format!("{arch}: ptxas failed\n{report}"));
         }
-        let summary = PtxasReport::parse(&report);
-        println!("{}", summary.line(arch));
+        Ok(PtxasReport::parse(&report))
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(archs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let reports: Vec<Vec<(usize, Outcome)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(arch) = archs.get(i) else { break done };
+                        done.push((i, ptxas_for(arch)));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a ptxas worker panicked")).collect()
+    });
+    let mut reports: Vec<(usize, Outcome)> = reports.into_iter().flatten().collect();
+    reports.sort_by_key(|(i, _)| *i);
+    let mut spilled = false;
+    for (i, report) in reports {
+        let summary = report?;
+        println!("{}", summary.line(&archs[i]));
         spilled |= !summary.local_memory.is_empty();
     }
     if spilled {

@@ -45,7 +45,7 @@ pub fn run_task(args: &[String]) -> Result<()> {
     // 2 min; the GPU kernels built above are reused).
     step("cargo xtask consumer", &|| crate::consumer::consumer(&[]))?;
     // `cargo package` and `cargo publish --dry-run` of the published crates: each builds from its
-    // package alone (about 3 min).
+    // package alone, the GPU kernels for gfx1151 only (3-5 min).
     step("cargo xtask package", &|| crate::consumer::package(&[]))?;
     // The CPU backend's leak check: valgrind over the concurrency case and the C ABI consumer
     // (about 40 s).

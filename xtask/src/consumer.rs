@@ -24,8 +24,9 @@ usage: cargo xtask package
 
 `cargo package` and `cargo publish --dry-run` of the crates a dependent needs (mlxcel-amdgpu,
 kernels-device, mlxcel-amdgpu-code-object, mlxcel-amdgpu-builder): each packs, and builds from
-its package alone, the GPU kernels included (with the pinned nightly), in a target directory of
-its own that each run starts empty (<target>/xtask/package).";
+its package alone, the GPU kernels included (with the pinned nightly, for gfx1151 only: the other
+AMD targets compile the same files), in a target directory of its own that each run starts empty
+(<target>/xtask/package).";
 
 /// The published crates, dependencies first.
 pub const PUBLISHED: &[&str] =
@@ -115,10 +116,17 @@ pub fn package(args: &[String]) -> Result<()> {
     // commit's. Both are started afresh; the dry run then reuses what `cargo package` built here.
     forget_packed_sources()?;
     let target = scratch_dir(&target_dir(&root)?, "package")?;
-    let target = ["--target-dir".as_ref(), target.as_os_str()];
-    // Uncommitted changes are packed as they are (CI runs on a clean checkout).
-    run(cargo(&root).args(["package", "--allow-dirty"]).args(target).args(&packages))?;
-    run(cargo(&root).args(["publish", "--dry-run", "--allow-dirty"]).args(target).args(&packages))
+    // Uncommitted changes are packed as they are (CI runs on a clean checkout). One AMD target,
+    // gfx1151: the others compile the same files, and each would build `core` again.
+    for command in [&["package", "--allow-dirty"][..], &["publish", "--dry-run", "--allow-dirty"]] {
+        run(cargo(&root)
+            .args(command)
+            .arg("--target-dir")
+            .arg(&target)
+            .args(&packages)
+            .env("MLXCEL_AMDGPU_TARGETS", "gfx1151"))?;
+    }
+    Ok(())
 }
 
 /// Removes cargo's extracted copies of our published crates from earlier packagings. `cargo

@@ -82,7 +82,8 @@ usage: cargo xtask sim-test [CARGO TEST ARGUMENTS]
 The test suite with its HIP cases on the simulated gfx1151: `cargo test` (with the arguments
 given, for example `-p mlxcel-amdgpu --test xielu`) with MLXCEL_AMDGPU_EXPECT_HIP=1, so that a
 HIP case that cannot run fails instead of being skipped. The CPU-emulator cases (`::cpu`) ran in
-the plain `cargo test` and are skipped, as is the self-test's default run, which
+the plain `cargo test` and are skipped, as are the MLX shim's two tests (they ran there too, the
+ROCm branch's on the simulated gfx1151 already) and the self-test's default run, which
 `cargo xtask sim-selftest` does in a release build. Ends with the gfx1151 object's mnemonics that
 the launches executed, and those they never did.";
 
@@ -101,6 +102,12 @@ pub fn test(args: &[String]) -> Result<()> {
         "default_run_says_which_backend_ran_and_why_the_others_did_not",
         "--skip",
         "::cpu",
+        // The MLX shim's tests ran in `cargo test`: the CPU stream's launches no HIP, and the
+        // ROCm branch's installs the stand-in itself, with strict waits.
+        "--skip",
+        "mlx_shim_runs_every_kernel_inside_mlx_on_the_cpu_stream",
+        "--skip",
+        "mlx_shim_rocm_branch_runs_inside_the_fork_double_on_the_simulated_gfx1151",
     ]);
     run(&mut test)?;
     sim.coverage(Profile::Debug, &[coverage])
