@@ -32,7 +32,7 @@ else
     status=1
 fi
 step ours env MLXCEL_AMDGPU_BACKEND=cuda "$PACK/bench-kernels" --csv
-step peers env PYTHONUNBUFFERED=1 MAMBA_SSM_SRC="$PWD/$PACK/mamba" MAMBA_SSM_BUILD="$T/mamba-build" \
+step peers env PYTHONUNBUFFERED=1 MAMBA_SSM_SRC="$PACK/mamba" MAMBA_SSM_BUILD="$T/mamba-build" \
     python3 benches/baselines/peers.py
 step baselines bash benches/baselines/run.sh
 trap - EXIT

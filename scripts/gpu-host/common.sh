@@ -6,6 +6,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PACK=${PACK:-.gpu-pack}
+# Made absolute, so that the paths the scripts hand to programs hold from any directory.
+[ -d "$PACK" ] && PACK=$(cd "$PACK" && pwd)
 OUT=${OUT:-gpu-host-out/$(basename "$0" .sh)}
 mkdir -p "$OUT"
 # Where scripts/gpu-host/mlx.sh unpacks MLX and the library; bench.sh links against it too.

@@ -14,8 +14,7 @@
 #   SANITIZE_JOBS    run that many sanitizer runs at once on the one GPU
 source "$(dirname "$0")/common.sh"
 need mlxcel-amdgpu tier3
-# The tool by an absolute path (PACK may be relative or absolute).
-export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1 MLXCEL_AMDGPU_CLI=$(cd "$PACK" && pwd)/mlxcel-amdgpu
+export MLXCEL_AMDGPU_EXPECT_CUDA=1 RUST_BACKTRACE=1 MLXCEL_AMDGPU_CLI=$PACK/mlxcel-amdgpu
 gpu_info
 for test in "$PACK"/test-*; do
     [ -e "$test" ] || continue
