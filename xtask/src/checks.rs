@@ -136,10 +136,10 @@ pub fn ptx_spills(args: &[String]) -> Result<()> {
     if !ptx.exists() {
         return Err(format!("ptx-spills: no PTX at {}", ptx.display()).into());
     }
-    // ptxas takes 10-40 s an architecture on this PTX and uses one core: one per core at a time,
-    // reported in the architectures' order. (Errors are strings: they cross threads.)
-    type Outcome = std::result::Result<PtxasReport, String>;
-    let ptxas_for = |arch: &str| -> Outcome {
+    // ptxas takes 10-40 s an architecture on this PTX and uses one core: the architectures split
+    // in one run of neighbours a core, reported in their order. (Errors are strings: they cross
+    // threads.)
+    let ptxas_for = |arch: &String| -> std::result::Result<PtxasReport, String> {
         let out = Command::new(&ptxas)
             .arg(format!("-arch={arch}"))
             .arg("-v")
@@ -153,29 +153,17 @@ pub fn ptx_spills(args: &[String]) -> Result<()> {
         }
         Ok(PtxasReport::parse(&report))
     };
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(archs.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let reports: Vec<Vec<(usize, Outcome)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(arch) = archs.get(i) else { break done };
-                        done.push((i, ptxas_for(arch)));
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a ptxas worker panicked")).collect()
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_core = archs.len().div_ceil(cores).max(1);
+    let reports: Vec<_> = std::thread::scope(|scope| {
+        let runs: Vec<_> =
+            archs.chunks(per_core).map(|run| scope.spawn(|| run.iter().map(ptxas_for).collect::<Vec<_>>())).collect();
+        runs.into_iter().flat_map(|run| run.join().expect("a ptxas thread panicked")).collect()
     });
-    let mut reports: Vec<(usize, Outcome)> = reports.into_iter().flatten().collect();
-    reports.sort_by_key(|(i, _)| *i);
     let mut spilled = false;
-    for (i, report) in reports {
+    for (arch, report) in archs.iter().zip(reports) {
         let summary = report?;
-        println!("{}", summary.line(&archs[i]));
+        println!("{}", summary.line(arch));
         spilled |= !summary.local_memory.is_empty();
     }
     if spilled {
